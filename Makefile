@@ -1,0 +1,53 @@
+# ovnhost build, run and test entry points. Everything a fresh Debian machine
+# needs is installed here (as root), never by hand.
+SHELL := /bin/bash
+export PATH := /usr/local/go/bin:$(PATH)
+GO ?= go
+BIN := $(CURDIR)/bin
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X github.com/ovnhost/ovnhost/internal/version.Version=$(VERSION)
+# Static binaries: they run on Talos, CentOS 7.9 and in a distroless image alike.
+GOBUILD := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
+
+# Debian packages the daemons, the tests and the packaging checks need.
+DEB_PKGS := openvswitch-switch openvswitch-common ovn-central ovn-host ovn-common \
+	iproute2 iputils-ping ethtool iptables rpm systemd curl openssl procps ca-certificates
+# A package is missing when dpkg does not report it installed.
+MISSING_PKGS = $(shell for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done)
+
+PROGRAMS := supervisor/cmd/ovnhost cni/cmd/ovnhost-cni controller/cmd/ovnhost-controller netctl/cmd/netctl
+
+.PHONY: all deps build run test test-unit bench clean
+
+all: build
+
+deps:
+	@if [ -n "$(strip $(MISSING_PKGS))" ]; then \
+		echo "installing Debian packages: $(MISSING_PKGS)"; \
+		[ "$$(id -u)" = 0 ] || { echo "need root to install: $(MISSING_PKGS)" >&2; exit 1; }; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(MISSING_PKGS); \
+	fi
+
+build:
+	@mkdir -p $(BIN)
+	$(GOBUILD) -o $(BIN)/ $(addprefix ./,$(PROGRAMS))
+
+# All-in-one node in the foreground: local NB/SB, northd, ovsdb-server,
+# ovs-vswitchd (userspace datapath when the kernel has none), ovn-controller.
+run: deps build
+	$(BIN)/ovnhost run $(RUN_ARGS)
+
+# The whole suite: unit tests and the tests against real daemons, a real
+# kube-apiserver and real network namespaces. Needs root.
+test: deps build
+	@[ "$$(id -u)" = 0 ] || { echo "make test needs root (real namespaces, OVS daemons)" >&2; exit 1; }
+	OVNHOST_TEST_STRICT=1 OVNHOST_BIN=$(BIN) $(GO) test -count=1 -timeout 40m -p 1 ./... 2>&1 | tee $(CURDIR)/_test.log; exit $${PIPESTATUS[0]}
+
+test-unit:
+	$(GO) test -count=1 -short ./...
+
+bench: deps build
+	OVNHOST_TEST_STRICT=1 OVNHOST_BIN=$(BIN) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./tests/... 
+
+clean:
+	rm -rf $(BIN) _test.log

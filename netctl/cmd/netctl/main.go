@@ -1,0 +1,12 @@
+// Command netctl is a placeholder until its issue lands.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	fmt.Fprintln(os.Stderr, "netctl: not built yet")
+	os.Exit(1)
+}
