@@ -1,0 +1,201 @@
+// Package config is the node daemon's configuration: one table of settings,
+// each reachable as a flag, an environment variable (Kube-OVN's ovs-ovn names
+// where they exist, OVNHOST_<NAME> otherwise) and a key of an optional YAML
+// file. Precedence is flag > environment > file > default. Everything is
+// validated before the daemon touches the host; a bad setting is an *Error
+// that names the key, the problem and the fix, and the caller exits 2.
+package config
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Mode says where the OVN databases are.
+type Mode string
+
+const (
+	// AllInOne runs local NB/SB ovsdb-servers and ovn-northd (no OVN_DB_IPS).
+	AllInOne Mode = "all-in-one"
+	// Remote connects ovn-controller to the cluster's SB database.
+	Remote Mode = "remote"
+)
+
+// Datapath choices.
+const (
+	DatapathAuto   = "auto"
+	DatapathKernel = "kernel"
+	DatapathNetdev = "netdev"
+)
+
+// Paths are every directory the node writes to. Defaults keep state under
+// /var/lib and sockets under /run, so nothing lands in /etc or /usr (read-only
+// on Talos) unless configured.
+type Paths struct {
+	OVSDBDir  string // conf.db, system-id.conf (OPENVSWITCH_DIR)
+	OVSRunDir string // db.sock, pidfiles, control sockets, br-int.mgmt
+	OVSLogDir string
+	OVNDBDir  string // ovnnb_db.db, ovnsb_db.db in all-in-one (OVN_DIR)
+	OVNRunDir string // NB/SB sockets, ovn-northd and ovn-controller control sockets
+	OVNLogDir string
+}
+
+// Config is the validated configuration of one node daemon.
+type Config struct {
+	NodeName string
+	Mode     Mode
+	// OVNDBIPs are the cluster's OVN database addresses (OVN_DB_IPS).
+	OVNDBIPs []string
+	// SBRemote and NBRemote are OVSDB connection strings ("unix:...",
+	// "tcp:IP:PORT", "ssl:IP:PORT", comma separated for clusters).
+	SBRemote string
+	NBRemote string
+
+	TunnelType string
+	// Iface lists interface names or regular expressions (IFACE); the first
+	// match is the tunnel interface. Empty: the default-route interface.
+	Iface   []string
+	EncapIP string
+
+	EnableSSL  bool
+	SSLKey     string
+	SSLCert    string
+	SSLCACert  string
+	SSLDir     string
+	HWOffload  bool
+	Datapath   string
+	DisableMod bool // DISABLE_MODULES_MANAGEMENT
+	MLockAll   bool
+
+	ProbeInterval         time.Duration // OVN_REMOTE_PROBE_INTERVAL (ms)
+	OpenflowProbeInterval time.Duration // OVN_REMOTE_OPENFLOW_INTERVAL (s)
+
+	Paths    Paths
+	RunOwner Owner // owner of the runtime dirs recreated on every start
+
+	HealthAddr   string
+	KeepDatapath bool
+	StartTimeout time.Duration
+	StopTimeout  time.Duration
+
+	OVSSchema string // vswitch.ovsschema of the installed OVS
+	OVNSchema string // directory holding ovn-nb/ovn-sb.ovsschema
+	BinDirs   []string
+
+	CNIBinDir      string
+	CNIConfDir     string
+	CNISocket      string
+	CNISocketGroup string
+	MirrorOutput   string
+	Kubeconfig     string
+	LogLevel       string
+	LogFormat      string
+
+	// File is the configuration file that was read, if any.
+	File string
+}
+
+// Owner is a uid/gid pair; -1 leaves it unchanged.
+type Owner struct {
+	UID, GID int
+	Spec     string
+}
+
+// Error is a configuration error: which key, from where, what is wrong, and
+// what to do about it.
+type Error struct {
+	Key    string // the name as the user wrote it (flag, env var or file key)
+	Source string // "flag", "environment", file path, or "" for cross-checks
+	Value  string
+	Reason string
+	Fix    string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("config: ")
+	b.WriteString(e.Key)
+	if e.Source != "" {
+		fmt.Fprintf(&b, " (%s)", e.Source)
+	}
+	if e.Value != "" {
+		fmt.Fprintf(&b, " = %q", e.Value)
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Reason)
+	if e.Fix != "" {
+		b.WriteString("; ")
+		b.WriteString(e.Fix)
+	}
+	return b.String()
+}
+
+// Errors collects every problem so the user fixes them all in one go.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	lines := make([]string, len(es))
+	for i, e := range es {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
+
+// finish derives the mode and remotes and cross-checks settings.
+func (c *Config) finish() Errors {
+	var errs Errors
+	if c.NodeName == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			errs = append(errs, &Error{Key: "node-name", Reason: "not set and the hostname is unknown", Fix: "set NODE_NAME or --node-name"})
+		}
+		c.NodeName = strings.ToLower(h)
+	}
+	if c.NodeName != "" && (!dnsLabel.MatchString(c.NodeName) || len(c.NodeName) > 253) {
+		errs = append(errs, &Error{Key: "node-name", Value: c.NodeName, Reason: "not a valid Kubernetes node name", Fix: "use lower-case letters, digits, '-' and '.' (NODE_NAME)"})
+	}
+	scheme := "tcp"
+	if c.EnableSSL {
+		scheme = "ssl"
+	}
+	if len(c.OVNDBIPs) == 0 {
+		c.Mode = AllInOne
+		c.NBRemote = "unix:" + filepath.Join(c.Paths.OVNRunDir, "ovnnb_db.sock")
+		if c.SBRemote == "" {
+			c.SBRemote = "unix:" + filepath.Join(c.Paths.OVNRunDir, "ovnsb_db.sock")
+		}
+	} else {
+		c.Mode = Remote
+		nb := make([]string, len(c.OVNDBIPs))
+		sb := make([]string, len(c.OVNDBIPs))
+		for i, ip := range c.OVNDBIPs {
+			nb[i] = fmt.Sprintf("%s:%s", scheme, net.JoinHostPort(ip, "6641"))
+			sb[i] = fmt.Sprintf("%s:%s", scheme, net.JoinHostPort(ip, "6642"))
+		}
+		c.NBRemote = strings.Join(nb, ",")
+		if c.SBRemote == "" {
+			c.SBRemote = strings.Join(sb, ",")
+		}
+	}
+	if c.EnableSSL {
+		for _, f := range []struct{ key, val string }{{"ssl-key", c.SSLKey}, {"ssl-cert", c.SSLCert}, {"ssl-ca-cert", c.SSLCACert}} {
+			if f.val == "" {
+				errs = append(errs, &Error{Key: f.key, Reason: "required when ENABLE_SSL is true", Fix: "mount the OVN certificates and point " + f.key + " at them"})
+			}
+		}
+	}
+	if c.TunnelType == "stt" && c.Datapath == DatapathNetdev {
+		errs = append(errs, &Error{Key: "tunnel-type", Value: c.TunnelType, Reason: "STT is not supported by the userspace (netdev) datapath", Fix: "use TUNNEL_TYPE=geneve or vxlan"})
+	}
+	return errs
+}
+
+// Remote reports whether the OVN databases are elsewhere.
+func (c *Config) Remote() bool { return c.Mode == Remote }
