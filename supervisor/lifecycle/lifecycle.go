@@ -1,0 +1,72 @@
+// Package lifecycle runs the daemon's subsystems as units: started one after
+// another in dependency order, each gated on its own readiness, and stopped in
+// reverse order when the daemon stops or a start fails.
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Unit is one subsystem of the node daemon. Start returns once the unit is
+// ready (or ctx ends); Stop undoes what Start did and must be safe to call
+// after a failed or partial Start.
+type Unit interface {
+	Name() string
+	Start(ctx context.Context) error
+	Stop(ctx context.Context) error
+}
+
+// Observer is told about unit transitions (health reporting hooks in here).
+type Observer interface {
+	Starting(name string)
+	Started(name string, took time.Duration)
+}
+
+// Group is an ordered list of units.
+type Group struct {
+	Units    []Unit
+	Log      *slog.Logger
+	Observer Observer
+	started  []Unit
+}
+
+// Start starts the units in order. On failure it stops the ones already
+// started, in reverse, and returns the error naming the unit.
+func (g *Group) Start(ctx context.Context, stopTimeout time.Duration) error {
+	for _, u := range g.Units {
+		if g.Observer != nil {
+			g.Observer.Starting(u.Name())
+		}
+		t0 := time.Now()
+		g.started = append(g.started, u)
+		if err := u.Start(ctx); err != nil {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+			defer cancel()
+			return errors.Join(fmt.Errorf("start %s: %w", u.Name(), err), g.Stop(sctx))
+		}
+		if g.Observer != nil {
+			g.Observer.Started(u.Name(), time.Since(t0))
+		}
+		if g.Log != nil {
+			g.Log.Info("unit ready", "unit", u.Name(), "took", time.Since(t0).Round(time.Millisecond))
+		}
+	}
+	return nil
+}
+
+// Stop stops every started unit in reverse order, collecting errors.
+func (g *Group) Stop(ctx context.Context) error {
+	var errs []error
+	for i := len(g.started) - 1; i >= 0; i-- {
+		u := g.started[i]
+		if err := u.Stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stop %s: %w", u.Name(), err))
+		}
+	}
+	g.started = nil
+	return errors.Join(errs...)
+}
