@@ -1,0 +1,620 @@
+// Package ovnnb programs the OVN northbound database through libovsdb: the
+// cluster router, one logical switch per subnet attached to it, logical
+// switch ports for pods and nodes, and static routes. It has no Kubernetes
+// dependency; the controller and the node daemon's standalone mode share it.
+//
+//	nb, err := ovnnb.Connect(ctx, ovnnb.Options{Endpoints: "unix:/var/run/ovn/ovnnb_db.sock"})
+//	defer nb.Close()
+//	err = nb.EnsureRouter(ctx, "ovn-cluster")
+//	err = nb.EnsureSwitch(ctx, ovnnb.Switch{Name: "ovn-default", Router: "ovn-cluster", CIDRs: ..., Gateways: ...})
+//	err = nb.EnsurePort(ctx, ovnnb.Port{Name: "web-0.default", Switch: "ovn-default", MAC: mac, IPs: ips})
+//	err = nb.DeletePort(ctx, "web-0.default")
+//
+// Every Ensure*/Delete* call is one OVSDB transaction and is idempotent.
+// Reads come from the libovsdb cache of the monitored tables; the client
+// keeps one connection and reconnects by itself (calls block while it is away,
+// up to their context's deadline).
+//
+// Names follow Kube-OVN: router ports "<router>-<switch>", switch-side router
+// ports "<switch>-<router>"; everything created carries external_ids:vendor=ovnhost.
+package ovnnb
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/go-logr/logr"
+	"github.com/ovn-kubernetes/libovsdb/client"
+	"github.com/ovn-kubernetes/libovsdb/model"
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
+
+	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
+)
+
+// Vendor is the external_ids:vendor value on every row ovnhost creates.
+const Vendor = "ovnhost"
+
+// External ID keys.
+const (
+	KeyVendor = "vendor"
+	KeySwitch = "ls"   // the switch a port belongs to
+	KeyPod    = "pod"  // "namespace/name" of a pod's port
+	KeyNode   = "node" // node name of a node port or route
+	KeyCIDR   = "cidr" // a switch's CIDR
+)
+
+// Options configure Connect.
+type Options struct {
+	// Endpoints: one or more OVSDB endpoints, comma-separated
+	// ("unix:/run/ovn/ovnnb_db.sock", "tcp:10.0.0.1:6641,tcp:10.0.0.2:6641").
+	Endpoints string
+	Logger    *slog.Logger
+	// ConnectTimeout bounds each connection attempt (default 10 s).
+	ConnectTimeout time.Duration
+}
+
+// Client is a long-lived NB connection.
+type Client struct {
+	cl  client.Client
+	log *slog.Logger
+}
+
+// Connect dials the NB, monitors the tables ovnhost uses and returns once the
+// cache holds their current contents.
+func Connect(ctx context.Context, o Options) (*Client, error) {
+	if strings.TrimSpace(o.Endpoints) == "" {
+		return nil, errors.New("ovnnb: no northbound endpoint; pass e.g. unix:/var/run/ovn/ovnnb_db.sock or tcp:IP:6641 (OVN_DB_IPS)")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.ConnectTimeout == 0 {
+		o.ConnectTimeout = 10 * time.Second
+	}
+	dbm, err := nbdb.FullDatabaseModel()
+	if err != nil {
+		return nil, err
+	}
+	lg := logr.FromSlogHandler(o.Logger.With("component", "libovsdb").Handler())
+	opts := []client.Option{client.WithLogger(&lg)}
+	for _, ep := range strings.Split(o.Endpoints, ",") {
+		ep = strings.TrimSpace(ep)
+		if !strings.HasPrefix(ep, "unix:") && !strings.HasPrefix(ep, "tcp:") && !strings.HasPrefix(ep, "ssl:") {
+			return nil, fmt.Errorf("ovnnb: endpoint %q has no scheme; write unix:/path, tcp:IP:PORT or ssl:IP:PORT", ep)
+		}
+		opts = append(opts, client.WithEndpoint(ep))
+	}
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = 100 * time.Millisecond
+	bo.MaxInterval = 5 * time.Second
+	bo.MaxElapsedTime = 0 // retry forever
+	opts = append(opts, client.WithReconnect(o.ConnectTimeout, bo))
+	cl, err := client.NewOVSDBClient(dbm, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := cl.Connect(ctx); err != nil {
+		return nil, fmt.Errorf("ovnnb: connect to %s: %w (is the OVN northbound ovsdb-server running there?)", o.Endpoints, err)
+	}
+	_, err = cl.Monitor(ctx, cl.NewMonitor(
+		client.WithTable(&nbdb.LogicalSwitch{}),
+		client.WithTable(&nbdb.LogicalSwitchPort{}),
+		client.WithTable(&nbdb.LogicalRouter{}),
+		client.WithTable(&nbdb.LogicalRouterPort{}),
+		client.WithTable(&nbdb.LogicalRouterStaticRoute{}),
+	))
+	if err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("ovnnb: monitor %s: %w", o.Endpoints, err)
+	}
+	return &Client{cl: cl, log: o.Logger}, nil
+}
+
+// Close ends the connection.
+func (c *Client) Close() { c.cl.Close() }
+
+// Connected reports whether the connection is up (for /readyz).
+func (c *Client) Connected() bool { return c.cl.Connected() }
+
+// Raw exposes the libovsdb client (tests and diagnostics read the cache through it).
+func (c *Client) Raw() client.Client { return c.cl }
+
+func (c *Client) transact(ctx context.Context, what string, ops []ovsdb.Operation) ([]ovsdb.OperationResult, error) {
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	res, err := c.cl.Transact(ctx, ops...)
+	if err != nil {
+		return nil, fmt.Errorf("ovnnb: %s: %w", what, err)
+	}
+	if _, err := ovsdb.CheckOperationResults(res, ops); err != nil {
+		return nil, fmt.Errorf("ovnnb: %s: %w", what, err)
+	}
+	return res, nil
+}
+
+func vendorIDs(extra map[string]string) map[string]string {
+	m := map[string]string{KeyVendor: Vendor}
+	maps.Copy(m, extra)
+	return m
+}
+
+func (c *Client) router(ctx context.Context, name string) (*nbdb.LogicalRouter, error) {
+	var rs []nbdb.LogicalRouter
+	if err := c.cl.WhereCache(func(r *nbdb.LogicalRouter) bool { return r.Name == name }).List(ctx, &rs); err != nil {
+		return nil, err
+	}
+	if len(rs) == 0 {
+		return nil, nil
+	}
+	return &rs[0], nil
+}
+
+func (c *Client) lswitch(ctx context.Context, name string) (*nbdb.LogicalSwitch, error) {
+	var ss []nbdb.LogicalSwitch
+	if err := c.cl.WhereCache(func(s *nbdb.LogicalSwitch) bool { return s.Name == name }).List(ctx, &ss); err != nil {
+		return nil, err
+	}
+	if len(ss) == 0 {
+		return nil, nil
+	}
+	return &ss[0], nil
+}
+
+// EnsureRouter creates the logical router if no router of that name exists.
+func (c *Client) EnsureRouter(ctx context.Context, name string) error {
+	r, err := c.router(ctx, name)
+	if err != nil || r != nil {
+		return err
+	}
+	ops, err := c.cl.Create(&nbdb.LogicalRouter{Name: name, ExternalIDs: vendorIDs(nil)})
+	if err != nil {
+		return err
+	}
+	_, err = c.transact(ctx, "create router "+name, ops)
+	return err
+}
+
+// Switch is a subnet's logical switch and its attachment to a router.
+type Switch struct {
+	Name     string
+	Router   string // "" = not attached
+	CIDRs    []netip.Prefix
+	Gateways []netip.Addr // one per CIDR: the router port's addresses
+}
+
+// RouterPortName is the router-side port of a switch ("ovn-cluster-join").
+func RouterPortName(router, sw string) string { return router + "-" + sw }
+
+// SwitchRouterPortName is the switch-side port ("join-ovn-cluster").
+func SwitchRouterPortName(router, sw string) string { return sw + "-" + router }
+
+// RouterPortMAC is the router port's MAC, derived from its name so it is stable.
+func RouterPortMAC(name string) string {
+	h := sha256.Sum256([]byte(name))
+	h[0] = (h[0] &^ 1) | 2
+	return net.HardwareAddr(h[:6]).String()
+}
+
+// EnsureSwitch creates or updates the switch, and when Router is set the
+// router port pair that connects them, in one transaction.
+func (c *Client) EnsureSwitch(ctx context.Context, s Switch) error {
+	if len(s.CIDRs) == 0 || len(s.CIDRs) != len(s.Gateways) {
+		return fmt.Errorf("ovnnb: switch %q: need one gateway per CIDR (got %d CIDRs, %d gateways)", s.Name, len(s.CIDRs), len(s.Gateways))
+	}
+	cidrs := make([]string, len(s.CIDRs))
+	nets := make([]string, len(s.CIDRs))
+	for i, p := range s.CIDRs {
+		cidrs[i] = p.String()
+		nets[i] = netip.PrefixFrom(s.Gateways[i], p.Bits()).String()
+	}
+	ids := vendorIDs(map[string]string{KeyCIDR: strings.Join(cidrs, ",")})
+	var ops []ovsdb.Operation
+	add := func(o []ovsdb.Operation, err error) error {
+		ops = append(ops, o...)
+		return err
+	}
+	ls, err := c.lswitch(ctx, s.Name)
+	if err != nil {
+		return err
+	}
+	var newPorts []string // ports of a switch created in this transaction
+	if ls != nil {
+		if !maps.Equal(ls.ExternalIDs, ids) {
+			upd := &nbdb.LogicalSwitch{UUID: ls.UUID, ExternalIDs: ids}
+			if err := add(c.cl.Where(upd).Update(upd, &upd.ExternalIDs)); err != nil {
+				return err
+			}
+		}
+	}
+	if s.Router != "" {
+		r, err := c.router(ctx, s.Router)
+		if err != nil {
+			return err
+		}
+		if r == nil {
+			return fmt.Errorf("ovnnb: switch %q: router %q does not exist; call EnsureRouter first", s.Name, s.Router)
+		}
+		lrpName := RouterPortName(s.Router, s.Name)
+		lrp := &nbdb.LogicalRouterPort{Name: lrpName}
+		err = c.cl.Get(ctx, lrp)
+		switch {
+		case errors.Is(err, client.ErrNotFound):
+			lrp = &nbdb.LogicalRouterPort{UUID: "newlrp", Name: lrpName, MAC: RouterPortMAC(lrpName), Networks: nets, ExternalIDs: vendorIDs(map[string]string{KeySwitch: s.Name})}
+			if err := add(c.cl.Create(lrp)); err != nil {
+				return err
+			}
+			if err := add(c.cl.Where(r).Mutate(r, model.Mutation{Field: &r.Ports, Mutator: ovsdb.MutateOperationInsert, Value: []string{lrp.UUID}})); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		case !slices.Equal(lrp.Networks, nets):
+			lrp.Networks = nets
+			if err := add(c.cl.Where(lrp).Update(lrp, &lrp.Networks)); err != nil {
+				return err
+			}
+		}
+		lspName := SwitchRouterPortName(s.Router, s.Name)
+		lsp := &nbdb.LogicalSwitchPort{Name: lspName}
+		err = c.cl.Get(ctx, lsp)
+		switch {
+		case errors.Is(err, client.ErrNotFound):
+			lsp = &nbdb.LogicalSwitchPort{UUID: "newlsp", Name: lspName, Type: "router", Addresses: []string{"router"},
+				Options: map[string]string{"router-port": lrpName}, ExternalIDs: vendorIDs(map[string]string{KeySwitch: s.Name})}
+			if err := add(c.cl.Create(lsp)); err != nil {
+				return err
+			}
+			if ls == nil {
+				newPorts = append(newPorts, lsp.UUID)
+			} else if err := add(c.mutateSwitchPorts(s.Name, ovsdb.MutateOperationInsert, lsp.UUID)); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		}
+	}
+	if ls == nil {
+		if err := add(c.cl.Create(&nbdb.LogicalSwitch{UUID: "newls", Name: s.Name, ExternalIDs: ids, Ports: newPorts})); err != nil {
+			return err
+		}
+	}
+	_, err = c.transact(ctx, "ensure switch "+s.Name, ops)
+	return err
+}
+
+// mutateSwitchPorts inserts or deletes a port reference in the switch named name.
+func (c *Client) mutateSwitchPorts(name string, op ovsdb.Mutator, port string) ([]ovsdb.Operation, error) {
+	ls := &nbdb.LogicalSwitch{}
+	return c.cl.WhereAll(ls, model.Condition{Field: &ls.Name, Function: ovsdb.ConditionEqual, Value: name}).
+		Mutate(ls, model.Mutation{Field: &ls.Ports, Mutator: op, Value: []string{port}})
+}
+
+// DeleteSwitch removes a switch and its router port pair.
+func (c *Client) DeleteSwitch(ctx context.Context, name, router string) error {
+	var ops []ovsdb.Operation
+	ls, err := c.lswitch(ctx, name)
+	if err != nil {
+		return err
+	}
+	if ls != nil {
+		o, err := c.cl.Where(ls).Delete()
+		if err != nil {
+			return err
+		}
+		ops = append(ops, o...)
+	}
+	if router != "" {
+		lrp := &nbdb.LogicalRouterPort{Name: RouterPortName(router, name)}
+		if err := c.cl.Get(ctx, lrp); err == nil {
+			if r, _ := c.router(ctx, router); r != nil {
+				o, err := c.cl.Where(r).Mutate(r, model.Mutation{Field: &r.Ports, Mutator: ovsdb.MutateOperationDelete, Value: []string{lrp.UUID}})
+				if err != nil {
+					return err
+				}
+				ops = append(ops, o...)
+			}
+		}
+	}
+	_, err = c.transact(ctx, "delete switch "+name, ops)
+	return err
+}
+
+// Port is a workload's logical switch port.
+type Port struct {
+	Name        string
+	Switch      string
+	MAC         string
+	IPs         []netip.Addr
+	ExternalIDs map[string]string // added to vendor and ls
+}
+
+// Addresses is the Logical_Switch_Port addresses / port_security entry: "mac ip [ip]".
+func (p Port) Addresses() string {
+	s := []string{p.MAC}
+	for _, ip := range p.IPs {
+		s = append(s, ip.String())
+	}
+	return strings.Join(s, " ")
+}
+
+// ErrNoSwitch is returned when a port's switch does not exist.
+var ErrNoSwitch = errors.New("logical switch does not exist")
+
+// EnsurePort creates or updates the port (addresses and port security set to
+// MAC + IPs) on its switch, moving it if it sits on another switch, in one transaction.
+func (c *Client) EnsurePort(ctx context.Context, p Port) error {
+	if p.Name == "" || p.Switch == "" || p.MAC == "" || len(p.IPs) == 0 {
+		return fmt.Errorf("ovnnb: port %q: name, switch, MAC and IPs are required (switch %q, MAC %q, %d IPs)", p.Name, p.Switch, p.MAC, len(p.IPs))
+	}
+	addr := p.Addresses()
+	ids := vendorIDs(p.ExternalIDs)
+	ids[KeySwitch] = p.Switch
+	cur := &nbdb.LogicalSwitchPort{Name: p.Name}
+	err := c.cl.Get(ctx, cur)
+	var ops []ovsdb.Operation
+	switch {
+	case errors.Is(err, client.ErrNotFound):
+		lsp := &nbdb.LogicalSwitchPort{UUID: "newport", Name: p.Name, Addresses: []string{addr}, PortSecurity: []string{addr}, ExternalIDs: ids}
+		o, err := c.cl.Create(lsp)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, o...)
+		m, err := c.mutateSwitchPorts(p.Switch, ovsdb.MutateOperationInsert, lsp.UUID)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, m...)
+	case err != nil:
+		return err
+	default:
+		if slices.Equal(cur.Addresses, []string{addr}) && slices.Equal(cur.PortSecurity, []string{addr}) && maps.Equal(cur.ExternalIDs, ids) {
+			return nil
+		}
+		upd := &nbdb.LogicalSwitchPort{UUID: cur.UUID, Addresses: []string{addr}, PortSecurity: []string{addr}, ExternalIDs: ids}
+		o, err := c.cl.Where(upd).Update(upd, &upd.Addresses, &upd.PortSecurity, &upd.ExternalIDs)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, o...)
+		if old := cur.ExternalIDs[KeySwitch]; old != p.Switch {
+			if old != "" {
+				m, err := c.mutateSwitchPorts(old, ovsdb.MutateOperationDelete, cur.UUID)
+				if err != nil {
+					return err
+				}
+				ops = append(ops, m...)
+			}
+			m, err := c.mutateSwitchPorts(p.Switch, ovsdb.MutateOperationInsert, cur.UUID)
+			if err != nil {
+				return err
+			}
+			ops = append(ops, m...)
+		}
+	}
+	res, err := c.transact(ctx, "ensure port "+p.Name, ops)
+	if err != nil {
+		return err
+	}
+	// The last operation inserts into the switch: zero rows means no such switch
+	// (the unreferenced port is then dropped by the database itself).
+	if len(ops) > 0 && ops[len(ops)-1].Op == ovsdb.OperationMutate && res[len(ops)-1].Count == 0 {
+		return fmt.Errorf("ovnnb: port %q: switch %q: %w; create the subnet first", p.Name, p.Switch, ErrNoSwitch)
+	}
+	return nil
+}
+
+// DeletePort removes the port from its switch (the row goes with it). Absent ports are ignored.
+func (c *Client) DeletePort(ctx context.Context, name string) error {
+	cur := &nbdb.LogicalSwitchPort{Name: name}
+	err := c.cl.Get(ctx, cur)
+	if errors.Is(err, client.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var ops []ovsdb.Operation
+	if sw := cur.ExternalIDs[KeySwitch]; sw != "" {
+		ops, err = c.mutateSwitchPorts(sw, ovsdb.MutateOperationDelete, cur.UUID)
+	} else {
+		ls := &nbdb.LogicalSwitch{}
+		ops, err = c.cl.WhereCache(func(s *nbdb.LogicalSwitch) bool { return slices.Contains(s.Ports, cur.UUID) }).
+			Mutate(ls, model.Mutation{Field: &ls.Ports, Mutator: ovsdb.MutateOperationDelete, Value: []string{cur.UUID}})
+	}
+	if err != nil {
+		return err
+	}
+	_, err = c.transact(ctx, "delete port "+name, ops)
+	return err
+}
+
+// GetPort reads a port from the cache.
+func (c *Client) GetPort(ctx context.Context, name string) (Port, bool, error) {
+	cur := &nbdb.LogicalSwitchPort{Name: name}
+	err := c.cl.Get(ctx, cur)
+	if errors.Is(err, client.ErrNotFound) {
+		return Port{}, false, nil
+	}
+	if err != nil {
+		return Port{}, false, err
+	}
+	return toPort(cur), true, nil
+}
+
+func toPort(l *nbdb.LogicalSwitchPort) Port {
+	p := Port{Name: l.Name, Switch: l.ExternalIDs[KeySwitch], ExternalIDs: l.ExternalIDs}
+	if len(l.Addresses) > 0 {
+		f := strings.Fields(l.Addresses[0])
+		if len(f) > 0 {
+			p.MAC = f[0]
+			for _, s := range f[1:] {
+				if a, err := netip.ParseAddr(s); err == nil {
+					p.IPs = append(p.IPs, a)
+				}
+			}
+		}
+	}
+	return p
+}
+
+// Ports lists the ovnhost workload ports (not router ports) whose external IDs
+// contain every key/value in match (nil = all).
+func (c *Client) Ports(ctx context.Context, match map[string]string) ([]Port, error) {
+	var ls []*nbdb.LogicalSwitchPort
+	err := c.cl.WhereCache(func(l *nbdb.LogicalSwitchPort) bool {
+		if l.Type != "" || l.ExternalIDs[KeyVendor] != Vendor {
+			return false
+		}
+		for k, v := range match {
+			if l.ExternalIDs[k] != v {
+				return false
+			}
+		}
+		return true
+	}).List(ctx, &ls)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Port, len(ls))
+	for i, l := range ls {
+		out[i] = toPort(l)
+	}
+	return out, nil
+}
+
+// Route is a static route on a router.
+type Route struct {
+	Router      string
+	Prefix      netip.Prefix
+	Nexthop     netip.Addr
+	ExternalIDs map[string]string // identify the route's owner, e.g. node=<name>
+}
+
+// EnsureRoute creates or updates the route to Prefix owned by ExternalIDs.
+func (c *Client) EnsureRoute(ctx context.Context, rt Route) error {
+	r, err := c.router(ctx, rt.Router)
+	if err != nil {
+		return err
+	}
+	if r == nil {
+		return fmt.Errorf("ovnnb: route %s: router %q does not exist; call EnsureRouter first", rt.Prefix, rt.Router)
+	}
+	ids := vendorIDs(rt.ExternalIDs)
+	prefix := rt.Prefix.Masked().String()
+	if rt.Prefix.IsSingleIP() {
+		prefix = rt.Prefix.Addr().String()
+	}
+	var cur []*nbdb.LogicalRouterStaticRoute
+	if err := c.cl.WhereCache(func(s *nbdb.LogicalRouterStaticRoute) bool {
+		return s.IPPrefix == prefix && slices.Contains(r.StaticRoutes, s.UUID)
+	}).List(ctx, &cur); err != nil {
+		return err
+	}
+	var ops []ovsdb.Operation
+	if len(cur) > 0 {
+		s := cur[0]
+		if s.Nexthop == rt.Nexthop.String() && maps.Equal(s.ExternalIDs, ids) {
+			return nil
+		}
+		s.Nexthop, s.ExternalIDs = rt.Nexthop.String(), ids
+		ops, err = c.cl.Where(s).Update(s, &s.Nexthop, &s.ExternalIDs)
+		if err != nil {
+			return err
+		}
+	} else {
+		pol := nbdb.LogicalRouterStaticRoutePolicyDstIP
+		s := &nbdb.LogicalRouterStaticRoute{UUID: "newroute", IPPrefix: prefix, Nexthop: rt.Nexthop.String(), Policy: &pol, ExternalIDs: ids}
+		o, err := c.cl.Create(s)
+		if err != nil {
+			return err
+		}
+		m, err := c.cl.Where(r).Mutate(r, model.Mutation{Field: &r.StaticRoutes, Mutator: ovsdb.MutateOperationInsert, Value: []string{s.UUID}})
+		if err != nil {
+			return err
+		}
+		ops = append(o, m...)
+	}
+	_, err = c.transact(ctx, "ensure route "+prefix+" on "+rt.Router, ops)
+	return err
+}
+
+// Routes lists the ovnhost routes of a router whose external IDs contain match.
+func (c *Client) Routes(ctx context.Context, router string, match map[string]string) ([]Route, error) {
+	r, err := c.router(ctx, router)
+	if err != nil || r == nil {
+		return nil, err
+	}
+	var cur []*nbdb.LogicalRouterStaticRoute
+	if err := c.cl.WhereCache(func(s *nbdb.LogicalRouterStaticRoute) bool {
+		if s.ExternalIDs[KeyVendor] != Vendor || !slices.Contains(r.StaticRoutes, s.UUID) {
+			return false
+		}
+		for k, v := range match {
+			if s.ExternalIDs[k] != v {
+				return false
+			}
+		}
+		return true
+	}).List(ctx, &cur); err != nil {
+		return nil, err
+	}
+	var out []Route
+	for _, s := range cur {
+		rt := Route{Router: router, ExternalIDs: s.ExternalIDs}
+		if p, err := netip.ParsePrefix(s.IPPrefix); err == nil {
+			rt.Prefix = p
+		} else if a, err := netip.ParseAddr(s.IPPrefix); err == nil {
+			rt.Prefix = netip.PrefixFrom(a, a.BitLen())
+		}
+		rt.Nexthop, _ = netip.ParseAddr(s.Nexthop)
+		out = append(out, rt)
+	}
+	return out, nil
+}
+
+// DeleteRoutes removes the ovnhost routes of a router whose external IDs contain match.
+func (c *Client) DeleteRoutes(ctx context.Context, router string, match map[string]string) error {
+	r, err := c.router(ctx, router)
+	if err != nil || r == nil {
+		return err
+	}
+	var cur []*nbdb.LogicalRouterStaticRoute
+	if err := c.cl.WhereCache(func(s *nbdb.LogicalRouterStaticRoute) bool {
+		if s.ExternalIDs[KeyVendor] != Vendor || !slices.Contains(r.StaticRoutes, s.UUID) {
+			return false
+		}
+		for k, v := range match {
+			if s.ExternalIDs[k] != v {
+				return false
+			}
+		}
+		return true
+	}).List(ctx, &cur); err != nil {
+		return err
+	}
+	if len(cur) == 0 {
+		return nil
+	}
+	var uuids []string
+	for _, s := range cur {
+		uuids = append(uuids, s.UUID)
+	}
+	ops, err := c.cl.Where(r).Mutate(r, model.Mutation{Field: &r.StaticRoutes, Mutator: ovsdb.MutateOperationDelete, Value: uuids})
+	if err != nil {
+		return err
+	}
+	_, err = c.transact(ctx, "delete routes on "+router, ops)
+	return err
+}
