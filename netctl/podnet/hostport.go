@@ -1,0 +1,113 @@
+package podnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+)
+
+// WaitLink waits, event-driven through an RTNLGRP_LINK subscription, until
+// the interface name exists in the calling process's netns (an OVS internal
+// port appears once ovs-vswitchd has applied the transaction), or ctx ends.
+func WaitLink(ctx context.Context, name string) (netlink.Link, error) {
+	ch := make(chan netlink.LinkUpdate, 16)
+	done := make(chan struct{})
+	defer close(done)
+	if err := netlink.LinkSubscribeWithOptions(ch, done, netlink.LinkSubscribeOptions{}); err != nil {
+		return nil, fmt.Errorf("subscribe to link events: %w", err)
+	}
+	if l, err := netlink.LinkByName(name); err == nil {
+		return l, nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("interface %s did not appear: %w", name, ctx.Err())
+		case u, ok := <-ch:
+			if !ok {
+				return nil, fmt.Errorf("link event subscription closed while waiting for %s", name)
+			}
+			if u.Attrs().Name == name {
+				if l, err := netlink.LinkByName(name); err == nil {
+					return l, nil
+				}
+			}
+		}
+	}
+}
+
+// HostPort configures an interface of the host netns (the OVS internal port
+// ovn0): MAC, MTU, addresses, up, and routes through it.
+type HostPort struct {
+	Name   string
+	MAC    net.HardwareAddr
+	MTU    int
+	Addrs  []netip.Prefix
+	Routes []Route
+}
+
+// ConfigureHostPort applies p to the existing interface p.Name. Addresses
+// and routes it does not list are left alone; it is safe to call again with
+// more routes.
+func ConfigureHostPort(p HostPort) error {
+	l, err := netlink.LinkByName(p.Name)
+	if err != nil {
+		return stepErr("look up "+p.Name, err)
+	}
+	if p.MAC != nil && l.Attrs().HardwareAddr.String() != p.MAC.String() {
+		if err := netlink.LinkSetHardwareAddr(l, p.MAC); err != nil {
+			return stepErr("set MAC of "+p.Name, err)
+		}
+	}
+	if p.MTU != 0 && l.Attrs().MTU != p.MTU {
+		if err := netlink.LinkSetMTU(l, p.MTU); err != nil {
+			return stepErr("set MTU of "+p.Name, err)
+		}
+	}
+	for _, a := range p.Addrs {
+		if err := netlink.AddrReplace(l, &netlink.Addr{IPNet: prefixToIPNet(a)}); err != nil {
+			return stepErr("add address "+a.String()+" to "+p.Name, err)
+		}
+	}
+	if err := netlink.LinkSetUp(l); err != nil {
+		return stepErr("set "+p.Name+" up", err)
+	}
+	for _, r := range p.Routes {
+		nr := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: prefixToIPNet(r.Dst)}
+		if r.GW.IsValid() {
+			nr.Gw = net.IP(r.GW.AsSlice())
+		} else {
+			nr.Scope = netlink.SCOPE_LINK
+		}
+		if err := netlink.RouteReplace(nr); err != nil {
+			return stepErr("add route "+routeString(r)+" via "+p.Name, err)
+		}
+	}
+	return nil
+}
+
+// RemoveRoutes deletes the given routes through name; missing ones are fine.
+func RemoveRoutes(name string, routes []Route) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		if isNotFound(err) {
+			return nil
+		}
+		return err
+	}
+	var errs []error
+	for _, r := range routes {
+		nr := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: prefixToIPNet(r.Dst)}
+		if r.GW.IsValid() {
+			nr.Gw = net.IP(r.GW.AsSlice())
+		}
+		if err := netlink.RouteDel(nr); err != nil && !errors.Is(err, errNoSuchProcess) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
