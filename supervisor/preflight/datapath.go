@@ -1,0 +1,104 @@
+package preflight
+
+import (
+	"fmt"
+
+	"github.com/ovnhost/ovnhost/supervisor/config"
+)
+
+// OVSDatapathFamily is the generic netlink family the openvswitch kernel
+// module registers. Its presence is the one reliable sign of the kernel
+// datapath: it also covers a module built into the kernel (Talos), where
+// modinfo, /proc/modules and /sys/module say nothing useful.
+const OVSDatapathFamily = "ovs_datapath"
+
+// CheckDatapath decides the datapath type. When the kernel datapath is
+// missing it loads the openvswitch module if module management is enabled,
+// then follows cfg.Datapath: kernel fails, netdev uses userspace, auto falls
+// back to userspace with a warning.
+func CheckDatapath(cfg *config.Config, f DatapathFacts, opts Options) (string, []Check) {
+	const name = "datapath"
+	if cfg.Datapath == config.DatapathNetdev {
+		return DatapathNetdev, []Check{{Name: name, Status: Pass,
+			Found: "userspace (netdev) datapath chosen by datapath=netdev; the kernel datapath is not used"}}
+	}
+	present, err := f.GenlFamily(OVSDatapathFamily)
+	var note string
+	if err != nil {
+		note = fmt.Sprintf("; querying generic netlink failed: %v", err)
+	}
+	if !present {
+		switch {
+		case cfg.DisableMod:
+			note += "; module loading is disabled (DISABLE_MODULES_MANAGEMENT=true)"
+		case opts.NoModuleLoad:
+			note += "; not loading modules (diagnostics only look)"
+		default:
+			if lerr := f.LoadModule("openvswitch"); lerr != nil {
+				note += fmt.Sprintf("; loading module openvswitch failed: %v", lerr)
+			} else if present, err = f.GenlFamily(OVSDatapathFamily); present {
+				return DatapathSystem, []Check{{Name: name, Status: Pass,
+					Found: "kernel datapath: loaded module openvswitch, generic netlink family ovs_datapath present"}}
+			} else {
+				note += "; module openvswitch loaded but family ovs_datapath still missing"
+				if err != nil {
+					note += fmt.Sprintf(" (%v)", err)
+				}
+			}
+		}
+	}
+	if present {
+		return DatapathSystem, []Check{{Name: name, Status: Pass,
+			Found: "kernel datapath: generic netlink family ovs_datapath present"}}
+	}
+	found := "no kernel datapath: generic netlink family ovs_datapath is not registered" + note
+	switch cfg.Datapath {
+	case config.DatapathKernel:
+		return DatapathSystem, []Check{{Name: name, Status: Fail, Found: found + "; datapath=kernel requires it",
+			Fix: loadFix(cfg) + ", or set datapath=netdev for the userspace datapath"}}
+	default: // auto
+		return DatapathNetdev, []Check{{Name: name, Status: Warn, Found: found + "; falling back to the userspace (netdev) datapath",
+			Fix: loadFix(cfg) + " for the kernel datapath, or set datapath=netdev to accept userspace"}}
+	}
+}
+
+func loadFix(cfg *config.Config) string {
+	if cfg.DisableMod {
+		return "load the openvswitch module on the host (Talos: machine.kernel.modules: [{name: openvswitch}])"
+	}
+	return "install and load the openvswitch module (modprobe openvswitch; Talos: machine.kernel.modules: [{name: openvswitch}])"
+}
+
+// CheckTunnelSupport reports whether the chosen datapath can carry
+// cfg.TunnelType.
+func CheckTunnelSupport(cfg *config.Config, datapath string, f DatapathFacts) Check {
+	name := "tunnel-support"
+	tt := cfg.TunnelType
+	if tt == "" {
+		tt = "geneve"
+	}
+	if datapath == DatapathNetdev {
+		if tt == "stt" {
+			return Check{Name: name, Status: Fail, Found: "TUNNEL_TYPE=stt but the userspace (netdev) datapath has no STT",
+				Fix: "use TUNNEL_TYPE=geneve or vxlan, or load the kernel datapath with STT support"}
+		}
+		return Check{Name: name, Status: Pass, Found: tt + " is encapsulated by ovs-vswitchd itself (userspace datapath)"}
+	}
+	if tt == "stt" {
+		return Check{Name: name, Status: Warn, Found: "TUNNEL_TYPE=stt needs an out-of-tree openvswitch module; it cannot be verified before ovs-vswitchd starts",
+			Fix: "prefer TUNNEL_TYPE=geneve (upstream kernels have no STT)"}
+	}
+	ok, err := f.LinkKind(tt)
+	switch {
+	case err != nil:
+		return Check{Name: name, Status: Warn, Found: fmt.Sprintf("could not probe kernel %s support: %v", tt, err),
+			Fix: "make sure the " + tt + " kernel module is available (modprobe " + tt + ")"}
+	case !ok:
+		fix := "load the " + tt + " module (modprobe " + tt + "; Talos: machine.kernel.modules)"
+		if tt == "geneve" {
+			fix += ", or set TUNNEL_TYPE=vxlan"
+		}
+		return Check{Name: name, Status: Fail, Found: "kernel datapath present but the kernel cannot create " + tt + " tunnel devices", Fix: fix}
+	}
+	return Check{Name: name, Status: Pass, Found: "kernel supports " + tt + " tunnel devices"}
+}

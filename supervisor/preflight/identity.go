@@ -1,0 +1,43 @@
+package preflight
+
+import (
+	"errors"
+	"io/fs"
+	"path/filepath"
+	"strings"
+
+	"github.com/ovnhost/ovnhost/supervisor/config"
+)
+
+// SystemIDFile is where the node keeps its OVS system-id (the OVN chassis
+// name), under the OVS state directory.
+func SystemIDFile(cfg *config.Config) string {
+	return filepath.Join(cfg.Paths.OVSDBDir, "system-id.conf")
+}
+
+// CheckSystemID looks at the stored system-id. Whether another chassis uses
+// it can only be told from the SB database: netctl doctor does that.
+func CheckSystemID(cfg *config.Config, f FileFacts) Check {
+	const name = "system-id"
+	path := SystemIDFile(cfg)
+	b, err := f.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return Check{Name: name, Status: Pass, Found: path + " absent: a new host-unique system-id will be generated"}
+	case err != nil:
+		return Check{Name: name, Status: Fail, Found: "cannot read " + path + ": " + err.Error(), Fix: "make it readable, or remove it to generate a new system-id"}
+	}
+	id := strings.TrimSpace(string(b))
+	if id == "" || strings.ContainsAny(id, " \t\n\"") {
+		return Check{Name: name, Status: Fail, Found: path + " holds no valid system-id (" + quoteShort(id) + ")",
+			Fix: "remove " + path + " to generate a new one"}
+	}
+	return Check{Name: name, Status: Pass, Found: "system-id " + id + " (from " + path + "); duplicates in the SB database are checked by netctl doctor"}
+}
+
+func quoteShort(s string) string {
+	if len(s) > 40 {
+		s = s[:40] + "..."
+	}
+	return "\"" + s + "\""
+}
