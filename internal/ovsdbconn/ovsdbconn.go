@@ -1,0 +1,211 @@
+// Package ovsdbconn holds long-lived libovsdb connections: dial with a
+// deadline (waiting for a unix socket to appear rather than polling for it),
+// reconnect on loss, and wait for a condition on the monitored cache, so
+// callers gate on database state instead of sleeping.
+package ovsdbconn
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/fsnotify/fsnotify"
+	"github.com/go-logr/logr"
+	"github.com/ovn-kubernetes/libovsdb/cache"
+	"github.com/ovn-kubernetes/libovsdb/client"
+	"github.com/ovn-kubernetes/libovsdb/model"
+)
+
+// Options for Dial.
+type Options struct {
+	// Tables to monitor; nil monitors every table of the model.
+	Tables []model.Model
+	TLS    *tls.Config
+	Log    *slog.Logger
+	// Exited, when set, ends the wait early: the server died before answering.
+	Exited <-chan struct{}
+	// Name is the server's name for error messages ("ovsdb-server (conf.db)").
+	Name string
+}
+
+// Conn is a connected, monitoring libovsdb client plus a change signal.
+type Conn struct {
+	client.Client
+	endpoint string
+
+	mu      sync.Mutex
+	changed chan struct{}
+}
+
+// Dial connects to endpoint (comma-separated OVSDB remotes), starts the
+// monitor, and keeps reconnecting if the server goes away. It retries until
+// ctx ends; for a unix socket it waits for the file to appear.
+func Dial(ctx context.Context, dbModel model.ClientDBModel, endpoint string, o Options) (*Conn, error) {
+	log := o.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	name := o.Name
+	if name == "" {
+		name = dbModel.Name()
+	}
+	lg := logr.FromSlogHandler(log.Handler()).WithValues("db", dbModel.Name()).V(4)
+	opts := []client.Option{
+		client.WithLogger(&lg),
+		client.WithReconnect(5*time.Second, reconnectBackoff()),
+		client.WithLeaderOnly(false),
+	}
+	for _, ep := range strings.Split(endpoint, ",") {
+		opts = append(opts, client.WithEndpoint(strings.TrimSpace(ep)))
+	}
+	if o.TLS != nil {
+		opts = append(opts, client.WithTLSConfig(o.TLS))
+	}
+	cl, err := client.NewOVSDBClient(dbModel, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := connect(ctx, cl, endpoint, name, o.Exited); err != nil {
+		return nil, err
+	}
+	c := &Conn{Client: cl, endpoint: endpoint, changed: make(chan struct{})}
+	cl.Cache().AddEventHandler(&cache.EventHandlerFuncs{
+		AddFunc:    func(string, model.Model) { c.notify() },
+		UpdateFunc: func(string, model.Model, model.Model) { c.notify() },
+		DeleteFunc: func(string, model.Model) { c.notify() },
+	})
+	if o.Tables == nil {
+		_, err = cl.MonitorAll(ctx)
+	} else {
+		var tabs []client.MonitorOption
+		for _, m := range o.Tables {
+			tabs = append(tabs, client.WithTable(m))
+		}
+		_, err = cl.Monitor(ctx, cl.NewMonitor(tabs...))
+	}
+	if err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("%s: monitor: %w", name, err)
+	}
+	return c, nil
+}
+
+func reconnectBackoff() backoff.BackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 50 * time.Millisecond
+	b.MaxInterval = 2 * time.Second
+	b.MaxElapsedTime = 0
+	return b
+}
+
+// connect tries until ctx ends. Unix sockets are awaited with inotify; a
+// refused connection (socket bound but not yet listening, or a TCP server
+// not up) is retried with a short capped back-off.
+func connect(ctx context.Context, cl client.Client, endpoint, name string, exited <-chan struct{}) error {
+	var sockets []string
+	for _, ep := range strings.Split(endpoint, ",") {
+		if p, ok := strings.CutPrefix(strings.TrimSpace(ep), "unix:"); ok {
+			sockets = append(sockets, p)
+		}
+	}
+	delay := 5 * time.Millisecond
+	var lastErr error
+	for {
+		if len(sockets) > 0 {
+			if err := waitForFile(ctx, sockets[0], exited); err != nil {
+				return fmt.Errorf("waiting for %s to create %s: %w", name, sockets[0], err)
+			}
+		}
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := cl.Connect(actx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		lastErr = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s to answer on %s: %w (last error: %v)", name, endpoint, ctx.Err(), lastErr)
+		case <-exited:
+			return fmt.Errorf("%s exited before answering on %s", name, endpoint)
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, time.Second)
+	}
+}
+
+// waitForFile returns once path exists, using inotify on its directory.
+func waitForFile(ctx context.Context, path string, exited <-chan struct{}) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if err := w.Add(filepath.Dir(path)); err != nil {
+		return err
+	}
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-exited:
+			return errors.New("the server exited")
+		case err := <-w.Errors:
+			return err
+		case <-w.Events:
+		}
+	}
+}
+
+// IsRefused reports whether err is a refused connection.
+func IsRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+
+func (c *Conn) notify() {
+	c.mu.Lock()
+	close(c.changed)
+	c.changed = make(chan struct{})
+	c.mu.Unlock()
+}
+
+// Changed returns a channel closed at the next change of the cache.
+func (c *Conn) Changed() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changed
+}
+
+// WaitUntil returns once cond holds on the cache, re-checking on every
+// change. what says what is awaited, for the error when ctx ends.
+func (c *Conn) WaitUntil(ctx context.Context, what string, cond func() bool, exited <-chan struct{}) error {
+	for {
+		ch := c.Changed()
+		if cond() {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-exited:
+			return fmt.Errorf("gave up waiting for %s: the daemon exited", what)
+		case <-ctx.Done():
+			return fmt.Errorf("timed out waiting for %s: %w", what, ctx.Err())
+		}
+	}
+}
+
+// Endpoint is what Dial connected to.
+func (c *Conn) Endpoint() string { return c.endpoint }

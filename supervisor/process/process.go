@@ -1,0 +1,228 @@
+// Package process starts one child program in the foreground, captures its
+// output line by line into the structured log, and stops it within a
+// deadline. It knows nothing about OVS; the node package decides what to run
+// and when it is ready.
+package process
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Spec describes one program run.
+type Spec struct {
+	Name string   // the child's name in logs and metrics
+	Path string   // absolute path of the program
+	Args []string // arguments, without argv[0]
+	Env  []string // added to a minimal environment
+	Dir  string
+	// OnLine, when set, sees every output line (after logging).
+	OnLine func(line string)
+}
+
+// Child is one running instance of a Spec.
+type Child struct {
+	Spec    Spec
+	cmd     *exec.Cmd
+	started time.Time
+	exited  chan struct{}
+	err     error // the exit status, valid once exited is closed
+	outDone sync.WaitGroup
+
+	mu         sync.Mutex
+	lastLine   string
+	lastStderr string
+}
+
+// ExecError wraps a failure to start the program at all (as opposed to the
+// program exiting); preflight turns an EPERM here into the capability story.
+type ExecError struct {
+	Path string
+	Err  error
+}
+
+func (e *ExecError) Error() string { return fmt.Sprintf("exec %s: %v", e.Path, e.Err) }
+func (e *ExecError) Unwrap() error { return e.Err }
+
+// Start runs spec. The child dies with the daemon (PR_SET_PDEATHSIG) so a
+// killed supervisor never leaves orphans for a slow PID 1 to reap.
+func Start(spec Spec, log *slog.Logger) (*Child, error) {
+	cmd := exec.Command(spec.Path, spec.Args...)
+	cmd.Env = append(baseEnv(), spec.Env...)
+	cmd.Dir = spec.Dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	c := &Child{Spec: spec, cmd: cmd, exited: make(chan struct{})}
+	if err := cmd.Start(); err != nil {
+		return nil, &ExecError{Path: spec.Path, Err: unwrapExec(err)}
+	}
+	c.started = time.Now()
+	l := log.With("child", spec.Name, "pid", cmd.Process.Pid)
+	c.outDone.Add(2)
+	go c.pump(stdout, l, false)
+	go c.pump(stderr, l, true)
+	go func() {
+		// Drain output before Wait so the last lines (often the reason of
+		// a crash) are logged and remembered.
+		c.outDone.Wait()
+		c.err = cmd.Wait()
+		close(c.exited)
+	}()
+	return c, nil
+}
+
+func unwrapExec(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// baseEnv passes through only what programs legitimately need; the rest of
+// the daemon's environment (tokens, unrelated settings) stays with us.
+func baseEnv() []string {
+	var env []string
+	for _, k := range []string{"PATH", "LANG", "LC_ALL", "TZ", "HOME"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	if _, ok := os.LookupEnv("PATH"); !ok {
+		env = append(env, "PATH=/usr/sbin:/usr/bin:/sbin:/bin")
+	}
+	return env
+}
+
+// pump logs each line of r. OVS/OVN console lines look like
+// "2024-01-01T00:00:00Z|00001|vlog|INFO|text": the level is lifted into the
+// record's level and the module into an attribute.
+func (c *Child) pump(r io.Reader, log *slog.Logger, isStderr bool) {
+	defer c.outDone.Done()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		level, module, msg := parseOVSLine(line)
+		c.mu.Lock()
+		c.lastLine = msg
+		if isStderr {
+			c.lastStderr = msg
+		}
+		c.mu.Unlock()
+		if module != "" {
+			log.Log(context.Background(), level, msg, "module", module)
+		} else {
+			log.Log(context.Background(), level, msg)
+		}
+		if c.Spec.OnLine != nil {
+			c.Spec.OnLine(line)
+		}
+	}
+}
+
+func parseOVSLine(line string) (slog.Level, string, string) {
+	parts := strings.SplitN(line, "|", 5)
+	if len(parts) != 5 {
+		return slog.LevelInfo, "", line
+	}
+	var lvl slog.Level
+	switch parts[3] {
+	case "EMER", "ERR":
+		lvl = slog.LevelError
+	case "WARN":
+		lvl = slog.LevelWarn
+	case "INFO":
+		lvl = slog.LevelInfo
+	case "DBG":
+		lvl = slog.LevelDebug
+	default:
+		return slog.LevelInfo, "", line
+	}
+	return lvl, parts[2], parts[4]
+}
+
+// Pid of the child.
+func (c *Child) Pid() int { return c.cmd.Process.Pid }
+
+// Started is when the child was started.
+func (c *Child) Started() time.Time { return c.started }
+
+// Exited is closed when the child has exited and been reaped.
+func (c *Child) Exited() <-chan struct{} { return c.exited }
+
+// ExitErr is how the child ended (nil: status 0); valid after Exited.
+func (c *Child) ExitErr() error { return c.err }
+
+// LastLine is the last line the child printed, preferring standard error:
+// usually why it died.
+func (c *Child) LastLine() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lastStderr != "" {
+		return c.lastStderr
+	}
+	return c.lastLine
+}
+
+// ExitReason describes how the child ended, with its last words.
+func (c *Child) ExitReason() string {
+	r := "exited with status 0"
+	if c.err != nil {
+		r = c.err.Error()
+	}
+	if l := c.LastLine(); l != "" {
+		r += ": " + l
+	}
+	return r
+}
+
+// Signal sends sig to the child if it is still running.
+func (c *Child) Signal(sig syscall.Signal) error {
+	select {
+	case <-c.exited:
+		return nil
+	default:
+	}
+	return c.cmd.Process.Signal(sig)
+}
+
+// Stop asks the child to leave, first with graceful (nil means SIGTERM),
+// and kills it when ctx ends. It returns once the child is reaped.
+func (c *Child) Stop(ctx context.Context, graceful func() error) error {
+	select {
+	case <-c.exited:
+		return nil
+	default:
+	}
+	if graceful == nil || graceful() != nil {
+		_ = c.Signal(syscall.SIGTERM)
+	}
+	select {
+	case <-c.exited:
+		return nil
+	case <-ctx.Done():
+	}
+	// The whole process group: a helper the child forked would otherwise
+	// keep its output pipes open and the child unreaped.
+	_ = syscall.Kill(-c.Pid(), syscall.SIGKILL)
+	<-c.exited
+	return fmt.Errorf("%s (pid %d) did not stop in time and was killed", c.Spec.Name, c.Pid())
+}
