@@ -1,0 +1,474 @@
+package preflight
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"net/netip"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/moby/sys/capability"
+	"github.com/ovnhost/ovnhost/supervisor/config"
+)
+
+// fake is a host made of fixed facts.
+type fake struct {
+	genl      map[string]bool
+	genlErr   error
+	loadErr   error
+	loadAdds  string // family that appears once LoadModule succeeds
+	loads     []string
+	linkKinds map[string]bool
+	caps      ProcCaps
+	capsErr   error
+	bins      map[string]string // name -> path
+	fcaps     map[string]*FileCaps
+	paths     map[string]PathInfo
+	links     []Link
+	defaults  []string
+	files     map[string]string
+}
+
+func (f *fake) GenlFamily(n string) (bool, error) { return f.genl[n], f.genlErr }
+func (f *fake) LoadModule(n string) error {
+	f.loads = append(f.loads, n)
+	if f.loadErr == nil && f.loadAdds != "" {
+		f.genl[f.loadAdds] = true
+	}
+	return f.loadErr
+}
+func (f *fake) LinkKind(k string) (bool, error)      { return f.linkKinds[k], nil }
+func (f *fake) ProcessCaps() (ProcCaps, error)       { return f.caps, f.capsErr }
+func (f *fake) FileCaps(p string) (*FileCaps, error) { return f.fcaps[p], nil }
+func (f *fake) LookPath(n string, _ []string) (string, error) {
+	if p, ok := f.bins[n]; ok {
+		return p, nil
+	}
+	return "", errors.New("not found")
+}
+func (f *fake) Path(p string) PathInfo {
+	if pi, ok := f.paths[p]; ok {
+		return pi
+	}
+	return PathInfo{}
+}
+func (f *fake) Links() ([]Link, error)                { return f.links, nil }
+func (f *fake) DefaultRouteIfaces() ([]string, error) { return f.defaults, nil }
+func (f *fake) ReadFile(p string) ([]byte, error) {
+	if s, ok := f.files[p]; ok {
+		return []byte(s), nil
+	}
+	return nil, fs.ErrNotExist
+}
+
+func allCaps() uint64 { return 1<<41 - 1 }
+
+func defaultConfig(t *testing.T, env ...string) *config.Config {
+	t.Helper()
+	cfg, err := config.Load(nil, append([]string{"NODE_NAME=node1"}, env...), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func healthyFake() *fake {
+	dirWritable := PathInfo{Exists: true, IsDir: true}
+	return &fake{
+		genl:      map[string]bool{"ovs_datapath": true},
+		linkKinds: map[string]bool{"geneve": true, "vxlan": true},
+		caps:      ProcCaps{Effective: allCaps(), Permitted: allCaps(), Bounding: allCaps()},
+		bins: map[string]string{"ovsdb-server": "/usr/sbin/ovsdb-server", "ovs-vswitchd": "/usr/sbin/ovs-vswitchd",
+			"ovn-controller": "/usr/bin/ovn-controller", "ovn-northd": "/usr/bin/ovn-northd"},
+		paths: map[string]PathInfo{"/var/lib": dirWritable, "/run": dirWritable, "/var/log": dirWritable, "/opt": dirWritable, "/etc": dirWritable},
+		links: []Link{
+			{Name: "lo", Index: 1, MTU: 65536, Up: true, Loopback: true, Addrs: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/8")}},
+			{Name: "ens33", Index: 2, MTU: 1500, Up: true, Addrs: []netip.Prefix{netip.MustParsePrefix("fe80::1/64"), netip.MustParsePrefix("192.168.1.10/24")}},
+			{Name: "ens34", Index: 3, MTU: 9000, Up: true, Addrs: []netip.Prefix{netip.MustParsePrefix("10.0.0.5/24")}},
+		},
+		defaults: []string{"ens33"},
+	}
+}
+
+func find(t *testing.T, cs []Check, name string) Check {
+	t.Helper()
+	for _, c := range cs {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no check %q in %+v", name, cs)
+	return Check{}
+}
+
+func TestHealthyHostPasses(t *testing.T) {
+	r := RunWith(context.Background(), defaultConfig(t), healthyFake(), Options{})
+	var buf bytes.Buffer
+	r.Print(&buf)
+	if r.Failed() || Worst(r.Checks) != Pass {
+		t.Fatalf("healthy host did not pass:\n%s", buf.String())
+	}
+	if r.Datapath != DatapathSystem || r.TunnelIface != "ens33" || r.EncapIP != "192.168.1.10" {
+		t.Fatalf("got datapath=%s iface=%s encap=%s", r.Datapath, r.TunnelIface, r.EncapIP)
+	}
+}
+
+func TestDatapath(t *testing.T) {
+	cases := []struct {
+		name       string
+		env        []string
+		present    bool
+		loadErr    error
+		loadAdds   bool
+		opts       Options
+		wantDP     string
+		wantStatus Status
+		wantLoads  int
+		wantFound  string
+	}{
+		{"present", nil, true, nil, false, Options{}, DatapathSystem, Pass, 0, "present"},
+		{"auto, disabled modules, falls back", []string{"DISABLE_MODULES_MANAGEMENT=true"}, false, nil, false, Options{}, DatapathNetdev, Warn, 0, "DISABLE_MODULES_MANAGEMENT=true"},
+		{"kernel, disabled modules, fails", []string{"DISABLE_MODULES_MANAGEMENT=true", "OVNHOST_DATAPATH=kernel"}, false, nil, false, Options{}, DatapathSystem, Fail, 0, "datapath=kernel requires it"},
+		{"netdev never probes", []string{"OVNHOST_DATAPATH=netdev"}, false, nil, false, Options{}, DatapathNetdev, Pass, 0, "datapath=netdev"},
+		{"auto loads module", nil, false, nil, true, Options{}, DatapathSystem, Pass, 1, "loaded module openvswitch"},
+		{"auto load fails", nil, false, errors.New("modprobe: FATAL"), false, Options{}, DatapathNetdev, Warn, 1, "modprobe: FATAL"},
+		{"doctor never loads", nil, false, nil, true, Options{NoModuleLoad: true}, DatapathNetdev, Warn, 0, "diagnostics only look"},
+		{"kernel, load fails", []string{"OVNHOST_DATAPATH=kernel"}, false, errors.New("not found"), false, Options{}, DatapathSystem, Fail, 1, "not found"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := healthyFake()
+			f.genl["ovs_datapath"] = tc.present
+			f.loadErr = tc.loadErr
+			if tc.loadAdds {
+				f.loadAdds = "ovs_datapath"
+			}
+			dp, cs := CheckDatapath(defaultConfig(t, tc.env...), f, tc.opts)
+			if dp != tc.wantDP || cs[0].Status != tc.wantStatus || len(f.loads) != tc.wantLoads || !strings.Contains(cs[0].Found, tc.wantFound) {
+				t.Fatalf("got %s %+v loads=%v", dp, cs, f.loads)
+			}
+			if cs[0].Status != Pass && cs[0].Fix == "" {
+				t.Fatal("no fix")
+			}
+		})
+	}
+}
+
+func TestTunnelSupport(t *testing.T) {
+	f := healthyFake()
+	if c := CheckTunnelSupport(defaultConfig(t), DatapathNetdev, f); c.Status != Pass {
+		t.Fatal(c)
+	}
+	if c := CheckTunnelSupport(defaultConfig(t, "TUNNEL_TYPE=stt"), DatapathNetdev, f); c.Status != Fail {
+		t.Fatal(c)
+	}
+	f.linkKinds["geneve"] = false
+	c := CheckTunnelSupport(defaultConfig(t), DatapathSystem, f)
+	if c.Status != Fail || !strings.Contains(c.Fix, "vxlan") {
+		t.Fatal(c)
+	}
+	if c := CheckTunnelSupport(defaultConfig(t, "TUNNEL_TYPE=vxlan"), DatapathSystem, f); c.Status != Pass {
+		t.Fatal(c)
+	}
+}
+
+func TestProcessCaps(t *testing.T) {
+	cfg := defaultConfig(t)
+	full := ProcCaps{Effective: allCaps(), Bounding: allCaps()}
+	if c := CheckProcessCaps(cfg, full, nil); c.Status != Pass {
+		t.Fatal(c)
+	}
+	noAdmin := full
+	noAdmin.Effective &^= CapMask(capability.CAP_NET_ADMIN)
+	c := CheckProcessCaps(cfg, noAdmin, nil)
+	if c.Status != Fail || !strings.Contains(c.Found, "effective set: CAP_NET_ADMIN") {
+		t.Fatal(c)
+	}
+	noBoundNice := full
+	noBoundNice.Bounding &^= CapMask(capability.CAP_SYS_NICE)
+	c = CheckProcessCaps(cfg, noBoundNice, nil)
+	if c.Status != Fail || !strings.Contains(c.Found, "bounding set (children cannot get them): CAP_SYS_NICE") {
+		t.Fatal(c)
+	}
+	noLock := full
+	noLock.Effective &^= CapMask(capability.CAP_IPC_LOCK)
+	if c := CheckProcessCaps(cfg, noLock, nil); c.Status != Pass {
+		t.Fatal("IPC_LOCK required without mlockall", c)
+	}
+	cfg.MLockAll = true
+	if c := CheckProcessCaps(cfg, noLock, nil); c.Status != Fail || !strings.Contains(c.Found, "CAP_IPC_LOCK") {
+		t.Fatal(c)
+	}
+}
+
+// The Talos case: a binary with CAP_SYS_MODULE in its file capabilities on
+// a host whose bounding set lacks it.
+func TestBinariesFileCapsOutsideBoundingSet(t *testing.T) {
+	f := healthyFake()
+	f.caps.Bounding &^= CapMask(capability.CAP_SYS_MODULE)
+	f.bins["iptables"] = "/usr/sbin/xtables-nft-multi"
+	f.fcaps = map[string]*FileCaps{
+		"/usr/sbin/ovs-vswitchd":      {Revision: 2, Effective: true, Permitted: CapMask(capability.CAP_NET_ADMIN, capability.CAP_SYS_MODULE)},
+		"/usr/sbin/xtables-nft-multi": {Revision: 2, Effective: true, Permitted: CapMask(capability.CAP_NET_ADMIN, capability.CAP_NET_RAW)},
+	}
+	cfg := defaultConfig(t)
+	cs := CheckBinaries(cfg, Binaries(cfg), f.caps, nil, f)
+	c := find(t, cs, "exec:ovs-vswitchd")
+	if c.Status != Fail || !strings.Contains(c.Found, "CAP_SYS_MODULE") || !strings.Contains(c.Found, "/usr/sbin/ovs-vswitchd") ||
+		!strings.Contains(c.Fix, "setcap 'cap_net_admin+ep' /usr/sbin/ovs-vswitchd") {
+		t.Fatalf("%+v", c)
+	}
+	if c := find(t, cs, "exec:iptables"); c.Status != Pass {
+		t.Fatal(c)
+	}
+	if c := find(t, cs, "exec:ovsdb-server"); c.Status != Pass {
+		t.Fatal(c)
+	}
+	// A capability granted through the inheritable sets does not block.
+	f.caps.Inheritable = CapMask(capability.CAP_SYS_MODULE)
+	f.fcaps["/usr/sbin/ovs-vswitchd"].Inheritable = CapMask(capability.CAP_SYS_MODULE)
+	if c := find(t, CheckBinaries(cfg, Binaries(cfg), f.caps, nil, f), "exec:ovs-vswitchd"); c.Status != Pass {
+		t.Fatal(c)
+	}
+}
+
+func TestBinariesMissing(t *testing.T) {
+	f := healthyFake()
+	delete(f.bins, "ovn-controller")
+	cfg := defaultConfig(t)
+	cs := CheckBinaries(cfg, Binaries(cfg), f.caps, nil, f)
+	if c := find(t, cs, "exec:ovn-controller"); c.Status != Fail || !strings.Contains(c.Fix, "--bin-dirs") {
+		t.Fatal(c)
+	}
+	for _, c := range cs {
+		if c.Name == "exec:ipset" {
+			t.Fatal("absent optional binary reported", c)
+		}
+	}
+	remote := defaultConfig(t, "OVN_DB_IPS=10.0.0.1")
+	for _, b := range Binaries(remote) {
+		if b.Name == "ovn-northd" {
+			t.Fatal("ovn-northd needed in remote mode")
+		}
+	}
+}
+
+func TestExplainExec(t *testing.T) {
+	f := healthyFake()
+	f.caps.Bounding &^= CapMask(capability.CAP_SYS_MODULE)
+	f.fcaps = map[string]*FileCaps{"/usr/sbin/ovs-vswitchd": {Revision: 2, Effective: true, Permitted: CapMask(capability.CAP_NET_ADMIN, capability.CAP_SYS_MODULE)}}
+	eperm := &fs.PathError{Op: "fork/exec", Path: "/usr/sbin/ovs-vswitchd", Err: syscall.EPERM}
+	err := explainExec("/usr/sbin/ovs-vswitchd", eperm, f)
+	var ee *ExecError
+	if !errors.As(err, &ee) || !errors.Is(err, syscall.EPERM) {
+		t.Fatalf("%T %v", err, err)
+	}
+	for _, want := range []string{"/usr/sbin/ovs-vswitchd", "CAP_SYS_MODULE", "setcap"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("%q lacks %q", err, want)
+		}
+	}
+	// Relative names are looked up.
+	if err := explainExec("ovs-vswitchd", eperm, f); !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	// Other errors, and EPERM the caps do not explain, pass through.
+	other := &fs.PathError{Op: "fork/exec", Path: "x", Err: syscall.ENOENT}
+	if err := explainExec("/usr/sbin/ovs-vswitchd", other, f); err != other {
+		t.Fatal(err)
+	}
+	if err := explainExec("/usr/sbin/ovsdb-server", eperm, f); err != eperm {
+		t.Fatal(err)
+	}
+	if explainExec("x", nil, f) != nil {
+		t.Fatal("nil changed")
+	}
+}
+
+func TestPaths(t *testing.T) {
+	rw := PathInfo{Exists: true, IsDir: true}
+	ro := PathInfo{Exists: true, IsDir: true, ReadOnly: true, Writable: syscall.EROFS}
+	f := &fake{paths: map[string]PathInfo{
+		"/var/lib/openvswitch": rw,
+		"/etc":                 ro,
+		"/run":                 rw,
+		"/var/log":             rw,
+		"/file":                {Exists: true},
+		"/nowrite":             {Exists: true, IsDir: true, Writable: syscall.EACCES},
+		"/ro":                  ro,
+	}}
+	ps := []PathSetting{
+		{"ovs-db-dir", "OPENVSWITCH_DIR", "/var/lib/openvswitch", "/var/lib/openvswitch"},
+		{"ovn-db-dir", "OVN_DIR", "/etc/origin/ovn", "/var/lib/ovn"},
+		{"ovs-run-dir", "OVS_RUNDIR", "/run/openvswitch", "/run/openvswitch"},
+		{"ovn-log-dir", "OVN_LOGDIR", "/file/x", "/var/log/ovn"},
+		{"ovs-log-dir", "OVS_LOGDIR", "/nowrite", "/var/log/openvswitch"},
+		{"ovn-run-dir", "OVN_RUNDIR", "/ro", "/run/ovn"},
+	}
+	cs := CheckPaths(ps, f)
+	want := []Status{Pass, Fail, Pass, Fail, Fail, Fail}
+	for i, c := range cs {
+		if c.Status != want[i] {
+			t.Errorf("%s: got %s: %+v", ps[i].Path, c.Status, c)
+		}
+	}
+	// The Talos case names the setting that relocates the path.
+	c := cs[1]
+	if !strings.Contains(c.Found, "/etc is on a read-only filesystem") || !strings.Contains(c.Fix, "--ovn-db-dir (OVN_DIR) to /var/lib/ovn") {
+		t.Fatalf("%+v", c)
+	}
+	if !strings.Contains(cs[5].Found, "read-only") || !strings.Contains(cs[5].Fix, "OVN_RUNDIR") {
+		t.Fatalf("%+v", cs[5])
+	}
+}
+
+func TestInterfaces(t *testing.T) {
+	cases := []struct {
+		iface      string
+		encap      string
+		wantIface  string
+		wantEncap  string
+		wantStatus Status
+	}{
+		{"", "", "ens33", "192.168.1.10", Pass},
+		{"ens34", "", "ens34", "10.0.0.5", Pass},
+		{"eth0,ens3[0-9]", "", "ens33", "192.168.1.10", Pass},
+		{"ens3.*", "", "ens33", "192.168.1.10", Pass}, // lowest index of the matches
+		{"eth9,ens34", "", "ens34", "10.0.0.5", Pass},
+		{"", "10.0.0.5", "ens33", "10.0.0.5", Pass},
+		{"", "172.16.0.1", "ens33", "172.16.0.1", Warn},
+	}
+	for _, tc := range cases {
+		env := []string{"IFACE=" + tc.iface}
+		if tc.encap != "" {
+			env = append(env, "ENCAP_IP="+tc.encap)
+		}
+		iface, encap, cs := CheckInterfaces(defaultConfig(t, env...), healthyFake())
+		if iface != tc.wantIface || encap != tc.wantEncap || Worst(cs) != tc.wantStatus {
+			t.Errorf("IFACE=%q ENCAP_IP=%q: got %s %s %+v", tc.iface, tc.encap, iface, encap, cs)
+		}
+	}
+}
+
+// The ens33-versus-eth0 case: a name that matches nothing fails and lists
+// what exists.
+func TestInterfaceMissingListsReal(t *testing.T) {
+	iface, encap, cs := CheckInterfaces(defaultConfig(t, "IFACE=eth0"), healthyFake())
+	c := find(t, cs, "tunnel-interface")
+	if iface != "" || encap != "127.0.0.1" || c.Status != Fail {
+		t.Fatalf("%s %s %+v", iface, encap, cs)
+	}
+	for _, want := range []string{"IFACE=eth0 matches no interface", "ens33 (fe80::1/64, 192.168.1.10/24)", "ens34 (10.0.0.5/24)"} {
+		if !strings.Contains(c.Found, want) {
+			t.Errorf("%q lacks %q", c.Found, want)
+		}
+	}
+	if strings.Contains(c.Found, "lo ") {
+		t.Errorf("loopback listed: %s", c.Found)
+	}
+}
+
+func TestNoDefaultRoute(t *testing.T) {
+	f := healthyFake()
+	f.defaults = nil
+	iface, encap, cs := CheckInterfaces(defaultConfig(t), f)
+	if iface != "" || encap != "127.0.0.1" || Worst(cs) != Warn {
+		t.Fatalf("%s %s %+v", iface, encap, cs)
+	}
+}
+
+func TestMTU(t *testing.T) {
+	f := healthyFake()
+	f.links[1].MTU = 1300
+	_, _, cs := CheckInterfaces(defaultConfig(t), f)
+	if c := find(t, cs, "mtu"); c.Status != Warn || !strings.Contains(c.Found, "leaves 1200") || !strings.Contains(c.Fix, "1380") {
+		t.Fatal(c)
+	}
+	_, _, cs = CheckInterfaces(defaultConfig(t, "TUNNEL_TYPE=vxlan"), f)
+	if c := find(t, cs, "mtu"); c.Status != Warn || !strings.Contains(c.Found, "leaves 1250") {
+		t.Fatal(c)
+	}
+	f.links[1].MTU = 600
+	_, _, cs = CheckInterfaces(defaultConfig(t), f)
+	if c := find(t, cs, "mtu"); c.Status != Fail {
+		t.Fatal(c)
+	}
+}
+
+func TestInterfaceNoAddress(t *testing.T) {
+	f := healthyFake()
+	f.links[2].Addrs = nil
+	_, encap, cs := CheckInterfaces(defaultConfig(t, "IFACE=ens34"), f)
+	if c := find(t, cs, "encap-ip"); c.Status != Fail || encap != "127.0.0.1" {
+		t.Fatal(c)
+	}
+}
+
+func TestSystemID(t *testing.T) {
+	cfg := defaultConfig(t)
+	f := &fake{files: map[string]string{}}
+	if c := CheckSystemID(cfg, f); c.Status != Pass || !strings.Contains(c.Found, "generated") {
+		t.Fatal(c)
+	}
+	f.files[SystemIDFile(cfg)] = "  \n"
+	if c := CheckSystemID(cfg, f); c.Status != Fail {
+		t.Fatal(c)
+	}
+	f.files[SystemIDFile(cfg)] = "6c1c5a5e-0d3a-4cf3-9b33-07c0d2f1a1aa\n"
+	if c := CheckSystemID(cfg, f); c.Status != Pass || !strings.Contains(c.Found, "6c1c5a5e-") {
+		t.Fatal(c)
+	}
+}
+
+func TestPrintShowsEveryFailure(t *testing.T) {
+	f := healthyFake()
+	f.genl["ovs_datapath"] = false
+	f.loadErr = errors.New("no module")
+	delete(f.bins, "ovs-vswitchd")
+	f.paths["/run"] = PathInfo{Exists: true, IsDir: true, ReadOnly: true}
+	cfg := defaultConfig(t, "OVNHOST_DATAPATH=kernel", "IFACE=eth0")
+	r := RunWith(context.Background(), cfg, f, Options{})
+	if !r.Failed() {
+		t.Fatal("not failed")
+	}
+	var buf bytes.Buffer
+	r.Print(&buf)
+	out := buf.String()
+	for _, want := range []string{"FAIL  datapath", "FAIL  exec:ovs-vswitchd", "FAIL  path:ovs-run-dir", "FAIL  path:ovn-run-dir", "FAIL  tunnel-interface", "fix: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestFileCapsRoundTrip(t *testing.T) {
+	perm := CapMask(capability.CAP_NET_ADMIN, capability.CAP_SYS_MODULE, capability.CAP_BPF)
+	fc, err := ParseFileCaps(EncodeFileCaps(perm, 0, true))
+	if err != nil || fc.Revision != 2 || fc.Permitted != perm || !fc.Effective || fc.Inheritable != 0 {
+		t.Fatalf("%+v %v", fc, err)
+	}
+	if got := fc.String(); got != "cap_net_admin,cap_sys_module,cap_bpf+ep" {
+		t.Fatal(got)
+	}
+	// Revision 3 carries a root uid.
+	v3 := append(EncodeFileCaps(perm, 0, false), 0xe8, 0x03, 0, 0)
+	v3[3] = 0x03
+	fc, err = ParseFileCaps(v3)
+	if err != nil || fc.Revision != 3 || fc.RootID != 1000 || fc.Effective {
+		t.Fatalf("%+v %v", fc, err)
+	}
+	// Revision 1: one 32-bit word pair.
+	v1 := []byte{0, 0, 0, 1, 0, 0x10, 0, 0, 0, 0, 0, 0}
+	fc, err = ParseFileCaps(v1)
+	if err != nil || fc.Revision != 1 || fc.Permitted != CapMask(capability.CAP_NET_ADMIN) {
+		t.Fatalf("%+v %v", fc, err)
+	}
+	for _, bad := range [][]byte{nil, {1, 2}, {0, 0, 0, 2, 0}, {0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}} {
+		if _, err := ParseFileCaps(bad); err == nil {
+			t.Errorf("%v parsed", bad)
+		}
+	}
+}
