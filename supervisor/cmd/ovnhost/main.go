@@ -1,12 +1,156 @@
-// Command ovnhost is the node daemon (placeholder until the supervisor lands).
+// Command ovnhost is the node daemon: preflight, the supervisor of
+// ovsdb-server, ovs-vswitchd and ovn-controller (plus the local OVN
+// databases and ovn-northd in all-in-one mode), health, and the CNI server.
+//
+//	ovnhost run [flags]        run the node (systemd, Talos, DaemonSet entrypoint)
+//	ovnhost preflight [flags]  run the host checks alone
+//	ovnhost version
+//
+// Exit status: 0 clean stop, 1 runtime failure, 2 bad configuration,
+// 3 a preflight check failed.
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/ovnhost/ovnhost/internal/version"
+	"github.com/ovnhost/ovnhost/supervisor/config"
+	"github.com/ovnhost/ovnhost/supervisor/health"
+	"github.com/ovnhost/ovnhost/supervisor/node"
+	"github.com/ovnhost/ovnhost/supervisor/preflight"
+)
+
+const (
+	exitOK        = 0
+	exitFailure   = 1
+	exitConfig    = 2
+	exitPreflight = 3
 )
 
 func main() {
-	fmt.Fprintln(os.Stderr, "ovnhost: not built yet")
-	os.Exit(1)
+	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: ovnhost run|preflight|version [flags]; `ovnhost run --help` lists the settings")
+}
+
+func run(args, environ []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitConfig
+	}
+	switch args[0] {
+	case "version", "--version":
+		fmt.Fprintln(stdout, "ovnhost", version.Version)
+		return exitOK
+	case "run", "preflight":
+	case "-h", "--help", "help":
+		usage(stdout)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "ovnhost: unknown command %q\n", args[0])
+		usage(stderr)
+		return exitConfig
+	}
+	cfg, err := config.Load(args[1:], environ, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		fmt.Fprintln(stderr, "ovnhost: configuration rejected; nothing was started")
+		return exitConfig
+	}
+	log := newLogger(cfg, stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	pre := preflight.Run(ctx, cfg)
+	if args[0] == "preflight" {
+		pre.Print(stdout)
+		if pre.Failed() {
+			return exitPreflight
+		}
+		return exitOK
+	}
+	if pre.Failed() {
+		pre.Print(stderr)
+		fmt.Fprintln(stderr, "ovnhost: preflight failed; nothing was started")
+		return exitPreflight
+	}
+	for _, c := range pre.Checks {
+		if c.Status == preflight.Warn {
+			log.Warn("preflight", "check", c.Name, "found", c.Found, "fix", c.Fix)
+		}
+	}
+	return runNode(ctx, cfg, pre, log)
+}
+
+func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(cfg.LogLevel))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func runNode(ctx context.Context, cfg *config.Config, pre *preflight.Result, log *slog.Logger) int {
+	h := health.New()
+	log.Info("starting", "version", version.Version, "node", cfg.NodeName, "mode", cfg.Mode, "datapath", pre.Datapath,
+		"encap_ip", pre.EncapIP, "sb", cfg.SBRemote)
+	if cfg.HealthAddr != "" {
+		l, err := net.Listen("tcp", cfg.HealthAddr)
+		if err != nil {
+			log.Error("health endpoint", "addr", cfg.HealthAddr, "err", err, "fix", "free the port or change --health-addr")
+			return exitFailure
+		}
+		srv := &http.Server{Handler: h.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(l) }()
+		defer srv.Close()
+		log.Info("serving /healthz /readyz /metrics", "addr", l.Addr().String())
+	}
+	wctx, wcancel := context.WithCancel(context.Background())
+	defer wcancel()
+	go h.RunWatchdog(wctx)
+
+	n, err := node.New(cfg, pre, log, h)
+	if err != nil {
+		log.Error("cannot run the node", "err", err)
+		return exitFailure
+	}
+	t0 := time.Now()
+	if err := n.Start(ctx); err != nil {
+		if ctx.Err() != nil {
+			log.Info("stopped while starting")
+			return exitOK
+		}
+		log.Error("start failed; everything started was stopped", "err", err)
+		return exitFailure
+	}
+	log.Info("ready", "took", time.Since(t0).Round(time.Millisecond), "system_id", n.SystemID())
+	<-ctx.Done()
+	log.Info("stopping")
+	h.Stopping()
+	sctx, cancel := context.WithTimeout(context.Background(), 6*cfg.StopTimeout)
+	defer cancel()
+	if err := n.Stop(sctx); err != nil {
+		log.Error("stop", "err", err)
+		return exitFailure
+	}
+	log.Info("stopped")
+	return exitOK
 }

@@ -1,0 +1,227 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ovnhost/ovnhost/supervisor/health"
+	"github.com/ovnhost/ovnhost/supervisor/preflight"
+	"github.com/ovnhost/ovnhost/supervisor/process"
+)
+
+// daemon is one supervised OVS/OVN program: how to run it, what to do
+// before each start, how to tell it is ready, how to stop it gracefully, and
+// which other daemons must be restarted after it restarts. It is a
+// lifecycle.Unit; after Start it restarts the program whenever it dies.
+type daemon struct {
+	name string
+	// spec builds the command line (it may depend on state, e.g. a pid).
+	spec func() (process.Spec, error)
+	// prepare runs before every start (stale files, next_cfg bump...).
+	prepare func(ctx context.Context, restart bool) error
+	// gate blocks until the running child is ready, or fails.
+	gate func(ctx context.Context, c *process.Child) error
+	// graceful asks the child to exit (nil: SIGTERM).
+	graceful func(ctx context.Context, c *process.Child) error
+	// dependants are restarted, in order, after this daemon restarts.
+	dependants []*daemon
+	// beforeStop and afterStop run around the final stop (not restarts).
+	beforeStop func()
+	afterStop  func(ctx context.Context) error
+
+	n       *Node
+	log     *slog.Logger
+	backoff *process.Backoff
+
+	mu       sync.Mutex
+	child    *process.Child
+	stopping bool
+}
+
+func (d *daemon) Name() string { return d.name }
+
+// Start runs the program and waits for its gate.
+func (d *daemon) Start(ctx context.Context) error {
+	d.n.health.Register(d.name)
+	return d.startAndGate(ctx, false)
+}
+
+func (d *daemon) startAndGate(ctx context.Context, restart bool) error {
+	if d.prepare != nil {
+		if err := d.prepare(ctx, restart); err != nil {
+			return err
+		}
+	}
+	spec, err := d.spec()
+	if err != nil {
+		return err
+	}
+	c, err := process.Start(spec, d.n.log)
+	if err != nil {
+		return preflight.ExplainExec(spec.Path, err)
+	}
+	d.mu.Lock()
+	d.child = c
+	d.mu.Unlock()
+	d.n.health.Started(d.name, c.Pid(), restart)
+	go d.watch(c)
+
+	gctx, cancel := context.WithTimeout(ctx, d.n.cfg.StartTimeout)
+	defer cancel()
+	t0 := time.Now()
+	if err := d.gate(gctx, c); err != nil {
+		select {
+		case <-c.Exited():
+			return fmt.Errorf("%s (pid %d) %s before it was ready: %w", d.name, c.Pid(), c.ExitReason(), err)
+		default:
+		}
+		return fmt.Errorf("%s (pid %d): %w", d.name, c.Pid(), err)
+	}
+	d.n.health.Ready(d.name, time.Since(t0), time.Since(c.Started()))
+	d.log.Info("ready", "child", d.name, "pid", c.Pid(), "gate", time.Since(t0).Round(time.Millisecond), "since_start", time.Since(c.Started()).Round(time.Millisecond))
+	return nil
+}
+
+// watch waits for one process instance to die and, unless that was asked
+// for, restarts it.
+func (d *daemon) watch(c *process.Child) {
+	<-c.Exited()
+	d.mu.Lock()
+	mine := d.child == c && !d.stopping
+	d.mu.Unlock()
+	if !mine {
+		return
+	}
+	d.n.restarts.Lock()
+	defer d.n.restarts.Unlock()
+	// Re-check under the restart lock: an upstream restart may have
+	// replaced this child meanwhile.
+	d.mu.Lock()
+	mine = d.child == c && !d.stopping
+	d.mu.Unlock()
+	if !mine {
+		return
+	}
+	d.recover(c)
+}
+
+// recover restarts a dead daemon with back-off until it is ready again,
+// then restarts its dependants. Called with n.restarts held.
+func (d *daemon) recover(dead *process.Child) {
+	reason := dead.ExitReason()
+	for {
+		delay, loop := d.backoff.Died(time.Now())
+		d.n.health.Exited(d.name, reason, loop)
+		lvl := slog.LevelWarn
+		if loop {
+			lvl = slog.LevelError
+		}
+		d.log.Log(context.Background(), lvl, "child died, restarting", "child", d.name, "pid", dead.Pid(), "reason", reason, "delay", delay, "crash_loop", loop)
+		select {
+		case <-d.n.ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		// Dependants go down first: they need a fresh start against the
+		// new process (ovn-controller's OpenFlow connection would
+		// otherwise back off for seconds).
+		for _, dep := range d.dependants {
+			dep.stopForRestart(d.n.ctx)
+		}
+		err := d.startAndGate(d.n.ctx, true)
+		if err == nil {
+			break
+		}
+		if d.n.ctx.Err() != nil {
+			return
+		}
+		reason = err.Error()
+		d.mu.Lock()
+		cur := d.child
+		d.mu.Unlock()
+		if cur != nil {
+			// Not ready in time: put it down before trying again.
+			d.stopChild(d.n.ctx, cur)
+		}
+	}
+	for _, dep := range d.dependants {
+		for {
+			err := dep.startAndGate(d.n.ctx, true)
+			if err == nil || d.n.ctx.Err() != nil {
+				break
+			}
+			delay, loop := dep.backoff.Died(time.Now())
+			dep.n.health.Exited(dep.name, err.Error(), loop)
+			dep.log.Warn("dependant not ready after restart", "child", dep.name, "err", err, "delay", delay)
+			select {
+			case <-d.n.ctx.Done():
+				return
+			case <-time.After(delay):
+			}
+			dep.stopForRestart(d.n.ctx)
+		}
+	}
+}
+
+// stopForRestart stops the current process without it counting as a crash.
+func (d *daemon) stopForRestart(ctx context.Context) {
+	d.mu.Lock()
+	c := d.child
+	d.child = nil
+	d.mu.Unlock()
+	if c != nil {
+		d.stopChild(ctx, c)
+		d.n.health.Exited(d.name, "restarted with "+d.name+"'s dependency", false)
+	}
+}
+
+func (d *daemon) stopChild(ctx context.Context, c *process.Child) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.n.cfg.StopTimeout)
+	defer cancel()
+	var g func() error
+	if d.graceful != nil {
+		g = func() error { return d.graceful(sctx, c) }
+	}
+	if err := c.Stop(sctx, g); err != nil {
+		d.log.Warn("stop", "child", d.name, "err", err)
+	}
+}
+
+// Stop ends the daemon for good.
+func (d *daemon) Stop(ctx context.Context) error {
+	d.mu.Lock()
+	d.stopping = true
+	c := d.child
+	d.mu.Unlock()
+	if d.beforeStop != nil {
+		d.beforeStop()
+	}
+	var errs []error
+	if c != nil {
+		var g func() error
+		if d.graceful != nil {
+			g = func() error { return d.graceful(ctx, c) }
+		}
+		if err := c.Stop(ctx, g); err != nil {
+			errs = append(errs, err)
+		}
+		d.log.Info("stopped", "child", d.name, "pid", c.Pid())
+	}
+	if d.afterStop != nil {
+		errs = append(errs, d.afterStop(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// Child returns the running process, if any.
+func (d *daemon) Child() *process.Child {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.child
+}
+
+var _ = health.Child{}

@@ -1,0 +1,424 @@
+package node
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/ovn-kubernetes/libovsdb/model"
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
+	"github.com/vishvananda/netlink"
+
+	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
+	"github.com/ovnhost/ovnhost/internal/ovsdb/sbdb"
+	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
+	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
+	"github.com/ovnhost/ovnhost/internal/unixctl"
+	"github.com/ovnhost/ovnhost/supervisor/process"
+)
+
+// dbServer describes one ovsdb-server instance.
+type dbServer struct {
+	name, db, schema, sock, pid, ctl, log string
+	extraArgs                             []string
+}
+
+func (n *Node) dbServerDaemon(s dbServer, slot **ovsdbconn.Conn, connect func(ctx context.Context, c *process.Child) error) *daemon {
+	d := n.newDaemon(s.name)
+	// Our client goes first, or it logs reconnect failures as the server leaves.
+	d.beforeStop = func() { n.closeConn(slot) }
+	d.graceful = func(ctx context.Context, _ *process.Child) error {
+		_, err := unixctl.Call(ctx, s.ctl, "exit")
+		return err
+	}
+	d.prepare = func(ctx context.Context, _ bool) error {
+		if err := ClearStale(staleFiles{Prog: "ovsdb-server", Pidfile: s.pid, Others: []string{s.sock, s.ctl, lockFile(s.db)}}); err != nil {
+			return err
+		}
+		n.health.Waiting(s.name, "database "+s.db+" at the installed schema")
+		return ensureDB(ctx, n.bins["ovsdb-tool"], s.db, s.schema, n.log)
+	}
+	d.spec = func() (process.Spec, error) {
+		args := []string{s.db, "--remote=punix:" + s.sock, "--pidfile=" + s.pid, "--unixctl=" + s.ctl}
+		args = append(args, s.extraArgs...)
+		args = append(args, logArgs(s.log)...)
+		return process.Spec{Name: s.name, Path: n.bins["ovsdb-server"], Args: args, Env: n.childEnv()}, nil
+	}
+	d.gate = func(ctx context.Context, c *process.Child) error {
+		n.health.Waiting(s.name, "unix:"+s.sock+" to answer")
+		return connect(ctx, c)
+	}
+	return d
+}
+
+// keepConn dials a long-lived connection the first time and, after a
+// restart, waits for that connection to be re-established by libovsdb.
+func (n *Node) keepConn(slot **ovsdbconn.Conn, dbModel func() (model.ClientDBModel, error), endpoint, name string, tables []model.Model, first func(context.Context, *ovsdbconn.Conn) error) func(context.Context, *process.Child) error {
+	return func(ctx context.Context, c *process.Child) error {
+		n.mu.Lock()
+		cur := *slot
+		n.mu.Unlock()
+		m, err := dbModel()
+		if err != nil {
+			return err
+		}
+		if cur != nil {
+			// A fresh short-lived connection proves the new server
+			// answers; the long-lived one reconnects on its own.
+			probe, err := ovsdbconn.Dial(ctx, m, endpoint, ovsdbconn.Options{Tables: tables[:1], Log: n.log, Exited: c.Exited(), Name: name})
+			if err != nil {
+				return err
+			}
+			probe.Close()
+			return nil
+		}
+		conn, err := ovsdbconn.Dial(ctx, m, endpoint, ovsdbconn.Options{Tables: tables, Log: n.log, Exited: c.Exited(), Name: name, TLS: n.tlsFor(endpoint)})
+		if err != nil {
+			return err
+		}
+		if first != nil {
+			if err := first(ctx, conn); err != nil {
+				conn.Close()
+				return err
+			}
+		}
+		n.mu.Lock()
+		*slot = conn
+		n.mu.Unlock()
+		return nil
+	}
+}
+
+func (n *Node) tlsFor(endpoint string) *tls.Config {
+	if n.tls == nil || len(endpoint) < 4 || endpoint[:4] != "ssl:" {
+		return nil
+	}
+	return n.tls
+}
+
+func (n *Node) nbDaemon() *daemon {
+	l := n.lay
+	return n.dbServerDaemon(dbServer{name: "ovsdb-nb", db: l.NBDB, schema: filepath.Join(n.cfg.OVNSchema, "ovn-nb.ovsschema"), sock: l.NBSock, pid: l.NBPid, ctl: l.NBCtl, log: filepath.Join(n.cfg.Paths.OVNLogDir, "ovsdb-server-nb.log")}, &n.nb,
+		n.keepConn(&n.nb, nbdb.FullDatabaseModel, n.cfg.NBRemote, "ovsdb-server (OVN_Northbound)", []model.Model{&nbdb.NBGlobal{}}, ensureNBGlobal))
+}
+
+func (n *Node) sbDaemon() *daemon {
+	l := n.lay
+	return n.dbServerDaemon(dbServer{name: "ovsdb-sb", db: l.SBDB, schema: filepath.Join(n.cfg.OVNSchema, "ovn-sb.ovsschema"), sock: l.SBSock, pid: l.SBPid, ctl: l.SBCtl, log: filepath.Join(n.cfg.Paths.OVNLogDir, "ovsdb-server-sb.log")}, &n.sb,
+		n.keepConn(&n.sb, sbdb.FullDatabaseModel, "unix:"+l.SBSock, "ovsdb-server (OVN_Southbound)", sbTables(), nil))
+}
+
+func sbTables() []model.Model {
+	return []model.Model{&sbdb.SBGlobal{}, &sbdb.Chassis{}, &sbdb.ChassisPrivate{}}
+}
+
+// closeConn closes and forgets a long-lived connection.
+func (n *Node) closeConn(slot **ovsdbconn.Conn) {
+	n.mu.Lock()
+	c := *slot
+	*slot = nil
+	n.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
+// ensureNBGlobal inserts the NB_Global row if the database is new (what
+// `ovn-nbctl init` does).
+func ensureNBGlobal(ctx context.Context, c *ovsdbconn.Conn) error {
+	var rows []nbdb.NBGlobal
+	if err := c.List(ctx, &rows); err != nil {
+		return err
+	}
+	if len(rows) > 0 {
+		return nil
+	}
+	ops, err := c.Create(&nbdb.NBGlobal{})
+	if err != nil {
+		return err
+	}
+	return transact(ctx, c, ops...)
+}
+
+func transact(ctx context.Context, c *ovsdbconn.Conn, ops ...ovsdb.Operation) error {
+	res, err := c.Transact(ctx, ops...)
+	if err != nil {
+		return err
+	}
+	return resultErr(res, ops)
+}
+
+// resultErr turns failed operations into one error with the server's words.
+// everyRow matches all rows: OVSDB requires a where clause.
+var everyRow = []ovsdb.Condition{{Column: "_uuid", Function: ovsdb.ConditionNotEqual, Value: ovsdb.UUID{GoUUID: "00000000-0000-0000-0000-000000000000"}}}
+
+func resultErr(res []ovsdb.OperationResult, ops []ovsdb.Operation) error {
+	if _, err := ovsdb.CheckOperationResults(res, ops); err != nil {
+		var msgs []string
+		for i, r := range res {
+			if r.Error != "" {
+				op := "commit"
+				if i < len(ops) {
+					op = ops[i].Op + " " + ops[i].Table
+				}
+				msgs = append(msgs, fmt.Sprintf("%s: %s: %s", op, r.Error, r.Details))
+			}
+		}
+		return fmt.Errorf("transaction failed: %s", strings.Join(msgs, "; "))
+	}
+	return nil
+}
+
+// bumpCfg adds one to column of the only row of table and returns the new
+// value, atomically (mutate then select in one transaction).
+func bumpCfg(ctx context.Context, c *ovsdbconn.Conn, table, column string) (int, error) {
+	ops := []ovsdb.Operation{
+		{Op: ovsdb.OperationMutate, Table: table, Where: everyRow, Mutations: []ovsdb.Mutation{{Column: column, Mutator: ovsdb.MutateOperationAdd, Value: 1}}},
+		{Op: ovsdb.OperationSelect, Table: table, Where: everyRow, Columns: []string{column}},
+	}
+	res, err := c.Transact(ctx, ops...)
+	if err != nil {
+		return 0, err
+	}
+	if err := resultErr(res, ops); err != nil {
+		return 0, err
+	}
+	if len(res) < 2 || len(res[1].Rows) != 1 {
+		return 0, fmt.Errorf("%s: expected one row", table)
+	}
+	switch v := res[1].Rows[0][column].(type) {
+	case float64:
+		return int(v), nil
+	case int:
+		return v, nil
+	default:
+		return 0, fmt.Errorf("%s.%s: unexpected value %v", table, column, v)
+	}
+}
+
+func (n *Node) northdDaemon() *daemon {
+	d := n.newDaemon("ovn-northd")
+	l := n.lay
+	d.prepare = func(context.Context, bool) error {
+		return ClearStale(staleFiles{Prog: "ovn-northd", Pidfile: l.NorthdPid, Others: []string{l.NorthdCtl}})
+	}
+	d.spec = func() (process.Spec, error) {
+		args := []string{"--ovnnb-db=" + n.cfg.NBRemote, "--ovnsb-db=unix:" + l.SBSock, "--pidfile=" + l.NorthdPid, "--unixctl=" + l.NorthdCtl}
+		args = append(args, logArgs(filepath.Join(n.cfg.Paths.OVNLogDir, "ovn-northd.log"))...)
+		return process.Spec{Name: "ovn-northd", Path: n.bins["ovn-northd"], Args: args, Env: n.childEnv()}, nil
+	}
+	d.gate = func(ctx context.Context, c *process.Child) error {
+		// What `ovn-nbctl --wait=sb sync` does: bump nb_cfg and wait
+		// for northd to report it applied to the SB database.
+		target, err := bumpCfg(ctx, n.nb, "NB_Global", "nb_cfg")
+		if err != nil {
+			return fmt.Errorf("bumping NB_Global.nb_cfg: %w", err)
+		}
+		n.health.Waiting("ovn-northd", fmt.Sprintf("NB_Global.sb_cfg to reach %d", target))
+		return n.nb.WaitUntil(ctx, fmt.Sprintf("ovn-northd to apply nb_cfg %d to the SB database", target), func() bool {
+			var rows []nbdb.NBGlobal
+			_ = n.nb.List(ctx, &rows)
+			return len(rows) == 1 && rows[0].SbCfg >= target
+		}, c.Exited())
+	}
+	d.graceful = func(ctx context.Context, _ *process.Child) error {
+		_, err := unixctl.Call(ctx, l.NorthdCtl, "exit")
+		return err
+	}
+	return d
+}
+
+func (n *Node) ovsdbDaemon() *daemon {
+	l := n.lay
+	d := n.dbServerDaemon(dbServer{name: "ovsdb-server", db: l.ConfDB, schema: n.cfg.OVSSchema, sock: l.DBSock, pid: l.OVSDBPid, ctl: l.OVSDBCtl,
+		log:       filepath.Join(n.cfg.Paths.OVSLogDir, "ovsdb-server.log"),
+		extraArgs: []string{"--remote=db:Open_vSwitch,Open_vSwitch,manager_options"}}, &n.ovs,
+		n.keepConn(&n.ovs, vswitch.FullDatabaseModel, "unix:"+l.DBSock, "ovsdb-server (conf.db)", nil, nil))
+	return d
+}
+
+func (n *Node) vswitchdDaemon() *daemon {
+	d := n.newDaemon("ovs-vswitchd")
+	l := n.lay
+	var target int
+	d.prepare = func(ctx context.Context, _ bool) error {
+		if err := ClearStale(staleFiles{Prog: "ovs-vswitchd", Pidfile: l.VSwitchdPid, Others: []string{l.VSwitchdCtl}}); err != nil {
+			return err
+		}
+		// A fresh next_cfg makes cur_cfg == next_cfg mean "this process
+		// has applied the configuration", not "nothing happened yet".
+		var err error
+		target, err = bumpCfg(ctx, n.OVS(), "Open_vSwitch", "next_cfg")
+		return err
+	}
+	d.spec = func() (process.Spec, error) {
+		args := []string{"unix:" + l.DBSock, "--pidfile=" + l.VSwitchdPid, "--unixctl=" + l.VSwitchdCtl}
+		if n.pre.Datapath == "netdev" {
+			args = append(args, "--disable-system")
+		}
+		if n.cfg.MLockAll {
+			args = append(args, "--mlockall")
+		}
+		args = append(args, logArgs(filepath.Join(n.cfg.Paths.OVSLogDir, "ovs-vswitchd.log"))...)
+		return process.Spec{Name: "ovs-vswitchd", Path: n.bins["ovs-vswitchd"], Args: args, Env: n.childEnv()}, nil
+	}
+	d.gate = func(ctx context.Context, c *process.Child) error {
+		what := fmt.Sprintf("Open_vSwitch.cur_cfg to reach next_cfg %d", target)
+		n.health.Waiting("ovs-vswitchd", what)
+		ovs := n.OVS()
+		return ovs.WaitUntil(ctx, "ovs-vswitchd to apply the configuration ("+what+")", func() bool {
+			var rows []vswitch.OpenvSwitch
+			_ = ovs.List(ctx, &rows)
+			return len(rows) == 1 && rows[0].CurCfg >= target
+		}, c.Exited())
+	}
+	d.graceful = func(ctx context.Context, _ *process.Child) error {
+		args := []string{"--cleanup"}
+		if n.cfg.KeepDatapath {
+			args = nil
+		}
+		_, err := unixctl.Call(ctx, l.VSwitchdCtl, "exit", args...)
+		return err
+	}
+	d.afterStop = func(ctx context.Context) error {
+		if n.cfg.KeepDatapath || n.pre.Datapath != "netdev" {
+			return nil
+		}
+		return n.removeTaps(ctx)
+	}
+	return d
+}
+
+// removeTaps deletes tap devices of the userspace datapath that a killed
+// ovs-vswitchd left behind: they outlive the process.
+func (n *Node) removeTaps(ctx context.Context) error {
+	names := map[string]bool{"ovs-netdev": true, "br-int": true}
+	if ovs := n.OVS(); ovs != nil {
+		var ifaces []vswitch.Interface
+		_ = ovs.List(ctx, &ifaces)
+		for _, i := range ifaces {
+			if i.Type == "internal" {
+				names[i.Name] = true
+			}
+		}
+	}
+	var errs []error
+	for name := range names {
+		link, err := netlink.LinkByName(name)
+		if err != nil {
+			continue
+		}
+		if link.Type() != "tuntap" {
+			continue
+		}
+		if err := netlink.LinkDel(link); err != nil {
+			errs = append(errs, fmt.Errorf("removing leftover tap %s: %w", name, err))
+		} else {
+			n.log.Info("removed leftover tap device", "name", name)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (n *Node) controllerDaemon() *daemon {
+	d := n.newDaemon("ovn-controller")
+	l := n.lay
+	d.prepare = func(ctx context.Context, _ bool) error {
+		if err := ClearStale(staleFiles{Prog: "ovn-controller", Pidfile: l.ControllerPid}); err != nil {
+			return err
+		}
+		// ovn-controller writes ovn-nb-cfg-ts on br-int once its flows are
+		// installed; removing it first makes its reappearance the signal.
+		return n.clearBrIntKey(ctx, "ovn-nb-cfg-ts")
+	}
+	d.spec = func() (process.Spec, error) {
+		args := []string{"unix:" + l.DBSock, "--pidfile=" + l.ControllerPid}
+		if n.cfg.EnableSSL {
+			args = append(args, "--private-key="+n.cfg.SSLKey, "--certificate="+n.cfg.SSLCert, "--ca-cert="+n.cfg.SSLCACert)
+		}
+		args = append(args, logArgs(filepath.Join(n.cfg.Paths.OVNLogDir, "ovn-controller.log"))...)
+		return process.Spec{Name: "ovn-controller", Path: n.bins["ovn-controller"], Args: args, Env: n.childEnv()}, nil
+	}
+	d.gate = func(ctx context.Context, c *process.Child) error {
+		ovs := n.OVS()
+		what := "flows on br-int (br-int external_ids:ovn-nb-cfg-ts)"
+		n.health.Waiting("ovn-controller", what)
+		if err := ovs.WaitUntil(ctx, "ovn-controller to install "+what, func() bool {
+			br := &vswitch.Bridge{Name: "br-int"}
+			if err := ovs.Get(ctx, br); err != nil {
+				return false
+			}
+			_, ok := br.ExternalIDs["ovn-nb-cfg-ts"]
+			return ok
+		}, c.Exited()); err != nil {
+			return err
+		}
+		sb, err := n.sbConn(ctx, c)
+		if err != nil {
+			return err
+		}
+		what = fmt.Sprintf("its Chassis row %q in the SB database (%s)", n.systemID, n.cfg.SBRemote)
+		n.health.Waiting("ovn-controller", what)
+		return sb.WaitUntil(ctx, "ovn-controller to register "+what, func() bool {
+			ch := &sbdb.Chassis{Name: n.systemID}
+			return sb.Get(ctx, ch) == nil
+		}, c.Exited())
+	}
+	d.graceful = func(ctx context.Context, c *process.Child) error {
+		// "exit" removes our Chassis row; "--restart" keeps it (upgrade).
+		var args []string
+		if n.cfg.KeepDatapath {
+			args = []string{"--restart"}
+		}
+		_, err := unixctl.Call(ctx, l.ControllerCtl(c.Pid()), "exit", args...)
+		return err
+	}
+	return d
+}
+
+// sbConn is the SB connection: the local one in all-in-one mode, else one
+// dialed (once) to the cluster's SB.
+func (n *Node) sbConn(ctx context.Context, c *process.Child) (*ovsdbconn.Conn, error) {
+	n.mu.Lock()
+	sb := n.sb
+	n.mu.Unlock()
+	if sb != nil {
+		return sb, nil
+	}
+	n.health.Waiting("ovn-controller", "the SB database at "+n.cfg.SBRemote+" to answer")
+	err := n.keepConn(&n.sb, sbdb.FullDatabaseModel, n.cfg.SBRemote, "OVN_Southbound at "+n.cfg.SBRemote, sbTables(), nil)(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.sb, nil
+}
+
+// clearBrIntKey removes one external_ids key from br-int, if present.
+func (n *Node) clearBrIntKey(ctx context.Context, key string) error {
+	ovs := n.OVS()
+	br := &vswitch.Bridge{Name: "br-int"}
+	if err := ovs.Get(ctx, br); err != nil {
+		return fmt.Errorf("br-int is missing from conf.db: %w", err)
+	}
+	if _, ok := br.ExternalIDs[key]; !ok {
+		return nil
+	}
+	ids := map[string]string{}
+	for k, v := range br.ExternalIDs {
+		if k != key {
+			ids[k] = v
+		}
+	}
+	br.ExternalIDs = ids
+	ops, err := ovs.Where(br).Update(br, &br.ExternalIDs)
+	if err != nil {
+		return err
+	}
+	return transact(ctx, ovs, ops...)
+}
+

@@ -1,0 +1,226 @@
+// Package node is the node daemon's supervisor: it runs the OVS/OVN daemons
+// in dependency order (in all-in-one mode the NB/SB ovsdb-servers and
+// ovn-northd first, then ovsdb-server for conf.db, the Open_vSwitch
+// configuration with br-int, ovs-vswitchd and ovn-controller), each gated on
+// real readiness read from the databases, restarts them when they die, and
+// stops them in reverse order.
+package node
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
+	"github.com/ovnhost/ovnhost/supervisor/config"
+	"github.com/ovnhost/ovnhost/supervisor/health"
+	"github.com/ovnhost/ovnhost/supervisor/lifecycle"
+	"github.com/ovnhost/ovnhost/supervisor/preflight"
+	"github.com/ovnhost/ovnhost/supervisor/process"
+)
+
+// Vendor marks what ovnhost creates in the databases.
+const Vendor = "ovnhost"
+
+// Node supervises the daemons of one node.
+type Node struct {
+	cfg    *config.Config
+	pre    *preflight.Result
+	lay    Layout
+	log    *slog.Logger
+	health *health.Reporter
+
+	// ctx lives from Start to Stop; restarts run under it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// restarts serialises recoveries, so a dependant restarted by its
+	// upstream is not also restarted as a crash of its own.
+	restarts sync.Mutex
+
+	bins     map[string]string
+	systemID string
+	tls      *tls.Config
+
+	mu     sync.Mutex
+	ovs    *ovsdbconn.Conn // conf.db, long-lived
+	nb, sb *ovsdbconn.Conn // NB (all-in-one), SB
+
+	group   lifecycle.Group
+	daemons map[string]*daemon
+	extra   []lifecycle.Unit
+}
+
+// New plans the node; nothing is started.
+func New(cfg *config.Config, pre *preflight.Result, log *slog.Logger, h *health.Reporter) (*Node, error) {
+	n := &Node{cfg: cfg, pre: pre, lay: NewLayout(cfg.Paths), log: log, health: h, daemons: map[string]*daemon{}}
+	progs := []string{"ovsdb-server", "ovs-vswitchd", "ovn-controller", "ovsdb-tool"}
+	if !cfg.Remote() {
+		progs = append(progs, "ovn-northd")
+	}
+	n.bins = map[string]string{}
+	var missing []string
+	for _, p := range progs {
+		path, ok := findProgram(cfg.BinDirs, p)
+		if !ok {
+			missing = append(missing, p)
+			continue
+		}
+		n.bins[p] = path
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("programs not found in %v: %v; install openvswitch-switch, ovn-host (and ovn-central for all-in-one) or set --bin-dirs", cfg.BinDirs, missing)
+	}
+	if cfg.EnableSSL {
+		t, err := loadTLS(cfg)
+		if err != nil {
+			return nil, err
+		}
+		n.tls = t
+	}
+	return n, nil
+}
+
+func findProgram(dirs []string, name string) (string, bool) {
+	for _, d := range dirs {
+		p := filepath.Join(d, name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, true
+		}
+	}
+	return "", false
+}
+
+func loadTLS(cfg *config.Config) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(cfg.SSLCert, cfg.SSLKey)
+	if err != nil {
+		return nil, fmt.Errorf("ENABLE_SSL: loading %s and %s: %w", cfg.SSLCert, cfg.SSLKey, err)
+	}
+	ca, err := os.ReadFile(cfg.SSLCACert)
+	if err != nil {
+		return nil, fmt.Errorf("ENABLE_SSL: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("ENABLE_SSL: %s holds no PEM certificate", cfg.SSLCACert)
+	}
+	// OVN certificates name the chassis, not the address we dial.
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, InsecureSkipVerify: true,
+		VerifyPeerCertificate: verifyAgainst(pool)}, nil
+}
+
+// verifyAgainst checks the chain against pool without matching host names.
+func verifyAgainst(pool *x509.CertPool) func([][]byte, [][]*x509.Certificate) error {
+	return func(raw [][]byte, _ [][]*x509.Certificate) error {
+		if len(raw) == 0 {
+			return errors.New("no server certificate")
+		}
+		certs := make([]*x509.Certificate, len(raw))
+		for i, r := range raw {
+			c, err := x509.ParseCertificate(r)
+			if err != nil {
+				return err
+			}
+			certs[i] = c
+		}
+		inter := x509.NewCertPool()
+		for _, c := range certs[1:] {
+			inter.AddCert(c)
+		}
+		_, err := certs[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter})
+		return err
+	}
+}
+
+// AddUnit appends a unit started after ovn-controller is ready and stopped
+// before it (the CNI server).
+func (n *Node) AddUnit(u lifecycle.Unit) { n.extra = append(n.extra, u) }
+
+// OVS is the long-lived connection to the local conf.db (valid once
+// ovsdb-server is ready).
+func (n *Node) OVS() *ovsdbconn.Conn {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ovs
+}
+
+// SystemID is the chassis name (valid once the OVS configuration ran).
+func (n *Node) SystemID() string { return n.systemID }
+
+// Layout is the file plan.
+func (n *Node) Layout() Layout { return n.lay }
+
+// Start prepares the directories and starts every unit in order, returning
+// once the whole node is ready.
+func (n *Node) Start(ctx context.Context) error {
+	n.ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	if err := n.lay.PrepareDirs(!n.cfg.Remote(), n.cfg.RunOwner); err != nil {
+		return err
+	}
+	var units []lifecycle.Unit
+	if !n.cfg.Remote() {
+		units = append(units, n.nbDaemon(), n.sbDaemon(), n.northdDaemon())
+	}
+	vswitchd := n.vswitchdDaemon()
+	controller := n.controllerDaemon()
+	vswitchd.dependants = []*daemon{controller}
+	units = append(units, n.ovsdbDaemon(), &ovsConfigUnit{n: n}, vswitchd, controller)
+	units = append(units, n.extra...)
+	n.group = lifecycle.Group{Units: units, Log: n.log}
+	return n.group.Start(ctx, n.cfg.StopTimeout)
+}
+
+// Stop stops everything in reverse order within the stop timeout per unit.
+func (n *Node) Stop(ctx context.Context) error {
+	if n.cancel != nil {
+		n.cancel()
+	}
+	// Let a recovery in progress notice the cancellation and finish.
+	n.restarts.Lock()
+	defer n.restarts.Unlock()
+	err := n.group.Stop(ctx)
+	n.mu.Lock()
+	for _, c := range []*ovsdbconn.Conn{n.ovs, n.nb, n.sb} {
+		if c != nil {
+			c.Close()
+		}
+	}
+	n.ovs, n.nb, n.sb = nil, nil, nil
+	n.mu.Unlock()
+	return err
+}
+
+func (n *Node) newDaemon(name string) *daemon {
+	d := &daemon{name: name, n: n, log: n.log, backoff: process.DefaultBackoff()}
+	n.daemons[name] = d
+	return d
+}
+
+// Daemon returns the running child of a supervised daemon (tests, netctl).
+func (n *Node) Daemon(name string) *process.Child {
+	if d, ok := n.daemons[name]; ok {
+		return d.Child()
+	}
+	return nil
+}
+
+// childEnv points every OVS/OVN program at our directories, so nothing
+// falls back to /etc or /usr/local/var.
+func (n *Node) childEnv() []string {
+	p := n.cfg.Paths
+	return []string{
+		"OVS_RUNDIR=" + p.OVSRunDir, "OVS_LOGDIR=" + p.OVSLogDir, "OVS_DBDIR=" + p.OVSDBDir,
+		"OVS_SYSCONFDIR=" + p.OVSDBDir,
+		"OVN_RUNDIR=" + p.OVNRunDir, "OVN_LOGDIR=" + p.OVNLogDir, "OVN_DBDIR=" + p.OVNDBDir,
+		"OVN_SYSCONFDIR=" + p.OVNDBDir,
+	}
+}
+
+func logArgs(file string) []string {
+	return []string{"--no-chdir", "-vconsole:info", "-vsyslog:off", "-vfile:info", "--log-file=" + file}
+}
