@@ -210,7 +210,9 @@ func settings() []setting {
 			}},
 		{Name: "keep-datapath", Env: nil, Default: "false", Help: "on stop, leave the datapath and its ports in place (for an upgrade)", Set: func(c *Config, v string) error { return parseBool(&c.KeepDatapath)(c, v) }},
 		{Name: "start-timeout", Env: nil, Default: "60s", Help: "deadline for each readiness gate",
-			Set: func(c *Config, v string) error { return positiveDuration(&c.StartTimeout, time.Second, "seconds")(c, v) }},
+			Set: func(c *Config, v string) error {
+				return positiveDuration(&c.StartTimeout, time.Second, "seconds")(c, v)
+			}},
 		{Name: "stop-timeout", Env: nil, Default: "10s", Help: "deadline for stopping each child before it is killed",
 			Set: func(c *Config, v string) error { return positiveDuration(&c.StopTimeout, time.Second, "seconds")(c, v) }},
 		{Name: "ovs-schema", Env: nil, Default: "/usr/share/openvswitch/vswitch.ovsschema", Help: "the installed OVS schema, to create and upgrade conf.db", Set: func(c *Config, v string) error { return absPath(&c.OVSSchema)(c, v) }},

@@ -421,4 +421,3 @@ func (n *Node) clearBrIntKey(ctx context.Context, key string) error {
 	}
 	return transact(ctx, ovs, ops...)
 }
-

@@ -62,4 +62,3 @@ func TestSystemIDIsStableAndNeverEmpty(t *testing.T) {
 		t.Fatalf("adopt = %q, %v", adopted, err)
 	}
 }
-

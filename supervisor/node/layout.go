@@ -18,10 +18,10 @@ type Layout struct {
 	P config.Paths
 
 	ConfDB, SystemIDFile, DBSock, OVSDBPid, OVSDBCtl string
-	VSwitchdPid, VSwitchdCtl, BrIntMgmt            string
-	ControllerPid                                  string
-	NBDB, SBDB, NBSock, SBSock, NBPid, SBPid       string
-	NBCtl, SBCtl, NorthdPid, NorthdCtl             string
+	VSwitchdPid, VSwitchdCtl, BrIntMgmt              string
+	ControllerPid                                    string
+	NBDB, SBDB, NBSock, SBSock, NBPid, SBPid         string
+	NBCtl, SBCtl, NorthdPid, NorthdCtl               string
 }
 
 // NewLayout plans the files under cfg's directories.
