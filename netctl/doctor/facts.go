@@ -1,0 +1,259 @@
+package doctor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ovnhost/ovnhost/supervisor/config"
+	"github.com/ovnhost/ovnhost/supervisor/preflight"
+	"github.com/ovnhost/ovnhost/supervisor/preflight/cniconf"
+)
+
+// Facts is everything doctor reads, on top of the preflight facts.
+type Facts interface {
+	preflight.Facts
+	Stat(path string) (fs.FileInfo, error)
+	// PluginStamp is the build stamp of the CNI plugin at path.
+	PluginStamp(ctx context.Context, path string) (string, error)
+	// DaemonStamp is the build of the running ovnhost ("" when not found).
+	DaemonStamp() (string, error)
+	ScanCNIConf(dir, ours string) (*cniconf.Report, error)
+	// Firewalld reports whether firewalld runs, and how that was found.
+	Firewalld() (bool, string, error)
+	// IptablesSave is the output of iptables-{legacy,nft}-save (ip6tables
+	// when v6).
+	IptablesSave(backend string, v6 bool) (string, error)
+	ClockSync() (synced bool, maxError time.Duration, err error)
+	Now() time.Time
+	CertValidity(path string) (notBefore, notAfter time.Time, err error)
+	Hostname() (string, error)
+	// OVSDB and unixctl questions.
+	ListDBs(ctx context.Context, remote string) ([]string, error)
+	Select(ctx context.Context, remote, db, table string, columns ...string) ([]map[string]json.RawMessage, error)
+	Unixctl(ctx context.Context, sock, command string) (string, error)
+	// ControllerSocket finds the control socket of a live ovn-controller.
+	ControllerSocket(dirs []string) (string, error)
+}
+
+// Host is the real machine, read without changing it.
+type Host struct {
+	preflight.Host
+	cfg *config.Config
+	tls TLSFiles
+}
+
+// NewHost returns the real collector for cfg.
+func NewHost(cfg *config.Config) *Host {
+	return &Host{cfg: cfg, tls: TLSFiles{Key: cfg.SSLKey, Cert: cfg.SSLCert, CA: cfg.SSLCACert}}
+}
+
+var _ Facts = (*Host)(nil)
+
+// Stat stats a file.
+func (*Host) Stat(path string) (fs.FileInfo, error) { return os.Stat(path) }
+
+// PluginStamp asks the plugin for its build (see cniconf.BuildStamp).
+func (*Host) PluginStamp(ctx context.Context, path string) (string, error) {
+	return cniconf.BuildStamp(ctx, path)
+}
+
+var buildInfoRe = regexp.MustCompile(`^ovnhost_build_info\{[^}]*version="([^"]*)"`)
+
+// DaemonStamp reads ovnhost_build_info{version="..."} from the running
+// daemon's /metrics; "" when the daemon does not answer.
+func (h *Host) DaemonStamp() (string, error) {
+	if h.cfg.HealthAddr == "" {
+		return "", nil
+	}
+	c := &http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + h.cfg.HealthAddr + "/metrics")
+	if err != nil {
+		return "", nil // not running
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		if m := buildInfoRe.FindStringSubmatch(sc.Text()); m != nil {
+			return m[1], nil
+		}
+	}
+	return "", sc.Err()
+}
+
+// ScanCNIConf reads the CNI conf dir.
+func (*Host) ScanCNIConf(dir, ours string) (*cniconf.Report, error) { return cniconf.Scan(dir, ours) }
+
+// Firewalld looks for firewalld through its pid file, then among the
+// processes (doctor runs in the host PID namespace or on the host).
+func (*Host) Firewalld() (bool, string, error) {
+	for _, pf := range []string{"/run/firewalld/firewalld.pid", "/var/run/firewalld/firewalld.pid"} {
+		b, err := os.ReadFile(pf)
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			continue
+		}
+		if isFirewalld(pid) {
+			return true, fmt.Sprintf("pid %d from %s", pid, pf), nil
+		}
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return false, "", err
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if isFirewalld(pid) {
+			return true, fmt.Sprintf("process %d", pid), nil
+		}
+	}
+	return false, "", nil
+}
+
+// isFirewalld checks the command line, not just the pid (pids are reused).
+func isFirewalld(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	for _, arg := range bytes.Split(b, []byte{0}) {
+		if filepath.Base(string(arg)) == "firewalld" {
+			return true
+		}
+	}
+	return false
+}
+
+// IptablesSave runs iptables-legacy-save or iptables-nft-save. These only
+// READ the kernel's rules; doctor never runs a command that changes them.
+func (h *Host) IptablesSave(backend string, v6 bool) (string, error) {
+	name := "iptables-" + backend + "-save"
+	if v6 {
+		name = "ip6tables-" + backend + "-save"
+	}
+	p, err := h.LookPath(name, h.cfg.BinDirs)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, p)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s: %v: %s", name, err, strings.TrimSpace(stderr.String()))
+	}
+	return string(out), nil
+}
+
+// ClockSync reads the kernel's NTP state (adjtimex without changing it).
+func (*Host) ClockSync() (bool, time.Duration, error) {
+	var tx unix.Timex
+	state, err := unix.Adjtimex(&tx)
+	if err != nil {
+		return false, 0, err
+	}
+	maxErr := time.Duration(tx.Maxerror) * time.Microsecond
+	return state != unix.TIME_ERROR && tx.Status&unix.STA_UNSYNC == 0, maxErr, nil
+}
+
+// Now is the current time.
+func (*Host) Now() time.Time { return time.Now() }
+
+// CertValidity reads the first certificate of a PEM file.
+func (*Host) CertValidity(path string) (time.Time, time.Time, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return time.Time{}, time.Time{}, err
+	}
+	for {
+		var blk *pem.Block
+		blk, b = pem.Decode(b)
+		if blk == nil {
+			return time.Time{}, time.Time{}, errors.New("no certificate in the file")
+		}
+		if blk.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			return time.Time{}, time.Time{}, err
+		}
+		return c.NotBefore, c.NotAfter, nil
+	}
+}
+
+// Hostname is the kernel's host name.
+func (*Host) Hostname() (string, error) { return os.Hostname() }
+
+// ListDBs asks an ovsdb-server for its databases.
+func (h *Host) ListDBs(ctx context.Context, remote string) ([]string, error) {
+	return listDBs(ctx, remote, h.tls)
+}
+
+// Select reads rows of a table.
+func (h *Host) Select(ctx context.Context, remote, db, table string, columns ...string) ([]map[string]json.RawMessage, error) {
+	return selectRows(ctx, remote, h.tls, db, table, columns...)
+}
+
+// Unixctl calls a daemon's control socket.
+func (*Host) Unixctl(ctx context.Context, sock, command string) (string, error) {
+	return unixctl(ctx, sock, command)
+}
+
+// ControllerSocket finds ovn-controller's control socket: ovn-controller
+// 23.03 has no --unixctl flag and names it ovn-controller.<pid>.ctl in its
+// run dir. The pid is trusted only if /proc/<pid>/cmdline is ovn-controller.
+func (*Host) ControllerSocket(dirs []string) (string, error) {
+	for _, d := range dirs {
+		if b, err := os.ReadFile(filepath.Join(d, "ovn-controller.pid")); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && isProcess(pid, "ovn-controller") {
+				s := filepath.Join(d, fmt.Sprintf("ovn-controller.%d.ctl", pid))
+				if _, err := os.Stat(s); err == nil {
+					return s, nil
+				}
+			}
+		}
+		socks, _ := filepath.Glob(filepath.Join(d, "ovn-controller.*.ctl"))
+		for _, s := range socks {
+			mid := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(s), "ovn-controller."), ".ctl")
+			if pid, err := strconv.Atoi(mid); err == nil && isProcess(pid, "ovn-controller") {
+				return s, nil
+			}
+		}
+	}
+	return "", fs.ErrNotExist
+}
+
+func isProcess(pid int, name string) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	arg0, _, _ := bytes.Cut(b, []byte{0})
+	return filepath.Base(string(arg0)) == name
+}

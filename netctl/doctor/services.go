@@ -1,0 +1,273 @@
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ovnhost/ovnhost/supervisor/config"
+	"github.com/ovnhost/ovnhost/supervisor/preflight"
+)
+
+// Identity is what this node claims in the SB database.
+type Identity struct {
+	SystemID string
+	Hostname string
+	EncapIP  string
+	Source   string // where SystemID came from
+}
+
+// Chassis is one SB Chassis row with its encapsulation addresses.
+type Chassis struct {
+	Name     string
+	Hostname string
+	EncapIPs []string
+}
+
+type services struct {
+	cfg     *config.Config
+	f       Facts
+	timeout time.Duration
+	encapIP string
+}
+
+func (s *services) ctx(parent context.Context) (context.Context, context.CancelFunc) {
+	return withTimeout(parent, s.timeout)
+}
+
+func (s *services) run(ctx context.Context) []preflight.Check {
+	var out []preflight.Check
+	id := Identity{EncapIP: s.encapIP}
+	if h, err := s.f.Hostname(); err == nil {
+		id.Hostname = h
+	}
+
+	// The node's own ovsdb-server.
+	ovsSock := filepath.Join(s.cfg.Paths.OVSRunDir, "db.sock")
+	ovsUp := false
+	c := preflight.Check{Name: "ovsdb:Open_vSwitch"}
+	if _, err := s.f.Stat(ovsSock); err != nil {
+		c.Status, c.Found, c.Fix = preflight.Warn, ovsSock+" does not exist: ovsdb-server is not running (is ovnhost running?)", "start ovnhost"
+	} else {
+		cx, cancel := s.ctx(ctx)
+		dbs, err := s.f.ListDBs(cx, "unix:"+ovsSock)
+		cancel()
+		switch {
+		case err != nil:
+			c.Status, c.Found, c.Fix = preflight.Fail, fmt.Sprintf("%s exists but does not answer: %v", ovsSock, err), "restart ovnhost (a stale socket from a dead ovsdb-server is replaced on start)"
+		case !contains(dbs, "Open_vSwitch"):
+			c.Status, c.Found, c.Fix = preflight.Fail, fmt.Sprintf("%s answers but serves %v, not Open_vSwitch", ovsSock, dbs), "check --ovs-run-dir: another ovsdb-server owns this socket"
+		default:
+			ovsUp = true
+			c.Status, c.Found = preflight.Pass, ovsSock+" answers (Open_vSwitch)"
+		}
+	}
+	out = append(out, c)
+
+	// Identity: the running database wins over the state file.
+	if ovsUp {
+		cx, cancel := s.ctx(ctx)
+		rows, err := s.f.Select(cx, "unix:"+ovsSock, "Open_vSwitch", "Open_vSwitch", "external_ids")
+		cancel()
+		if err == nil && len(rows) == 1 {
+			ext := ovsdbMap(rows[0]["external_ids"])
+			if v := ext["system-id"]; v != "" {
+				id.SystemID, id.Source = v, "Open_vSwitch external_ids:system-id"
+			}
+			if v := ext["hostname"]; v != "" {
+				id.Hostname = v
+			}
+			if v := ext["ovn-encap-ip"]; v != "" {
+				id.EncapIP = v
+			}
+		}
+	}
+	if id.SystemID == "" {
+		if b, err := s.f.ReadFile(preflight.SystemIDFile(s.cfg)); err == nil {
+			id.SystemID, id.Source = strings.TrimSpace(string(b)), preflight.SystemIDFile(s.cfg)
+		}
+	}
+
+	// ovn-controller's SB connection.
+	out = append(out, s.controller(ctx))
+
+	// NB and SB.
+	sbUp := ""
+	if s.cfg.Remote() {
+		var nb preflight.Check
+		nb, _ = s.reach(ctx, "nb-reachable", s.cfg.NBRemote, "OVN_Northbound")
+		var sb preflight.Check
+		sb, sbUp = s.reach(ctx, "sb-reachable", s.cfg.SBRemote, "OVN_Southbound")
+		out = append(out, nb, sb)
+	} else {
+		nb, _ := s.local(ctx, "ovsdb:OVN_Northbound", s.cfg.NBRemote, "OVN_Northbound")
+		sb, up := s.local(ctx, "ovsdb:OVN_Southbound", s.cfg.SBRemote, "OVN_Southbound")
+		sbUp = up
+		out = append(out, nb, sb)
+	}
+
+	// Duplicate chassis.
+	if sbUp == "" {
+		out = append(out, preflight.Check{Name: "chassis", Status: preflight.Warn, Found: "the SB database did not answer: duplicate system-ids and encap IPs not checked", Fix: "fix the SB connection above, then run netctl doctor again"})
+		return out
+	}
+	cx, cancel := s.ctx(ctx)
+	chassis, err := readChassis(cx, s.f, sbUp)
+	cancel()
+	if err != nil {
+		out = append(out, preflight.Check{Name: "chassis", Status: preflight.Warn, Found: "cannot read SB Chassis rows: " + err.Error(), Fix: "check the SB database (ovn-sbctl --db=" + sbUp + " show)"})
+		return out
+	}
+	out = append(out, CheckChassis(id, chassis, sbUp))
+	return out
+}
+
+func (s *services) controller(ctx context.Context) preflight.Check {
+	const name = "ovn-controller"
+	dirs := []string{s.cfg.Paths.OVNRunDir, s.cfg.Paths.OVSRunDir}
+	sock, err := s.f.ControllerSocket(dirs)
+	if err != nil {
+		return preflight.Check{Name: name, Status: preflight.Warn, Found: "ovn-controller is not running (no live ovn-controller.<pid>.ctl in " + strings.Join(dirs, " or ") + ")", Fix: "start ovnhost"}
+	}
+	cx, cancel := s.ctx(ctx)
+	st, err := s.f.Unixctl(cx, sock, "connection-status")
+	cancel()
+	st = strings.TrimSpace(st)
+	switch {
+	case err != nil:
+		return preflight.Check{Name: name, Status: preflight.Fail, Found: fmt.Sprintf("%s does not answer connection-status: %v", sock, err), Fix: "restart ovnhost"}
+	case st != "connected":
+		return preflight.Check{Name: name, Status: preflight.Fail, Found: fmt.Sprintf("ovn-controller is %s from the SB database %s", st, s.cfg.SBRemote),
+			Fix: "make the SB database reachable from this node (see sb-reachable), check OVN_DB_IPS / OVN_SB_ADDR and the tunnel of the SB port 6642"}
+	}
+	return preflight.Check{Name: name, Status: preflight.Pass, Found: "ovn-controller is connected to the SB database (" + sock + ")"}
+}
+
+// reach checks remote endpoints; returns the first that answered with db.
+func (s *services) reach(ctx context.Context, name, remotes, db string) (preflight.Check, string) {
+	var ok []string
+	var bad []string
+	for _, r := range strings.Split(remotes, ",") {
+		r = strings.TrimSpace(r)
+		if r == "" {
+			continue
+		}
+		cx, cancel := s.ctx(ctx)
+		dbs, err := s.f.ListDBs(cx, r)
+		cancel()
+		switch {
+		case err != nil:
+			bad = append(bad, fmt.Sprintf("%s: %v", r, err))
+		case !contains(dbs, db):
+			bad = append(bad, fmt.Sprintf("%s serves %v, not %s", r, dbs, db))
+		default:
+			ok = append(ok, r)
+		}
+	}
+	switch {
+	case len(ok) == 0:
+		return preflight.Check{Name: name, Status: preflight.Fail, Found: db + " unreachable: " + strings.Join(bad, "; "),
+			Fix: "check OVN_DB_IPS, that the OVN central pods run, and that this node reaches ports 6641/6642 (firewall, routes, SSL settings)"}, ""
+	case len(bad) > 0:
+		return preflight.Check{Name: name, Status: preflight.Warn, Found: fmt.Sprintf("%s reachable at %s, but not at: %s", db, strings.Join(ok, ","), strings.Join(bad, "; ")),
+			Fix: "check the unreachable cluster members"}, ok[0]
+	}
+	return preflight.Check{Name: name, Status: preflight.Pass, Found: db + " answers at " + strings.Join(ok, ",")}, ok[0]
+}
+
+// local checks an all-in-one database socket.
+func (s *services) local(ctx context.Context, name, remote, db string) (preflight.Check, string) {
+	if path, ok := strings.CutPrefix(remote, "unix:"); ok {
+		if _, err := s.f.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return preflight.Check{Name: name, Status: preflight.Warn, Found: path + " does not exist: the local " + db + " server is not running (all-in-one mode)", Fix: "start ovnhost"}, ""
+		}
+	}
+	return s.reach(ctx, name, remote, db)
+}
+
+func readChassis(ctx context.Context, f Facts, remote string) ([]Chassis, error) {
+	rows, err := f.Select(ctx, remote, "OVN_Southbound", "Chassis", "name", "hostname", "encaps")
+	if err != nil {
+		return nil, err
+	}
+	encs, err := f.Select(ctx, remote, "OVN_Southbound", "Encap", "_uuid", "ip")
+	if err != nil {
+		return nil, err
+	}
+	ipOf := map[string]string{}
+	for _, e := range encs {
+		if u := ovsdbUUIDs(e["_uuid"]); len(u) == 1 {
+			ipOf[u[0]] = ovsdbString(e["ip"])
+		}
+	}
+	var out []Chassis
+	for _, r := range rows {
+		c := Chassis{Name: ovsdbString(r["name"]), Hostname: ovsdbString(r["hostname"])}
+		for _, u := range ovsdbUUIDs(r["encaps"]) {
+			if ip := ipOf[u]; ip != "" && !contains(c.EncapIPs, ip) {
+				c.EncapIPs = append(c.EncapIPs, ip)
+			}
+		}
+		sort.Strings(c.EncapIPs)
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// CheckChassis looks for another chassis using this node's system-id (a
+// cloned VM: `duplicate chassis`) or its encap IP.
+func CheckChassis(self Identity, rows []Chassis, sb string) preflight.Check {
+	const name = "chassis"
+	if self.SystemID == "" {
+		return preflight.Check{Name: name, Status: preflight.Warn, Found: "this node has no system-id yet (ovnhost never ran here): duplicates not checked", Fix: "start ovnhost, then run netctl doctor again"}
+	}
+	var fails, warns, fixes []string
+	registered := false
+	for _, c := range rows {
+		if c.Name == self.SystemID {
+			registered = true
+			switch {
+			case self.Hostname != "" && c.Hostname != "" && c.Hostname != self.Hostname:
+				fails = append(fails, fmt.Sprintf("chassis %s in the SB database belongs to host %s (encap %s), but this node %s has the same system-id (from %s): two nodes share it (cloned VM?)",
+					c.Name, c.Hostname, strings.Join(c.EncapIPs, ","), self.Hostname, self.Source))
+				fixes = append(fixes, fmt.Sprintf("on one of the two nodes stop ovnhost, remove its system-id file (ovnhost generates a new one on start) and run ovn-sbctl --db=%s chassis-del %s", sb, c.Name))
+			case self.EncapIP != "" && len(c.EncapIPs) > 0 && !contains(c.EncapIPs, self.EncapIP):
+				warns = append(warns, fmt.Sprintf("chassis %s (host %s) is registered with encap %s, this node's encap IP is %s: another node with the same system-id and hostname (cloned VM), or the address changed",
+					c.Name, c.Hostname, strings.Join(c.EncapIPs, ","), self.EncapIP))
+				fixes = append(fixes, "if another node clones this one, give it a new system-id and host name")
+			}
+			continue
+		}
+		if self.EncapIP != "" && contains(c.EncapIPs, self.EncapIP) {
+			fails = append(fails, fmt.Sprintf("chassis %s (host %s) uses this node's encap IP %s: tunnels meant for one of them reach the other", c.Name, c.Hostname, self.EncapIP))
+			fixes = append(fixes, fmt.Sprintf("give every node its own tunnel address (IFACE/ENCAP_IP), or delete the stale chassis: ovn-sbctl --db=%s chassis-del %s", sb, c.Name))
+		} else if self.Hostname != "" && c.Hostname == self.Hostname {
+			warns = append(warns, fmt.Sprintf("chassis %s also names host %s: a stale registration from an earlier system-id", c.Name, c.Hostname))
+			fixes = append(fixes, fmt.Sprintf("ovn-sbctl --db=%s chassis-del %s", sb, c.Name))
+		}
+	}
+	switch {
+	case len(fails) > 0:
+		return preflight.Check{Name: name, Status: preflight.Fail, Found: strings.Join(append(fails, warns...), "; "), Fix: strings.Join(uniq(fixes), "; ")}
+	case len(warns) > 0:
+		return preflight.Check{Name: name, Status: preflight.Warn, Found: strings.Join(warns, "; "), Fix: strings.Join(uniq(fixes), "; ")}
+	case registered:
+		return preflight.Check{Name: name, Status: preflight.Pass, Found: fmt.Sprintf("system-id %s is registered once, by this host; no other chassis uses encap IP %s (%d chassis)", self.SystemID, dash(self.EncapIP), len(rows))}
+	}
+	return preflight.Check{Name: name, Status: preflight.Pass, Found: fmt.Sprintf("system-id %s is not registered yet and no other chassis uses encap IP %s (%d chassis)", self.SystemID, dash(self.EncapIP), len(rows))}
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
