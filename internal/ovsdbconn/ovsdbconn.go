@@ -35,6 +35,8 @@ type Options struct {
 	Exited <-chan struct{}
 	// Name is the server's name for error messages ("ovsdb-server (conf.db)").
 	Name string
+	// Probe only proves the server answers: no monitor, no reconnect.
+	Probe bool
 }
 
 // Conn is a connected, monitoring libovsdb client plus a change signal.
@@ -58,11 +60,12 @@ func Dial(ctx context.Context, dbModel model.ClientDBModel, endpoint string, o O
 	if name == "" {
 		name = dbModel.Name()
 	}
-	lg := logr.FromSlogHandler(log.Handler()).WithValues("db", dbModel.Name()).V(4)
-	opts := []client.Option{
-		client.WithLogger(&lg),
-		client.WithReconnect(5*time.Second, reconnectBackoff()),
-		client.WithLeaderOnly(false),
+	// libovsdb logs every failed reconnect as an error; the supervisor
+	// reports the server's state itself, so its chatter goes to debug.
+	lg := logr.FromSlogHandler(debugOnly{log.Handler()}).WithValues("db", dbModel.Name())
+	opts := []client.Option{client.WithLogger(&lg), client.WithLeaderOnly(false)}
+	if !o.Probe {
+		opts = append(opts, client.WithReconnect(5*time.Second, reconnectBackoff()))
 	}
 	for _, ep := range strings.Split(endpoint, ",") {
 		opts = append(opts, client.WithEndpoint(strings.TrimSpace(ep)))
@@ -78,6 +81,9 @@ func Dial(ctx context.Context, dbModel model.ClientDBModel, endpoint string, o O
 		return nil, err
 	}
 	c := &Conn{Client: cl, endpoint: endpoint, changed: make(chan struct{})}
+	if o.Probe {
+		return c, nil
+	}
 	cl.Cache().AddEventHandler(&cache.EventHandlerFuncs{
 		AddFunc:    func(string, model.Model) { c.notify() },
 		UpdateFunc: func(string, model.Model, model.Model) { c.notify() },
@@ -209,3 +215,18 @@ func (c *Conn) WaitUntil(ctx context.Context, what string, cond func() bool, exi
 
 // Endpoint is what Dial connected to.
 func (c *Conn) Endpoint() string { return c.endpoint }
+
+// debugOnly logs every record at debug level.
+type debugOnly struct{ h slog.Handler }
+
+func (d debugOnly) Enabled(ctx context.Context, _ slog.Level) bool {
+	return d.h.Enabled(ctx, slog.LevelDebug)
+}
+
+func (d debugOnly) Handle(ctx context.Context, r slog.Record) error {
+	r.Level = slog.LevelDebug
+	return d.h.Handle(ctx, r)
+}
+
+func (d debugOnly) WithAttrs(a []slog.Attr) slog.Handler { return debugOnly{d.h.WithAttrs(a)} }
+func (d debugOnly) WithGroup(g string) slog.Handler      { return debugOnly{d.h.WithGroup(g)} }

@@ -36,6 +36,8 @@ type daemon struct {
 	n       *Node
 	log     *slog.Logger
 	backoff *process.Backoff
+	// restarts is shared by a daemon and its dependants.
+	restarts *sync.Mutex
 
 	mu       sync.Mutex
 	child    *process.Child
@@ -96,8 +98,8 @@ func (d *daemon) watch(c *process.Child) {
 	if !mine {
 		return
 	}
-	d.n.restarts.Lock()
-	defer d.n.restarts.Unlock()
+	d.restarts.Lock()
+	defer d.restarts.Unlock()
 	// Re-check under the restart lock: an upstream restart may have
 	// replaced this child meanwhile.
 	d.mu.Lock()
@@ -110,7 +112,7 @@ func (d *daemon) watch(c *process.Child) {
 }
 
 // recover restarts a dead daemon with back-off until it is ready again,
-// then restarts its dependants. Called with n.restarts held.
+// then restarts its dependants. Called with d.restarts held.
 func (d *daemon) recover(dead *process.Child) {
 	reason := dead.ExitReason()
 	for {

@@ -5,8 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
+	"log/slog"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/ovn-kubernetes/libovsdb/model"
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
@@ -68,7 +71,7 @@ func (n *Node) keepConn(slot **ovsdbconn.Conn, dbModel func() (model.ClientDBMod
 		if cur != nil {
 			// A fresh short-lived connection proves the new server
 			// answers; the long-lived one reconnects on its own.
-			probe, err := ovsdbconn.Dial(ctx, m, endpoint, ovsdbconn.Options{Tables: tables[:1], Log: n.log, Exited: c.Exited(), Name: name})
+			probe, err := ovsdbconn.Dial(ctx, m, endpoint, ovsdbconn.Options{Probe: true, Log: n.log, Exited: c.Exited(), Name: name, TLS: n.tlsFor(endpoint)})
 			if err != nil {
 				return err
 			}
@@ -122,7 +125,19 @@ func (n *Node) closeConn(slot **ovsdbconn.Conn) {
 	*slot = nil
 	n.mu.Unlock()
 	if c != nil {
-		c.Close()
+		closeBounded(c, n.log)
+	}
+}
+
+// closeBounded closes c but does not let a client stuck in its reconnect
+// loop hold up the shutdown of the daemons.
+func closeBounded(c *ovsdbconn.Conn, log *slog.Logger) {
+	done := make(chan struct{})
+	go func() { c.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		log.Warn("OVSDB client did not close within 1s; leaving it", "endpoint", c.Endpoint())
 	}
 }
 
@@ -330,9 +345,10 @@ func (n *Node) controllerDaemon() *daemon {
 		if err := ClearStale(staleFiles{Prog: "ovn-controller", Pidfile: l.ControllerPid}); err != nil {
 			return err
 		}
-		// ovn-controller writes ovn-nb-cfg-ts on br-int once its flows are
-		// installed; removing it first makes its reappearance the signal.
-		return n.clearBrIntKey(ctx, "ovn-nb-cfg-ts")
+		// ovn-controller writes ovn-nb-cfg(-ts) on br-int once its flows
+		// are installed, but only when the value differs from what is
+		// there: removing both makes their reappearance the signal.
+		return n.clearBrIntKeys(ctx, "ovn-nb-cfg", "ovn-nb-cfg-ts")
 	}
 	d.spec = func() (process.Spec, error) {
 		args := []string{"unix:" + l.DBSock, "--pidfile=" + l.ControllerPid}
@@ -398,21 +414,19 @@ func (n *Node) sbConn(ctx context.Context, c *process.Child) (*ovsdbconn.Conn, e
 	return n.sb, nil
 }
 
-// clearBrIntKey removes one external_ids key from br-int, if present.
-func (n *Node) clearBrIntKey(ctx context.Context, key string) error {
+// clearBrIntKeys removes external_ids keys from br-int, if present.
+func (n *Node) clearBrIntKeys(ctx context.Context, keys ...string) error {
 	ovs := n.OVS()
 	br := &vswitch.Bridge{Name: "br-int"}
 	if err := ovs.Get(ctx, br); err != nil {
 		return fmt.Errorf("br-int is missing from conf.db: %w", err)
 	}
-	if _, ok := br.ExternalIDs[key]; !ok {
-		return nil
+	ids := maps.Clone(br.ExternalIDs)
+	for _, k := range keys {
+		delete(ids, k)
 	}
-	ids := map[string]string{}
-	for k, v := range br.ExternalIDs {
-		if k != key {
-			ids[k] = v
-		}
+	if len(ids) == len(br.ExternalIDs) {
+		return nil
 	}
 	br.ExternalIDs = ids
 	ops, err := ovs.Where(br).Update(br, &br.ExternalIDs)

@@ -39,9 +39,6 @@ type Node struct {
 	// ctx lives from Start to Stop; restarts run under it.
 	ctx    context.Context
 	cancel context.CancelFunc
-	// restarts serialises recoveries, so a dependant restarted by its
-	// upstream is not also restarted as a crash of its own.
-	restarts sync.Mutex
 
 	bins     map[string]string
 	systemID string
@@ -169,6 +166,9 @@ func (n *Node) Start(ctx context.Context) error {
 	vswitchd := n.vswitchdDaemon()
 	controller := n.controllerDaemon()
 	vswitchd.dependants = []*daemon{controller}
+	// One recovery at a time within the chain, so ovn-controller restarted
+	// by ovs-vswitchd's recovery is not also recovered as a crash of its own.
+	controller.restarts = vswitchd.restarts
 	units = append(units, n.ovsdbDaemon(), &ovsConfigUnit{n: n}, vswitchd, controller)
 	units = append(units, n.extra...)
 	n.group = lifecycle.Group{Units: units, Log: n.log}
@@ -180,14 +180,20 @@ func (n *Node) Stop(ctx context.Context) error {
 	if n.cancel != nil {
 		n.cancel()
 	}
-	// Let a recovery in progress notice the cancellation and finish.
-	n.restarts.Lock()
-	defer n.restarts.Unlock()
+	// Let recoveries in progress notice the cancellation and finish.
+	locked := map[*sync.Mutex]bool{}
+	for _, d := range n.daemons {
+		if !locked[d.restarts] {
+			locked[d.restarts] = true
+			d.restarts.Lock()
+			defer d.restarts.Unlock()
+		}
+	}
 	err := n.group.Stop(ctx)
 	n.mu.Lock()
 	for _, c := range []*ovsdbconn.Conn{n.ovs, n.nb, n.sb} {
 		if c != nil {
-			c.Close()
+			closeBounded(c, n.log)
 		}
 	}
 	n.ovs, n.nb, n.sb = nil, nil, nil
@@ -196,7 +202,7 @@ func (n *Node) Stop(ctx context.Context) error {
 }
 
 func (n *Node) newDaemon(name string) *daemon {
-	d := &daemon{name: name, n: n, log: n.log, backoff: process.DefaultBackoff()}
+	d := &daemon{name: name, n: n, log: n.log, backoff: process.DefaultBackoff(), restarts: &sync.Mutex{}}
 	n.daemons[name] = d
 	return d
 }

@@ -189,7 +189,7 @@ func (c *Child) ExitReason() string {
 		r = c.err.Error()
 	}
 	if l := c.LastLine(); l != "" {
-		r += ": " + l
+		r += fmt.Sprintf(" (last output: %q)", l)
 	}
 	return r
 }
