@@ -161,7 +161,16 @@ func ruleMatches(args string, proto string, port int) (match, string) {
 			if has == isNeg {
 				return noMatch, ""
 			}
-		case "-i", "--in-interface", "-s", "--source", "-d", "--destination", "--src-type", "--dst-type", "--mark", "--match-set", "--uid-owner":
+		case "-i", "--in-interface":
+			// Tunnel packets from other nodes never arrive on loopback.
+			if v := next(); v == "lo" || v == "lo+" {
+				if !isNeg {
+					return noMatch, ""
+				}
+			} else {
+				m = maybeMatch
+			}
+		case "-s", "--source", "-d", "--destination", "--src-type", "--dst-type", "--mark", "--match-set", "--uid-owner":
 			next()
 			m = maybeMatch
 		default:

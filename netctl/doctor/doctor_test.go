@@ -1,0 +1,429 @@
+package doctor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ovnhost/ovnhost/internal/version"
+	"github.com/ovnhost/ovnhost/supervisor/config"
+	"github.com/ovnhost/ovnhost/supervisor/preflight"
+	"github.com/ovnhost/ovnhost/supervisor/preflight/cniconf"
+)
+
+// fakeInfo is a fs.FileInfo with a mode.
+type fakeInfo struct{ mode fs.FileMode }
+
+func (f fakeInfo) Name() string       { return "x" }
+func (f fakeInfo) Size() int64        { return 1 }
+func (f fakeInfo) Mode() fs.FileMode  { return f.mode }
+func (f fakeInfo) ModTime() time.Time { return time.Time{} }
+func (f fakeInfo) IsDir() bool        { return f.mode.IsDir() }
+func (f fakeInfo) Sys() any           { return nil }
+
+// fake is a whole node made of fixed facts: a healthy one by default.
+type fake struct {
+	stats      map[string]fs.FileMode
+	stamp      string
+	stampErr   error
+	daemon     string
+	cniFiles   map[string]string
+	firewalld  bool
+	saves      map[string]string
+	synced     bool
+	now        time.Time
+	certs      map[string][2]time.Time
+	hostname   string
+	dbs        map[string][]string // remote -> databases
+	rows       map[string][]map[string]json.RawMessage
+	ctlSock    string
+	ctlStatus  string
+	files      map[string]string
+	genlOVS    bool
+	unixctlErr error
+}
+
+func (f *fake) GenlFamily(string) (bool, error) { return f.genlOVS, nil }
+func (f *fake) LoadModule(string) error         { return errors.New("doctor must not load modules") }
+func (f *fake) LinkKind(string) (bool, error)   { return true, nil }
+func (f *fake) ProcessCaps() (preflight.ProcCaps, error) {
+	all := uint64(1<<41 - 1)
+	return preflight.ProcCaps{Effective: all, Permitted: all, Bounding: all}, nil
+}
+func (f *fake) LookPath(n string, _ []string) (string, error) { return "/usr/sbin/" + n, nil }
+func (f *fake) FileCaps(string) (*preflight.FileCaps, error)  { return nil, nil }
+func (f *fake) Path(string) preflight.PathInfo                { return preflight.PathInfo{Exists: true, IsDir: true} }
+func (f *fake) DefaultRouteIfaces() ([]string, error)         { return []string{"eth0"}, nil }
+func (f *fake) ScanCNIConf(d, o string) (*cniconf.Report, error) {
+	return analyzeMap(d, o, f.cniFiles), nil
+}
+func (f *fake) Firewalld() (bool, string, error)        { return f.firewalld, "pid 1", nil }
+func (f *fake) ClockSync() (bool, time.Duration, error) { return f.synced, time.Millisecond, nil }
+func (f *fake) Now() time.Time                          { return f.now }
+func (f *fake) Hostname() (string, error)               { return f.hostname, nil }
+func (f *fake) DaemonStamp() (string, error)            { return f.daemon, nil }
+func (f *fake) Links() ([]preflight.Link, error) {
+	return []preflight.Link{{Name: "eth0", Index: 2, MTU: 1500, Up: true, Addrs: []netip.Prefix{netip.MustParsePrefix("10.0.0.1/24")}}}, nil
+}
+func (f *fake) ReadFile(p string) ([]byte, error) {
+	if s, ok := f.files[p]; ok {
+		return []byte(s), nil
+	}
+	return nil, fs.ErrNotExist
+}
+func (f *fake) Stat(p string) (fs.FileInfo, error) {
+	if m, ok := f.stats[p]; ok {
+		return fakeInfo{m}, nil
+	}
+	return nil, fs.ErrNotExist
+}
+func (f *fake) PluginStamp(context.Context, string) (string, error) { return f.stamp, f.stampErr }
+func (f *fake) IptablesSave(b string, _ bool) (string, error) {
+	s, ok := f.saves[b]
+	if !ok {
+		return "", errors.New("not installed")
+	}
+	return s, nil
+}
+func (f *fake) CertValidity(p string) (time.Time, time.Time, error) {
+	v, ok := f.certs[p]
+	if !ok {
+		return time.Time{}, time.Time{}, fs.ErrNotExist
+	}
+	return v[0], v[1], nil
+}
+func (f *fake) ListDBs(_ context.Context, r string) ([]string, error) {
+	d, ok := f.dbs[r]
+	if !ok {
+		return nil, errors.New("connection refused")
+	}
+	return d, nil
+}
+func (f *fake) Select(_ context.Context, r, db, table string, _ ...string) ([]map[string]json.RawMessage, error) {
+	if _, ok := f.dbs[r]; !ok {
+		return nil, errors.New("connection refused")
+	}
+	return f.rows[db+"/"+table], nil
+}
+func (f *fake) Unixctl(context.Context, string, string) (string, error) {
+	return f.ctlStatus, f.unixctlErr
+}
+func (f *fake) ControllerSocket([]string) (string, error) {
+	if f.ctlSock == "" {
+		return "", fs.ErrNotExist
+	}
+	return f.ctlSock, nil
+}
+
+func analyzeMap(dir, ours string, files map[string]string) *cniconf.Report {
+	var names []string
+	for n := range files {
+		names = append(names, n)
+	}
+	return cniconf.Analyze(dir, names, func(n string) ([]byte, error) { return []byte(files[n]), nil }, ours)
+}
+
+func raw(s string) json.RawMessage { return json.RawMessage(s) }
+
+func healthy() *fake {
+	return &fake{
+		genlOVS:   true,
+		stats:     map[string]fs.FileMode{"/opt/cni/bin/ovnhost-cni": 0o755, "/run/openvswitch/db.sock": fs.ModeSocket, "/run/ovn/ovnnb_db.sock": fs.ModeSocket, "/run/ovn/ovnsb_db.sock": fs.ModeSocket},
+		stamp:     version.Version,
+		cniFiles:  map[string]string{"00-ovnhost.conflist": `{"name":"ovnhost","plugins":[{"type":"ovnhost-cni"}]}`},
+		saves:     map[string]string{"legacy": "", "nft": "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p udp --dport 6081 -j ACCEPT\nCOMMIT\n"},
+		synced:    true,
+		now:       time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		hostname:  "node1",
+		ctlSock:   "/run/ovn/ovn-controller.42.ctl",
+		ctlStatus: "connected\n",
+		dbs: map[string][]string{
+			"unix:/run/openvswitch/db.sock": {"Open_vSwitch", "_Server"},
+			"unix:/run/ovn/ovnnb_db.sock":   {"OVN_Northbound", "_Server"},
+			"unix:/run/ovn/ovnsb_db.sock":   {"OVN_Southbound", "_Server"},
+		},
+		rows: map[string][]map[string]json.RawMessage{
+			"Open_vSwitch/Open_vSwitch": {{"external_ids": raw(`["map",[["system-id","aaaa-1"],["hostname","node1"],["ovn-encap-ip","10.0.0.1"]]]`)}},
+			"OVN_Southbound/Chassis": {
+				{"name": raw(`"aaaa-1"`), "hostname": raw(`"node1"`), "encaps": raw(`["uuid","e1"]`)},
+				{"name": raw(`"bbbb-2"`), "hostname": raw(`"node2"`), "encaps": raw(`["set",[["uuid","e2"],["uuid","e3"]]]`)},
+			},
+			"OVN_Southbound/Encap": {
+				{"_uuid": raw(`["uuid","e1"]`), "ip": raw(`"10.0.0.1"`)},
+				{"_uuid": raw(`["uuid","e2"]`), "ip": raw(`"10.0.0.2"`)},
+				{"_uuid": raw(`["uuid","e3"]`), "ip": raw(`"10.0.0.2"`)},
+			},
+		},
+	}
+}
+
+func cfgOf(t *testing.T, env ...string) *config.Config {
+	t.Helper()
+	cfg, err := config.Load(nil, append([]string{"NODE_NAME=node1"}, env...), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func check(t *testing.T, r *Report, name string) preflight.Check {
+	t.Helper()
+	for _, c := range r.Checks {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no check %s", name)
+	return preflight.Check{}
+}
+
+func TestHealthyNode(t *testing.T) {
+	r := Run(context.Background(), cfgOf(t), Options{Facts: healthy()})
+	var buf bytes.Buffer
+	if err := r.WriteTable(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != preflight.Pass || r.ExitCode() != 0 {
+		t.Fatalf("not healthy:\n%s", buf.String())
+	}
+	if c := check(t, r, "chassis"); !strings.Contains(c.Found, "registered once") {
+		t.Fatal(c)
+	}
+}
+
+func TestNotRunningIsWarning(t *testing.T) {
+	f := healthy()
+	f.stats = map[string]fs.FileMode{"/opt/cni/bin/ovnhost-cni": 0o755}
+	f.dbs = nil
+	f.ctlSock = ""
+	r := Run(context.Background(), cfgOf(t), Options{Facts: f})
+	if r.Status != preflight.Warn || r.ExitCode() != 1 {
+		t.Fatalf("%+v", r.Checks)
+	}
+	for _, n := range []string{"ovsdb:Open_vSwitch", "ovn-controller", "ovsdb:OVN_Southbound", "chassis"} {
+		if c := check(t, r, n); c.Status != preflight.Warn || c.Fix == "" {
+			t.Errorf("%+v", c)
+		}
+	}
+}
+
+func TestStaleSocketFails(t *testing.T) {
+	f := healthy()
+	delete(f.dbs, "unix:/run/openvswitch/db.sock")
+	r := Run(context.Background(), cfgOf(t), Options{Facts: f})
+	if c := check(t, r, "ovsdb:Open_vSwitch"); c.Status != preflight.Fail || !strings.Contains(c.Found, "does not answer") {
+		t.Fatal(c)
+	}
+	if r.ExitCode() != 2 {
+		t.Fatal(r.ExitCode())
+	}
+}
+
+func TestControllerDisconnected(t *testing.T) {
+	f := healthy()
+	f.ctlStatus = "not connected\n"
+	r := Run(context.Background(), cfgOf(t), Options{Facts: f})
+	if c := check(t, r, "ovn-controller"); c.Status != preflight.Fail || !strings.Contains(c.Found, "not connected") {
+		t.Fatal(c)
+	}
+}
+
+func TestRemoteReachability(t *testing.T) {
+	f := healthy()
+	f.dbs["tcp:10.1.0.1:6642"] = []string{"OVN_Southbound"}
+	f.dbs["tcp:10.1.0.1:6641"] = []string{"OVN_Northbound"}
+	f.rows["OVN_Southbound/Chassis"] = nil
+	cfg := cfgOf(t, "OVN_DB_IPS=10.1.0.1,10.1.0.2")
+	r := Run(context.Background(), cfg, Options{Facts: f})
+	if c := check(t, r, "sb-reachable"); c.Status != preflight.Warn || !strings.Contains(c.Found, "tcp:10.1.0.2:6642: connection refused") {
+		t.Fatal(c)
+	}
+	if c := check(t, r, "chassis"); c.Status != preflight.Pass || !strings.Contains(c.Found, "not registered yet") {
+		t.Fatal(c)
+	}
+	delete(f.dbs, "tcp:10.1.0.1:6642")
+	r = Run(context.Background(), cfg, Options{Facts: f})
+	if c := check(t, r, "sb-reachable"); c.Status != preflight.Fail || !strings.Contains(c.Fix, "6642") {
+		t.Fatal(c)
+	}
+}
+
+func TestChassis(t *testing.T) {
+	self := Identity{SystemID: "aaaa", Hostname: "node1", EncapIP: "10.0.0.1", Source: "/var/lib/openvswitch/system-id.conf"}
+	cases := []struct {
+		name   string
+		self   Identity
+		rows   []Chassis
+		status preflight.Status
+		found  string
+	}{
+		{"alone", self, []Chassis{{"aaaa", "node1", []string{"10.0.0.1"}}}, preflight.Pass, "registered once"},
+		{"cloned system-id", self, []Chassis{{"aaaa", "node2", []string{"10.0.0.2"}}}, preflight.Fail, "belongs to host node2"},
+		{"same encap ip", self, []Chassis{{"aaaa", "node1", []string{"10.0.0.1"}}, {"cccc", "node3", []string{"10.0.0.1"}}}, preflight.Fail, "chassis cccc (host node3) uses this node's encap IP 10.0.0.1"},
+		{"clone with same hostname", self, []Chassis{{"aaaa", "node1", []string{"10.0.0.9"}}}, preflight.Warn, "registered with encap 10.0.0.9"},
+		{"stale own registration", self, []Chassis{{"old", "node1", []string{"10.0.0.7"}}}, preflight.Warn, "stale registration"},
+		{"no system-id", Identity{Hostname: "node1"}, nil, preflight.Warn, "no system-id"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := CheckChassis(tc.self, tc.rows, "unix:/run/ovn/ovnsb_db.sock")
+			if c.Status != tc.status || !strings.Contains(c.Found, tc.found) {
+				t.Fatalf("%+v", c)
+			}
+			if c.Status == preflight.Fail && !strings.Contains(c.Fix, "chassis-del") {
+				t.Fatalf("fix: %s", c.Fix)
+			}
+		})
+	}
+}
+
+func TestDuplicateFromRows(t *testing.T) {
+	f := healthy()
+	f.rows["OVN_Southbound/Chassis"][0]["hostname"] = raw(`"node7"`)
+	r := Run(context.Background(), cfgOf(t), Options{Facts: f})
+	c := check(t, r, "chassis")
+	if c.Status != preflight.Fail || !strings.Contains(c.Found, "chassis aaaa-1") || !strings.Contains(c.Found, "node7") || !strings.Contains(c.Found, "Open_vSwitch external_ids:system-id") {
+		t.Fatal(c)
+	}
+}
+
+func TestCNIPlugin(t *testing.T) {
+	cfg := cfgOf(t)
+	cases := []struct {
+		name   string
+		mod    func(f *fake)
+		status preflight.Status
+		found  string
+	}{
+		{"ok", func(*fake) {}, preflight.Pass, "like this netctl"},
+		{"missing", func(f *fake) { delete(f.stats, "/opt/cni/bin/ovnhost-cni") }, preflight.Fail, "missing"},
+		{"not executable", func(f *fake) { f.stats["/opt/cni/bin/ovnhost-cni"] = 0o644 }, preflight.Fail, "mode 0644"},
+		{"directory", func(f *fake) { f.stats["/opt/cni/bin/ovnhost-cni"] = fs.ModeDir | 0o755 }, preflight.Fail, "not a regular file"},
+		{"other build", func(f *fake) { f.stamp = "v0.0.1-old" }, preflight.Warn, `build "v0.0.1-old", this netctl is build`},
+		{"daemon build", func(f *fake) { f.daemon = "v2" }, preflight.Warn, `the running ovnhost is build "v2"`},
+		{"unknown build", func(f *fake) { f.stampErr = errors.New("exit status 1") }, preflight.Warn, "build is unknown"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := healthy()
+			tc.mod(f)
+			c := CheckCNIPlugin(context.Background(), cfg, f)[0]
+			if c.Status != tc.status || !strings.Contains(c.Found, tc.found) {
+				t.Fatalf("%+v", c)
+			}
+		})
+	}
+}
+
+func TestCNIConfigStaleFlannel(t *testing.T) {
+	f := healthy()
+	f.cniFiles["10-flannel.conflist"] = `{"name":"cbr0","plugins":[{"type":"flannel"}]}`
+	r := Run(context.Background(), cfgOf(t), Options{Facts: f})
+	if c := check(t, r, "cni-config"); c.Status != preflight.Warn || !strings.Contains(c.Found, "10-flannel.conflist (flannel") {
+		t.Fatal(c)
+	}
+}
+
+func TestClock(t *testing.T) {
+	f := healthy()
+	f.synced = false
+	if c := CheckClock(cfgOf(t), f); c.Status != preflight.Pass || !strings.Contains(c.Found, "SSL is off") {
+		t.Fatal(c)
+	}
+	cfg := cfgOf(t, "ENABLE_SSL=true")
+	now := f.now
+	f.certs = map[string][2]time.Time{
+		cfg.SSLCert:   {now.Add(2 * time.Hour), now.Add(48 * time.Hour)},
+		cfg.SSLCACert: {now.Add(-time.Hour), now.Add(time.Hour)},
+	}
+	c := CheckClock(cfg, f)
+	if c.Status != preflight.Fail || !strings.Contains(c.Found, "not valid until") || !strings.Contains(c.Found, "2h0m0s from now") || !strings.Contains(c.Fix, "NTP") {
+		t.Fatal(c)
+	}
+	f.certs[cfg.SSLCert] = [2]time.Time{now.Add(-48 * time.Hour), now.Add(-time.Hour)}
+	if c := CheckClock(cfg, f); c.Status != preflight.Fail || !strings.Contains(c.Found, "expired") {
+		t.Fatal(c)
+	}
+	f.certs[cfg.SSLCert] = [2]time.Time{now.Add(-48 * time.Hour), now.Add(time.Hour)}
+	f.synced = true
+	if c := CheckClock(cfg, f); c.Status != preflight.Pass {
+		t.Fatal(c)
+	}
+	delete(f.certs, cfg.SSLCACert)
+	if c := CheckClock(cfg, f); c.Status != preflight.Fail || !strings.Contains(c.Found, "cannot read") {
+		t.Fatal(c)
+	}
+}
+
+func TestFirewalldAndPort(t *testing.T) {
+	f := healthy()
+	f.firewalld = true
+	f.saves["nft"] = centosDefault
+	f.saves["legacy"] = "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -j ACCEPT\nCOMMIT\n"
+	r := Run(context.Background(), cfgOf(t), Options{Facts: f})
+	if c := check(t, r, "firewalld"); c.Status != preflight.Warn {
+		t.Fatal(c)
+	}
+	if c := check(t, r, "tunnel-port:nft"); c.Status != preflight.Fail {
+		t.Fatal(c)
+	}
+	if c := check(t, r, "iptables-backends"); c.Status != preflight.Warn {
+		t.Fatal(c)
+	}
+	r = Run(context.Background(), cfgOf(t, "TUNNEL_TYPE=vxlan"), Options{Facts: f})
+	if c := check(t, r, "tunnel-port:nft"); !strings.Contains(c.Found, "udp/4789") {
+		t.Fatal(c)
+	}
+}
+
+func TestDoctorNeverLoadsModules(t *testing.T) {
+	f := healthy()
+	f.genlOVS = false
+	r := Run(context.Background(), cfgOf(t), Options{Facts: f})
+	if c := check(t, r, "datapath"); c.Status != preflight.Warn || !strings.Contains(c.Found, "diagnostics only look") {
+		t.Fatal(c)
+	}
+}
+
+func TestMainOutputAndExit(t *testing.T) {
+	// Main uses the real host; only argument handling is checked here.
+	var out, errb bytes.Buffer
+	if code := Main(context.Background(), []string{"--output", "yaml"}, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), "use table or json") {
+		t.Fatal(code, errb.String())
+	}
+	errb.Reset()
+	if code := Main(context.Background(), []string{"--iface=("}, []string{"NODE_NAME=n"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "iface") {
+		t.Fatal(code, errb.String())
+	}
+	out.Reset()
+	if code := Main(context.Background(), []string{"--help"}, nil, &out, &errb); code != 0 || !strings.Contains(out.String(), "Exit status") {
+		t.Fatal(code)
+	}
+}
+
+func TestJSON(t *testing.T) {
+	f := healthy()
+	f.stamp = "old"
+	r := Run(context.Background(), cfgOf(t), Options{Facts: f})
+	var buf bytes.Buffer
+	if err := r.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var back struct {
+		Status string
+		Checks []struct{ Name, Status, Found, Fix string }
+	}
+	if err := json.Unmarshal(buf.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Status != "warn" || len(back.Checks) != len(r.Checks) {
+		t.Fatalf("%s", buf.String())
+	}
+}
