@@ -261,6 +261,6 @@ func (n *notify) poke() {
 	default:
 	}
 }
-func (n *notify) OnAdd(string, model.Model)              { n.poke() }
+func (n *notify) OnAdd(string, model.Model)                 { n.poke() }
 func (n *notify) OnUpdate(string, model.Model, model.Model) { n.poke() }
-func (n *notify) OnDelete(string, model.Model)           { n.poke() }
+func (n *notify) OnDelete(string, model.Model)              { n.poke() }
