@@ -1,0 +1,221 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/ovnhost/ovnhost/netctl/podnet"
+)
+
+// Kube-OVN's pod annotations (BRIEF.md section 3).
+const (
+	annPrefix       = "ovn.kubernetes.io/"
+	AnnAllocated    = annPrefix + "allocated"
+	AnnRouted       = annPrefix + "routed"
+	AnnIPAddress    = annPrefix + "ip_address"
+	AnnMACAddress   = annPrefix + "mac_address"
+	AnnCIDR         = annPrefix + "cidr"
+	AnnGateway      = annPrefix + "gateway"
+	AnnLogicalSwith = annPrefix + "logical_switch"
+	AnnIngressRate  = annPrefix + "ingress_rate"
+	AnnEgressRate   = annPrefix + "egress_rate"
+	AnnMirror       = annPrefix + "mirror"
+	AnnRoutes       = annPrefix + "routes"
+)
+
+// PodNetwork is everything the server needs to wire one pod.
+type PodNetwork struct {
+	Switch      string
+	Addrs       []netip.Prefix // address with the subnet's prefix length
+	Gateways    []netip.Addr   // one per family present
+	MAC         net.HardwareAddr
+	Routes      []podnet.Route // from the routes annotation
+	IngressMbps int
+	EgressMbps  int
+	Mirror      bool
+}
+
+// AnnotationError is a bad or missing annotation: it fails that pod only.
+type AnnotationError struct {
+	Key, Value, Problem string
+}
+
+func (e *AnnotationError) Error() string {
+	if e.Value == "" {
+		return fmt.Sprintf("annotation %s: %s", e.Key, e.Problem)
+	}
+	return fmt.Sprintf("annotation %s=%q: %s", e.Key, e.Value, e.Problem)
+}
+
+// requiredAnnotations are what the controller writes before a pod can be wired.
+var requiredAnnotations = []string{AnnAllocated, AnnRouted, AnnIPAddress, AnnMACAddress, AnnCIDR, AnnGateway}
+
+// missingAnnotations lists what the controller has not written yet.
+func missingAnnotations(ann map[string]string) []string {
+	var miss []string
+	for _, k := range requiredAnnotations {
+		v, ok := ann[k]
+		switch {
+		case !ok || v == "":
+			miss = append(miss, k)
+		case (k == AnnAllocated || k == AnnRouted) && v != "true":
+			miss = append(miss, k+"=true")
+		}
+	}
+	return miss
+}
+
+// ParseAnnotations reads a pod's network from its annotations (after the
+// controller has written them).
+func ParseAnnotations(ann map[string]string) (*PodNetwork, error) {
+	n := &PodNetwork{Switch: ann[AnnLogicalSwith]}
+	ips := strings.Split(ann[AnnIPAddress], ",")
+	cidrs := strings.Split(ann[AnnCIDR], ",")
+	var prefixes []netip.Prefix
+	for _, c := range cidrs {
+		p, err := netip.ParsePrefix(strings.TrimSpace(c))
+		if err != nil {
+			return nil, &AnnotationError{AnnCIDR, ann[AnnCIDR], "not a CIDR (want 10.16.0.0/16 or v4,v6)"}
+		}
+		prefixes = append(prefixes, p)
+	}
+	for _, s := range ips {
+		s = strings.TrimSpace(s)
+		if p, err := netip.ParsePrefix(s); err == nil {
+			s = p.Addr().String()
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, &AnnotationError{AnnIPAddress, ann[AnnIPAddress], "not an IP address (want 10.16.0.5 or v4,v6)"}
+		}
+		a = a.Unmap()
+		found := false
+		for _, p := range prefixes {
+			if p.Contains(a) {
+				n.Addrs = append(n.Addrs, netip.PrefixFrom(a, p.Bits()))
+				found = true
+				break
+			}
+		}
+		if !found {
+			return nil, &AnnotationError{AnnIPAddress, ann[AnnIPAddress], fmt.Sprintf("address %s is outside the pod's CIDR %s", a, ann[AnnCIDR])}
+		}
+	}
+	for _, s := range strings.Split(ann[AnnGateway], ",") {
+		g, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil {
+			return nil, &AnnotationError{AnnGateway, ann[AnnGateway], "not an IP address"}
+		}
+		n.Gateways = append(n.Gateways, g.Unmap())
+	}
+	mac, err := net.ParseMAC(strings.TrimSpace(ann[AnnMACAddress]))
+	if err != nil || len(mac) != 6 || mac[0]&1 == 1 {
+		return nil, &AnnotationError{AnnMACAddress, ann[AnnMACAddress], "not a unicast Ethernet MAC (want 0a:58:0a:10:00:05)"}
+	}
+	n.MAC = mac
+	if err := parseOptional(ann, n); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// parseOptional reads the user-set annotations: rates, mirror and routes.
+func parseOptional(ann map[string]string, n *PodNetwork) error {
+	var err error
+	if n.IngressMbps, err = parseRate(ann, AnnIngressRate); err != nil {
+		return err
+	}
+	if n.EgressMbps, err = parseRate(ann, AnnEgressRate); err != nil {
+		return err
+	}
+	if v, ok := ann[AnnMirror]; ok && v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return &AnnotationError{AnnMirror, v, "not a boolean (want true or false)"}
+		}
+		n.Mirror = b
+	}
+	if v := strings.TrimSpace(ann[AnnRoutes]); v != "" {
+		var rs []struct {
+			Dst string `json:"dst"`
+			GW  string `json:"gw"`
+		}
+		if err := json.Unmarshal([]byte(v), &rs); err != nil {
+			return &AnnotationError{AnnRoutes, v, `not a JSON list of routes (want [{"dst":"192.168.0.0/24","gw":"10.16.0.254"}])`}
+		}
+		for _, r := range rs {
+			var rt podnet.Route
+			gw, err := netip.ParseAddr(strings.TrimSpace(r.GW))
+			if r.GW != "" && err != nil {
+				return &AnnotationError{AnnRoutes, v, fmt.Sprintf("gw %q is not an IP address", r.GW)}
+			}
+			rt.GW = gw
+			switch d := strings.TrimSpace(r.Dst); d {
+			case "", "default":
+				if !rt.GW.IsValid() {
+					return &AnnotationError{AnnRoutes, v, "a default route needs a gw"}
+				}
+				if rt.GW.Is4() {
+					rt.Dst = netip.MustParsePrefix("0.0.0.0/0")
+				} else {
+					rt.Dst = netip.MustParsePrefix("::/0")
+				}
+			default:
+				p, err := netip.ParsePrefix(d)
+				if err != nil {
+					a, aerr := netip.ParseAddr(d)
+					if aerr != nil {
+						return &AnnotationError{AnnRoutes, v, fmt.Sprintf("dst %q is not a CIDR", r.Dst)}
+					}
+					p = netip.PrefixFrom(a, a.BitLen())
+				}
+				rt.Dst = p.Masked()
+			}
+			if rt.GW.IsValid() && rt.GW.Is4() != rt.Dst.Addr().Is4() {
+				return &AnnotationError{AnnRoutes, v, fmt.Sprintf("dst %s and gw %s are of different families", rt.Dst, rt.GW)}
+			}
+			n.Routes = append(n.Routes, rt)
+		}
+	}
+	return nil
+}
+
+func parseRate(ann map[string]string, key string) (int, error) {
+	v := strings.TrimSpace(ann[key])
+	if v == "" {
+		return 0, nil
+	}
+	r, err := strconv.Atoi(v)
+	if err != nil || r < 0 || r > 100000 {
+		return 0, &AnnotationError{key, v, "not a whole number of Mbit/s between 0 and 100000"}
+	}
+	return r, nil
+}
+
+// podRoutes is the pod's full route list: a default route per gateway
+// family unless the routes annotation gives one, then the annotated routes.
+func (n *PodNetwork) podRoutes() []podnet.Route {
+	var out []podnet.Route
+	has := func(v4 bool) bool {
+		for _, r := range n.Routes {
+			if r.Dst.Bits() == 0 && r.Dst.Addr().Is4() == v4 {
+				return true
+			}
+		}
+		return false
+	}
+	for _, g := range n.Gateways {
+		if !has(g.Is4()) {
+			dst := netip.MustParsePrefix("0.0.0.0/0")
+			if g.Is6() {
+				dst = netip.MustParsePrefix("::/0")
+			}
+			out = append(out, podnet.Route{Dst: dst, GW: g})
+		}
+	}
+	return append(out, n.Routes...)
+}

@@ -1,0 +1,191 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/ovnhost/ovnhost/cni/protocol"
+	"github.com/ovnhost/ovnhost/supervisor/config"
+	"github.com/ovnhost/ovnhost/supervisor/preflight/cniconf"
+)
+
+// ConflistName is the CNI configuration file ovnhost installs; "00-" sorts
+// it before the usual 10-*.conflist files of other plugins.
+const ConflistName = cniconf.Conflist
+
+// installer keeps the plugin binary and the conflist in place: written
+// atomically (temporary file, then rename) at start, and restored when
+// something removes or changes them while the daemon runs.
+type installer struct {
+	binDir, confDir, socket string
+	src                     string
+	log                     *slog.Logger
+}
+
+func newInstaller(cfg *config.Config, src string, log *slog.Logger) *installer {
+	if src == "" {
+		src = defaultPluginSource()
+	}
+	binDir, confDir := cfg.CNIBinDir, cfg.CNIConfDir
+	if binDir == "" {
+		binDir = "/opt/cni/bin"
+	}
+	if confDir == "" {
+		confDir = "/etc/cni/net.d"
+	}
+	return &installer{binDir: binDir, confDir: confDir, socket: cfg.CNISocket, src: src, log: log}
+}
+
+// defaultPluginSource looks for ovnhost-cni next to the running executable,
+// then in /usr/libexec/ovnhost.
+func defaultPluginSource() string {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), protocol.PluginType)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return filepath.Join("/usr/libexec/ovnhost", protocol.PluginType)
+}
+
+// Conflist returns the network configuration ovnhost installs.
+func Conflist(socket string) []byte {
+	conf := map[string]any{
+		"cniVersion": "1.1.0",
+		"name":       "ovnhost",
+		"plugins": []map[string]any{{
+			"type":   protocol.PluginType,
+			"socket": socket,
+		}},
+	}
+	b, _ := json.MarshalIndent(conf, "", "  ")
+	return append(b, '\n')
+}
+
+func (in *installer) installAll() error {
+	bin, err := os.ReadFile(in.src)
+	if err != nil {
+		return fmt.Errorf("CNI plugin binary to install: %w (build it with `make build`, or place ovnhost-cni next to ovnhost)", err)
+	}
+	binPath := filepath.Join(in.binDir, protocol.PluginType)
+	changed, err := writeAtomic(binPath, bin, 0o755)
+	if err != nil {
+		return fmt.Errorf("install the CNI plugin into %s (setting cni-bin-dir): %w", in.binDir, err)
+	}
+	if changed {
+		in.log.Info("installed CNI plugin", "path", binPath)
+	}
+	confPath := filepath.Join(in.confDir, ConflistName)
+	changed, err = writeAtomic(confPath, Conflist(in.socket), 0o644)
+	if err != nil {
+		return fmt.Errorf("install the CNI configuration into %s (setting cni-conf-dir): %w", in.confDir, err)
+	}
+	if changed {
+		in.log.Info("installed CNI configuration", "path", confPath)
+	}
+	in.report()
+	return nil
+}
+
+// report logs what the container runtime will see in the conf dir.
+func (in *installer) report() {
+	r, err := cniconf.Scan(in.confDir, ConflistName)
+	if err != nil {
+		in.log.Warn("cannot analyze the CNI configuration directory", "dir", in.confDir, "err", err)
+		return
+	}
+	if r.Status != cniconf.Pass {
+		in.log.Warn("conflicting CNI configuration", "dir", in.confDir, "status", r.Status, "found", r.Found, "fix", r.Fix)
+	}
+}
+
+// writeAtomic writes data to path through a temporary file in the same
+// directory and a rename, unless the file already has that content and
+// mode. It reports whether it wrote.
+func writeAtomic(path string, data []byte, mode os.FileMode) (bool, error) {
+	if cur, err := os.ReadFile(path); err == nil && bytes.Equal(cur, data) {
+		if st, err := os.Stat(path); err == nil && st.Mode().Perm() == mode {
+			return false, nil
+		}
+		return true, os.Chmod(path, mode)
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return false, err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return false, err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return false, err
+	}
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		return false, err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return false, err
+	}
+	if err := f.Close(); err != nil {
+		return false, err
+	}
+	return true, os.Rename(tmp, path)
+}
+
+// watch restores the binary and conflist when they are removed or changed,
+// and reports configurations that appear and outrank ours.
+func (in *installer) watch(ctx context.Context) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		in.log.Warn("cannot watch the CNI directories", "err", err)
+		return
+	}
+	defer w.Close()
+	for _, d := range []string{in.confDir, in.binDir} {
+		if err := w.Add(d); err != nil {
+			in.log.Warn("cannot watch a CNI directory", "dir", d, "err", err)
+		}
+	}
+	ours := map[string]bool{
+		filepath.Join(in.confDir, ConflistName):       true,
+		filepath.Join(in.binDir, protocol.PluginType): true,
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case err, ok := <-w.Errors:
+			if !ok {
+				return
+			}
+			in.log.Warn("CNI directory watch", "err", err)
+		case ev, ok := <-w.Events:
+			if !ok {
+				return
+			}
+			base := filepath.Base(ev.Name)
+			switch {
+			case ours[ev.Name] && ev.Op&(fsnotify.Remove|fsnotify.Rename|fsnotify.Write|fsnotify.Chmod) != 0:
+				if err := in.installAll(); err != nil {
+					in.log.Error("cannot restore the CNI installation", "err", err)
+				} else {
+					in.log.Warn("CNI installation was changed by someone else; restored", "path", ev.Name, "op", ev.Op.String())
+				}
+			case filepath.Dir(ev.Name) == in.confDir && cniconf.IsConfFile(base) && base != ConflistName && ev.Op&(fsnotify.Create|fsnotify.Write|fsnotify.Rename) != 0:
+				in.report()
+			}
+		}
+	}
+}

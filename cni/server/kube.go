@@ -1,0 +1,336 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// kubeSource reads pod networks from the controller's annotations through a
+// node-local pod informer (field selector spec.nodeName) and signals waiting
+// ADDs on every change of the pod: no polling.
+type kubeSource struct {
+	cs   kubernetes.Interface
+	node string
+	log  *slog.Logger
+
+	factory informers.SharedInformerFactory
+	pods    cache.SharedIndexInformer
+	nodes   cache.SharedIndexInformer
+	stop    chan struct{}
+
+	mu      sync.Mutex
+	waiters map[string]map[chan struct{}]struct{} // pod key or "node" -> waiters
+	onQoS   func(key string, n *PodNetwork)       // annotation change on a running pod
+	podCIDR map[string]struct{}
+}
+
+// restConfig returns the Kubernetes client configuration: the kubeconfig
+// when given, else the in-cluster configuration, else nil (standalone).
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+		}
+		return c, nil
+	}
+	c, err := rest.InClusterConfig()
+	if errors.Is(err, rest.ErrNotInCluster) {
+		return nil, nil
+	}
+	return c, err
+}
+
+func newKubeSource(cfg *rest.Config, node string, log *slog.Logger) (*kubeSource, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = 50, 100
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return newKubeSourceFor(cs, node, log), nil
+}
+
+func newKubeSourceFor(cs kubernetes.Interface, node string, log *slog.Logger) *kubeSource {
+	return &kubeSource{cs: cs, node: node, log: log, waiters: map[string]map[chan struct{}]struct{}{}, podCIDR: map[string]struct{}{}}
+}
+
+func (k *kubeSource) Start(ctx context.Context) error {
+	k.stop = make(chan struct{})
+	k.factory = informers.NewSharedInformerFactoryWithOptions(k.cs, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", k.node).String()
+		}))
+	k.pods = k.factory.Core().V1().Pods().Informer()
+	_, err := k.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { k.podChanged(nil, obj) },
+		UpdateFunc: func(old, obj any) {
+			k.podChanged(old, obj)
+		},
+		DeleteFunc: func(obj any) { k.podChanged(nil, obj) },
+	})
+	if err != nil {
+		return err
+	}
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(k.cs, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", k.node).String()
+		}))
+	k.nodes = nodeFactory.Core().V1().Nodes().Informer()
+	if _, err := k.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { k.signal("node") },
+		UpdateFunc: func(any, any) { k.signal("node") },
+	}); err != nil {
+		return err
+	}
+	k.factory.Start(k.stop)
+	nodeFactory.Start(k.stop)
+	if !cache.WaitForCacheSync(ctx.Done(), k.pods.HasSynced, k.nodes.HasSynced) {
+		close(k.stop)
+		return fmt.Errorf("pod and node informers did not sync with the Kubernetes API: %w", context.Cause(ctx))
+	}
+	return nil
+}
+
+func (k *kubeSource) Stop() {
+	if k.stop != nil {
+		close(k.stop)
+		k.factory.Shutdown()
+		k.stop = nil
+	}
+}
+
+func podKey(obj any) (*corev1.Pod, string) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return nil, ""
+	}
+	return p, p.Namespace + "/" + p.Name
+}
+
+func (k *kubeSource) podChanged(old, obj any) {
+	p, key := podKey(obj)
+	if p == nil {
+		return
+	}
+	if c := p.Annotations[AnnCIDR]; c != "" {
+		k.mu.Lock()
+		k.podCIDR[c] = struct{}{}
+		k.mu.Unlock()
+	}
+	k.signal(key)
+	if old == nil || k.onQoS == nil {
+		return
+	}
+	op, _ := podKey(old)
+	if op == nil {
+		return
+	}
+	for _, a := range []string{AnnIngressRate, AnnEgressRate} {
+		if op.Annotations[a] != p.Annotations[a] {
+			var n PodNetwork
+			if err := parseOptional(p.Annotations, &n); err != nil {
+				k.log.Warn("pod rate annotation is invalid; QoS left unchanged", "pod", key, "err", err)
+				return
+			}
+			k.onQoS(key, &n)
+			return
+		}
+	}
+}
+
+func (k *kubeSource) signal(key string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for ch := range k.waiters[key] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (k *kubeSource) subscribe(key string) (chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	k.mu.Lock()
+	if k.waiters[key] == nil {
+		k.waiters[key] = map[chan struct{}]struct{}{}
+	}
+	k.waiters[key][ch] = struct{}{}
+	k.mu.Unlock()
+	return ch, func() {
+		k.mu.Lock()
+		delete(k.waiters[key], ch)
+		if len(k.waiters[key]) == 0 {
+			delete(k.waiters, key)
+		}
+		k.mu.Unlock()
+	}
+}
+
+func (k *kubeSource) getPod(key string) *corev1.Pod {
+	obj, ok, err := k.pods.GetStore().GetByKey(key)
+	if err != nil || !ok {
+		return nil
+	}
+	p, _ := obj.(*corev1.Pod)
+	return p
+}
+
+// PodNetwork waits until the controller has annotated the pod.
+func (k *kubeSource) PodNetwork(ctx context.Context, ref PodRef) (*PodNetwork, error) {
+	key := ref.Key()
+	ch, cancel := k.subscribe(key)
+	defer cancel()
+	for {
+		p := k.getPod(key)
+		var miss []string
+		if p != nil {
+			miss = missingAnnotations(p.Annotations)
+			if len(miss) == 0 {
+				return ParseAnnotations(p.Annotations)
+			}
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, k.waitError(p, ref, miss)
+		}
+	}
+}
+
+// annotationTimeout is returned when the controller did not annotate in time.
+type annotationTimeout struct{ msg string }
+
+func (e *annotationTimeout) Error() string { return e.msg }
+
+func (k *kubeSource) waitError(p *corev1.Pod, ref PodRef, miss []string) error {
+	if p == nil {
+		return &annotationTimeout{fmt.Sprintf("pod %s is not known on node %s: the node-local informer (spec.nodeName=%s) has not seen it; check that the pod is scheduled to this node", ref.Key(), k.node, k.node)}
+	}
+	msg := fmt.Sprintf("timed out waiting for the controller to annotate pod %s: missing %s", ref.Key(), strings.Join(miss, ", "))
+	if ev := k.lastEvent(p); ev != "" {
+		msg += "; the controller reported: " + ev
+	} else {
+		msg += "; no event from the controller about this pod (is ovnhost-controller running?)"
+	}
+	return &annotationTimeout{msg}
+}
+
+// lastEvent returns the newest event about the pod from anything but the
+// kubelet and scheduler, "reason: message".
+func (k *kubeSource) lastEvent(p *corev1.Pod) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	evs, err := k.cs.CoreV1().Events(p.Namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.Set{"involvedObject.name": p.Name, "involvedObject.namespace": p.Namespace}.AsSelector().String(),
+	})
+	if err != nil || len(evs.Items) == 0 {
+		return ""
+	}
+	items := evs.Items
+	sort.Slice(items, func(i, j int) bool { return eventTime(items[i]).After(eventTime(items[j])) })
+	for _, e := range items {
+		if e.Source.Component == "kubelet" || e.Source.Component == "default-scheduler" || e.ReportingController == "kubelet" {
+			continue
+		}
+		return e.Reason + ": " + e.Message
+	}
+	return ""
+}
+
+func eventTime(e corev1.Event) time.Time {
+	switch {
+	case !e.EventTime.IsZero():
+		return e.EventTime.Time
+	case !e.LastTimestamp.IsZero():
+		return e.LastTimestamp.Time
+	}
+	return e.CreationTimestamp.Time
+}
+
+func (k *kubeSource) Release(context.Context, PodRef) error { return nil }
+
+// NodeNetwork waits for the controller's node annotations.
+func (k *kubeSource) NodeNetwork(ctx context.Context) (*NodeNetwork, error) {
+	ch, cancel := k.subscribe("node")
+	defer cancel()
+	for {
+		if obj, ok, _ := k.nodes.GetStore().GetByKey(k.node); ok {
+			n := obj.(*corev1.Node)
+			if nn, err := parseNodeAnnotations(n.Annotations); err == nil {
+				nn.PodCIDRs = k.knownPodCIDRs()
+				return nn, nil
+			}
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("node %s has no complete ovn.kubernetes.io node annotations (ip_address, mac_address, cidr, gateway, port_name): %w", k.node, ctx.Err())
+		}
+	}
+}
+
+func (k *kubeSource) knownPodCIDRs() []netip.Prefix {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []netip.Prefix
+	seen := map[netip.Prefix]bool{}
+	add := func(s string) {
+		for _, c := range strings.Split(s, ",") {
+			if p, err := netip.ParsePrefix(strings.TrimSpace(c)); err == nil && !seen[p.Masked()] {
+				seen[p.Masked()] = true
+				out = append(out, p.Masked())
+			}
+		}
+	}
+	add(DefaultCIDR)
+	for c := range k.podCIDR {
+		add(c)
+	}
+	return out
+}
+
+func parseNodeAnnotations(ann map[string]string) (*NodeNetwork, error) {
+	ip, err := netip.ParseAddr(strings.Split(ann[AnnIPAddress], ",")[0])
+	if err != nil {
+		return nil, err
+	}
+	cidr, err := netip.ParsePrefix(strings.Split(ann[AnnCIDR], ",")[0])
+	if err != nil {
+		return nil, err
+	}
+	gw, err := netip.ParseAddr(strings.Split(ann[AnnGateway], ",")[0])
+	if err != nil {
+		return nil, err
+	}
+	mac, err := net.ParseMAC(ann[AnnMACAddress])
+	if err != nil {
+		return nil, err
+	}
+	name := ann[annPrefix+"port_name"]
+	if name == "" {
+		return nil, errors.New("no port_name")
+	}
+	return &NodeNetwork{PortName: name, Addr: netip.PrefixFrom(ip, cidr.Bits()), Gateway: gw, MAC: mac}, nil
+}

@@ -1,0 +1,66 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/ovnhost/ovnhost/netctl/podnet"
+)
+
+// nodePortLoop creates ovn0, the node's internal port on br-int bound to
+// the logical switch port node-<name> on the join switch, gives it the
+// controller's address and routes the pod CIDRs through the join gateway,
+// so that the host (kubelet probes) reaches pods. It runs in the background
+// because in Kubernetes mode it waits for the controller's node annotations.
+func (s *Server) nodePortLoop(ctx context.Context) {
+	if err := s.ensureNodePort(ctx); err != nil && ctx.Err() == nil {
+		s.log.Error("node port "+NodePortName+" not configured; the host cannot reach pods", "err", err)
+	}
+}
+
+func (s *Server) ensureNodePort(ctx context.Context) error {
+	nn, err := s.src.NodeNetwork(ctx)
+	if err != nil {
+		return err
+	}
+	ids, exists, err := s.ovs.Interface(ctx, NodePortName)
+	if err != nil {
+		return err
+	}
+	if exists && ids[extIfaceID] != nn.PortName {
+		if err := s.ovs.DeletePort(ctx, NodePortName); err != nil {
+			return err
+		}
+		exists = false
+	}
+	if !exists {
+		err := s.ovs.AddPort(ctx, portSpec{Name: NodePortName, Type: "internal", ExternalIDs: map[string]string{
+			extIfaceID: nn.PortName, extIP: nn.Addr.Addr().String(), extAttachedMAC: nn.MAC.String(), extVendor: vendor,
+		}})
+		if err != nil {
+			return fmt.Errorf("add %s to %s: %w", NodePortName, DefaultBridge, err)
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := podnet.WaitLink(wctx, NodePortName); err != nil {
+		return err
+	}
+	var routes []podnet.Route
+	for _, c := range nn.PodCIDRs {
+		if c.Addr().Is4() == nn.Gateway.Is4() {
+			routes = append(routes, podnet.Route{Dst: c, GW: nn.Gateway})
+		}
+	}
+	if err := podnet.ConfigureHostPort(podnet.HostPort{Name: NodePortName, MAC: nn.MAC, MTU: s.mtu,
+		Addrs: []netip.Prefix{nn.Addr}, Routes: routes}); err != nil {
+		return err
+	}
+	if err := s.ovs.WaitInstalled(ctx, NodePortName, s.installWait); err != nil {
+		return fmt.Errorf("%s (iface-id %s) not installed by ovn-controller: %w", NodePortName, nn.PortName, err)
+	}
+	s.log.Info("node port ready", "port", NodePortName, "lsp", nn.PortName, "address", nn.Addr, "routes", len(routes))
+	return nil
+}

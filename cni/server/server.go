@@ -1,0 +1,826 @@
+// Package server is the CNI server embedded in the ovnhost node daemon. The
+// ovnhost-cni plugin forwards every CNI request to it over a unix socket
+// (HTTP, package cni/protocol); the server wires the pod: veth pair and
+// addresses (package netctl/podnet), the OVS port on br-int with Kube-OVN's
+// external_ids, QoS and mirroring (libovsdb), and answers once ovn-controller
+// has set ovn-installed=true on the interface.
+//
+// Pod addresses come from the controller's annotations through a node-local
+// pod informer when a kubeconfig or in-cluster configuration exists, else
+// (standalone hosts) from the controller's IPAM and northbound libraries run
+// in-process.
+//
+// The server is a lifecycle.Unit: the daemon starts it after ovn-controller
+// is ready and stops it first.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+	"github.com/ovn-kubernetes/libovsdb/client"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ovnhost/ovnhost/cni/protocol"
+	"github.com/ovnhost/ovnhost/netctl/podnet"
+	"github.com/ovnhost/ovnhost/supervisor/config"
+)
+
+// Defaults.
+const (
+	DefaultBridge         = "br-int"
+	DefaultMTU            = 1400 // fits Geneve over a 1500 underlay (BRIEF.md section 4)
+	DefaultAnnotationWait = 60 * time.Second
+	DefaultInstallWait    = 30 * time.Second
+	NodePortName          = "ovn0"
+)
+
+// Option adjusts a Server.
+type Option func(*Server)
+
+// WithRegisterer registers the metrics on r instead of prometheus.DefaultRegisterer.
+func WithRegisterer(r prometheus.Registerer) Option { return func(s *Server) { s.reg = r } }
+
+// WithDatapathType sets the bridge datapath type chosen by preflight
+// ("system" or "netdev"). Without it the server reads br-int's
+// datapath_type at Start.
+func WithDatapathType(t string) Option { return func(s *Server) { s.dpType = t } }
+
+// WithPluginSource is the ovnhost-cni binary to install (default: next to
+// the running executable).
+func WithPluginSource(path string) Option { return func(s *Server) { s.pluginSrc = path } }
+
+// WithMTU sets the pod interface MTU (default DefaultMTU).
+func WithMTU(mtu int) Option { return func(s *Server) { s.mtu = mtu } }
+
+// WithKubeClient uses cs for Kubernetes mode instead of the configuration's
+// kubeconfig or the in-cluster configuration.
+func WithKubeClient(cs kubernetes.Interface) Option { return func(s *Server) { s.kube = cs } }
+
+// WithStandalone forces standalone mode even when in-cluster configuration exists.
+func WithStandalone() Option { return func(s *Server) { s.forceStandalone = true } }
+
+// WithTimeouts sets how long ADD waits for the controller's annotations and
+// for ovn-installed.
+func WithTimeouts(annotations, installed time.Duration) Option {
+	return func(s *Server) { s.annWait, s.installWait = annotations, installed }
+}
+
+// WithoutInstall skips installing the plugin binary and conflist (tests
+// that exec the binary from the build directory).
+func WithoutInstall() Option { return func(s *Server) { s.noInstall = true } }
+
+// WithoutNodePort skips creating ovn0.
+func WithoutNodePort() Option { return func(s *Server) { s.noNodePort = true } }
+
+// Server is the CNI server unit.
+type Server struct {
+	cfg *config.Config
+	ovs *ovsOps
+	log *slog.Logger
+
+	reg             prometheus.Registerer
+	dpType          string
+	pluginSrc       string
+	mtu             int
+	kube            kubernetes.Interface
+	forceStandalone bool
+	annWait         time.Duration
+	installWait     time.Duration
+	noInstall       bool
+	noNodePort      bool
+
+	src     PodSource
+	metrics *metrics
+	locks   keyedMutex
+	ln      net.Listener
+	http    *http.Server
+	served  chan struct{}
+	bg      sync.WaitGroup
+	bgStop  context.CancelFunc
+	inst    *installer
+
+	mu    sync.Mutex
+	wired map[string]wiredPod // pod key -> its port, for annotation changes
+}
+
+type wiredPod struct {
+	port string
+	ids  map[string]string
+}
+
+// New builds the CNI server. ovs is a libovsdb client connected to the
+// local conf.db with the models of internal/ovsdb/vswitch; the server only
+// transacts on it (no monitor needed). Metrics are registered here.
+func New(cfg *config.Config, ovs client.Client, log *slog.Logger, opts ...Option) (*Server, error) {
+	if cfg == nil || ovs == nil {
+		return nil, errors.New("cni server: configuration and OVSDB client are required")
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{cfg: cfg, ovs: &ovsOps{cl: ovs, bridge: DefaultBridge}, log: log.With("unit", "cni"),
+		reg: prometheus.DefaultRegisterer, mtu: DefaultMTU, annWait: DefaultAnnotationWait, installWait: DefaultInstallWait,
+		wired: map[string]wiredPod{}}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.cfg.CNISocket == "" {
+		s.cfg.CNISocket = protocol.DefaultSocket
+	}
+	m, err := newMetrics(s.reg)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
+	return s, nil
+}
+
+// Name implements lifecycle.Unit.
+func (s *Server) Name() string { return "cni-server" }
+
+// Start chooses the pod source, checks br-int, listens on the socket and
+// installs the plugin and conflist. It returns once requests are served.
+func (s *Server) Start(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil {
+			_ = s.Stop(context.WithoutCancel(ctx))
+		}
+	}()
+	dp, ok, err := s.ovs.BridgeDatapathType(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("bridge %s does not exist in the local OVS database; the CNI server starts after it", DefaultBridge)
+	}
+	if s.dpType == "" {
+		s.dpType = dp
+		if s.dpType == "" {
+			s.dpType = "system"
+		}
+	}
+	if err := s.chooseSource(); err != nil {
+		return err
+	}
+	if err := s.src.Start(ctx); err != nil {
+		return err
+	}
+	if ks, ok := s.src.(*kubeSource); ok {
+		ks.onQoS = s.updateQoS
+	}
+	if err := s.listen(); err != nil {
+		return err
+	}
+	if s.cfg.MirrorOutput != "" {
+		if err := s.ovs.EnsureMirror(ctx, s.cfg.MirrorOutput); err != nil {
+			return fmt.Errorf("mirror output port %s: %w", s.cfg.MirrorOutput, err)
+		}
+	}
+	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.bgStop = cancel
+	if !s.noInstall {
+		s.inst = newInstaller(s.cfg, s.pluginSrc, s.log)
+		if err := s.inst.installAll(); err != nil {
+			return err
+		}
+		s.bg.Add(1)
+		go func() { defer s.bg.Done(); s.inst.watch(bctx) }()
+	}
+	if !s.noNodePort {
+		s.bg.Add(1)
+		go func() { defer s.bg.Done(); s.nodePortLoop(bctx) }()
+	}
+	s.log.Info("CNI server ready", "socket", s.cfg.CNISocket, "datapath", s.dpType, "mode", s.mode())
+	return nil
+}
+
+func (s *Server) mode() string {
+	if _, ok := s.src.(*kubeSource); ok {
+		return "kubernetes"
+	}
+	return "standalone"
+}
+
+func (s *Server) chooseSource() error {
+	if s.src != nil {
+		return nil
+	}
+	if s.kube != nil && !s.forceStandalone {
+		s.src = newKubeSourceFor(s.kube, s.cfg.NodeName, s.log)
+		return nil
+	}
+	if !s.forceStandalone {
+		rc, err := restConfig(s.cfg.Kubeconfig)
+		if err != nil {
+			return err
+		}
+		if rc != nil {
+			ks, err := newKubeSource(rc, s.cfg.NodeName, s.log)
+			if err != nil {
+				return err
+			}
+			s.src = ks
+			return nil
+		}
+	}
+	s.src = newStandaloneSource(s.cfg.NBRemote, s.cfg.NodeName, s.log)
+	return nil
+}
+
+func (s *Server) listen() error {
+	sock := s.cfg.CNISocket
+	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
+		return fmt.Errorf("CNI socket directory: %w", err)
+	}
+	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale CNI socket %s: %w", sock, err)
+	}
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return fmt.Errorf("listen on the CNI socket %s: %w", sock, err)
+	}
+	mode := os.FileMode(0o600)
+	if g := s.cfg.CNISocketGroup; g != "" {
+		gid, err := lookupGroup(g)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		if err := os.Chown(sock, 0, gid); err != nil {
+			ln.Close()
+			return fmt.Errorf("chown CNI socket to group %s: %w", g, err)
+		}
+		mode = 0o660
+	}
+	if err := os.Chmod(sock, mode); err != nil {
+		ln.Close()
+		return fmt.Errorf("chmod CNI socket: %w", err)
+	}
+	s.ln = ln
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+protocol.Path, s.serveCNI)
+	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	s.served = make(chan struct{})
+	go func() {
+		defer close(s.served)
+		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("CNI server stopped serving", "err", err)
+		}
+	}()
+	return nil
+}
+
+func lookupGroup(g string) (int, error) {
+	if id, err := strconv.Atoi(g); err == nil {
+		return id, nil
+	}
+	gr, err := user.LookupGroup(g)
+	if err != nil {
+		return 0, fmt.Errorf("CNI socket group %q: %w", g, err)
+	}
+	return strconv.Atoi(gr.Gid)
+}
+
+// Stop stops serving (in-flight requests finish until ctx ends), the
+// background loops and the pod source. Wired pods are left alone.
+func (s *Server) Stop(ctx context.Context) error {
+	var errs []error
+	if s.http != nil {
+		if err := s.http.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+			_ = s.http.Close()
+		}
+		<-s.served
+		s.http = nil
+		_ = os.Remove(s.cfg.CNISocket)
+	}
+	if s.bgStop != nil {
+		s.bgStop()
+		s.bg.Wait()
+		s.bgStop = nil
+	}
+	if s.src != nil {
+		s.src.Stop()
+	}
+	return errors.Join(errs...)
+}
+
+// cniError is a failed request: CNI code, metrics reason, message.
+type cniError struct {
+	code   uint
+	reason string
+	msg    string
+}
+
+func (e *cniError) Error() string { return e.msg }
+
+func fail(code uint, reason, format string, a ...any) *cniError {
+	return &cniError{code: code, reason: reason, msg: fmt.Sprintf(format, a...)}
+}
+
+func (s *Server) serveCNI(w http.ResponseWriter, r *http.Request) {
+	t0 := time.Now()
+	var req protocol.Request
+	body, err := io.ReadAll(io.LimitReader(r.Body, 4<<20))
+	var result []byte
+	var cerr *cniError
+	if err == nil {
+		err = json.Unmarshal(body, &req)
+	}
+	if err != nil {
+		cerr = fail(types.ErrDecodingFailure, "bad_request", "cannot decode the plugin's request: %v", err)
+	} else {
+		result, cerr = s.handle(r.Context(), &req)
+	}
+	cmd := req.Command
+	if cmd == "" {
+		cmd = "unknown"
+	}
+	resp := protocol.Response{Result: result}
+	outcome := "success"
+	if cerr != nil {
+		outcome = "error"
+		resp.Result = nil
+		resp.Error = types.NewError(cerr.code, cerr.msg, "")
+		s.metrics.errors.WithLabelValues(cmd, cerr.reason).Inc()
+		s.log.Warn("CNI request failed", "command", cmd, "container", req.ContainerID, "reason", cerr.reason, "err", cerr.msg)
+	}
+	s.metrics.latency.WithLabelValues(cmd, outcome).Observe(time.Since(t0).Seconds())
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(resp)
+}
+
+// request is a decoded CNI request.
+type request struct {
+	*protocol.Request
+	conf protocol.NetConf
+	pod  PodRef
+	host string // host veth / OVS port name
+}
+
+func (s *Server) decode(req *protocol.Request) (*request, *cniError) {
+	q := &request{Request: req}
+	if err := json.Unmarshal(req.Config, &q.conf); err != nil {
+		return nil, fail(types.ErrDecodingFailure, "bad_request", "network configuration is not valid JSON: %v", err)
+	}
+	if q.conf.CNIVersion == "" {
+		q.conf.CNIVersion = "0.3.1"
+	}
+	switch req.Command {
+	case "ADD", "DEL", "CHECK":
+		if req.ContainerID == "" {
+			return nil, fail(types.ErrInvalidEnvironmentVariables, "bad_request", "CNI_CONTAINERID is empty")
+		}
+		if req.IfName == "" {
+			return nil, fail(types.ErrInvalidEnvironmentVariables, "bad_request", "CNI_IFNAME is empty")
+		}
+	}
+	args, err := parseArgs(req.Args)
+	if err != nil {
+		return nil, fail(types.ErrInvalidEnvironmentVariables, "bad_request", "%v", err)
+	}
+	q.pod = PodRef{Namespace: args["K8S_POD_NAMESPACE"], Name: args["K8S_POD_NAME"], ContainerID: req.ContainerID, Annotations: map[string]string{}}
+	if q.pod.Name == "" {
+		// Plain containerd / nerdctl: the container is the pod.
+		q.pod.Name = shortID(req.ContainerID)
+	}
+	if q.pod.Namespace == "" {
+		q.pod.Namespace = "default"
+	}
+	for k, a := range map[string]string{"IP": AnnIPAddress, "MAC": AnnMACAddress, "INGRESS_RATE": AnnIngressRate,
+		"EGRESS_RATE": AnnEgressRate, "MIRROR": AnnMirror, "LOGICAL_SWITCH": AnnLogicalSwith} {
+		if v, ok := args[k]; ok {
+			q.pod.Annotations[a] = v
+		}
+	}
+	q.host = podnet.HostIfName(req.ContainerID, req.IfName)
+	return q, nil
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+func parseArgs(s string) (map[string]string, error) {
+	out := map[string]string{}
+	if s == "" {
+		return out, nil
+	}
+	for _, kv := range strings.Split(s, ";") {
+		if kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("CNI_ARGS entry %q is not KEY=VALUE", kv)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+func (s *Server) handle(ctx context.Context, req *protocol.Request) ([]byte, *cniError) {
+	q, cerr := s.decode(req)
+	if cerr != nil {
+		return nil, cerr
+	}
+	switch req.Command {
+	case "ADD":
+		unlock := s.locks.lock(req.ContainerID)
+		defer unlock()
+		return s.add(ctx, q)
+	case "DEL":
+		unlock := s.locks.lock(req.ContainerID)
+		defer unlock()
+		return nil, s.del(ctx, q)
+	case "CHECK":
+		unlock := s.locks.lock(req.ContainerID)
+		defer unlock()
+		return nil, s.check(ctx, q)
+	case "STATUS":
+		return nil, s.status(ctx)
+	case "GC":
+		return nil, s.gc(ctx, q)
+	}
+	return nil, fail(types.ErrInvalidEnvironmentVariables, "bad_request", "unknown CNI command %q", req.Command)
+}
+
+func (s *Server) podMTU(q *request) int {
+	if q.conf.MTU > 0 {
+		return q.conf.MTU
+	}
+	return s.mtu
+}
+
+func (s *Server) add(ctx context.Context, q *request) (_ []byte, cerr *cniError) {
+	if q.Netns == "" {
+		return nil, fail(types.ErrInvalidNetNS, "bad_request", "CNI_NETNS is empty")
+	}
+	if _, err := os.Stat(q.Netns); err != nil {
+		return nil, fail(types.ErrInvalidNetNS, "netns", "network namespace %s: %v", q.Netns, err)
+	}
+	actx, cancel := context.WithTimeout(ctx, s.annWait)
+	n, err := s.src.PodNetwork(actx, q.pod)
+	cancel()
+	if err != nil {
+		return nil, s.sourceError(q, err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			if err := s.src.Release(context.WithoutCancel(ctx), q.pod); err != nil {
+				s.log.Warn("release after a failed ADD", "pod", q.pod.Key(), "err", err)
+			}
+		}
+	}()
+	// Ports of an earlier sandbox of the same pod (same iface-id) and a
+	// leftover of an earlier attempt for this container go first.
+	if err := s.removeStale(ctx, q); err != nil {
+		return nil, fail(types.ErrInternal, "ovs", "remove stale ports of %s: %v", q.pod.LSP(), err)
+	}
+	pc := podnet.Config{NetNS: q.Netns, IfName: q.IfName, HostIfName: q.host, MAC: n.MAC, MTU: s.podMTU(q),
+		Addrs: n.Addrs, Routes: n.podRoutes(), TxChecksumOff: s.dpType == "netdev"}
+	if err := pc.Validate(); err != nil {
+		return nil, fail(types.ErrInvalidNetworkConfig, "bad_request", "%v", err)
+	}
+	res, err := podnet.Setup(pc)
+	if err != nil {
+		return nil, fail(types.ErrInternal, "plumbing", "pod %s: %v", q.pod.Key(), err)
+	}
+	defer func() {
+		if !ok {
+			if err := podnet.Teardown(q.host, q.Netns, q.IfName); err != nil {
+				s.log.Warn("rollback of the veth after a failed ADD", "pod", q.pod.Key(), "err", err)
+			}
+		}
+	}()
+	ids := map[string]string{
+		extIfaceID: q.pod.LSP(), extPodName: q.pod.Name, extPodNamespace: q.pod.Namespace, extPodNetns: q.Netns,
+		extIP: joinPrefixes(n.Addrs), extAttachedMAC: n.MAC.String(), extVendor: vendor,
+		extContainerID: q.ContainerID, extIfName: q.IfName,
+	}
+	if err := s.ovs.AddPort(ctx, portSpec{Name: q.host, ExternalIDs: ids, IngressMbps: n.IngressMbps, EgressMbps: n.EgressMbps, Mirror: n.Mirror}); err != nil {
+		return nil, fail(types.ErrInternal, "ovs", "pod %s: %v", q.pod.Key(), err)
+	}
+	defer func() {
+		if !ok {
+			if err := s.ovs.DeletePort(context.WithoutCancel(ctx), q.host); err != nil {
+				s.log.Warn("rollback of the OVS port after a failed ADD", "pod", q.pod.Key(), "err", err)
+			}
+		}
+	}()
+	if err := s.ovs.WaitInstalled(ctx, q.host, s.installWait); err != nil {
+		if errors.Is(err, errInstallTimeout) {
+			return nil, fail(types.ErrTryAgainLater, "ovn_install_timeout",
+				"pod %s: timed out after %s waiting for ovn-controller to set external_ids:ovn-installed=true on OVS interface %s (iface-id=%s); check that ovn-controller runs and that logical switch port %s exists in the OVN northbound database",
+				q.pod.Key(), s.installWait, q.host, q.pod.LSP(), q.pod.LSP())
+		}
+		return nil, fail(types.ErrInternal, "ovs", "pod %s: waiting for ovn-installed on %s: %v", q.pod.Key(), q.host, err)
+	}
+	out, err := s.result(q, n, res)
+	if err != nil {
+		return nil, fail(types.ErrInternal, "internal", "encode result: %v", err)
+	}
+	ok = true
+	s.mu.Lock()
+	s.wired[q.pod.Key()] = wiredPod{port: q.host, ids: ids}
+	s.mu.Unlock()
+	return out, nil
+}
+
+func (s *Server) sourceError(q *request, err error) *cniError {
+	var ae *AnnotationError
+	var at *annotationTimeout
+	var ie *ipamError
+	switch {
+	case errors.As(err, &ae):
+		return fail(types.ErrInvalidNetworkConfig, "invalid_annotation", "pod %s: %v", q.pod.Key(), err)
+	case errors.As(err, &at):
+		return fail(types.ErrTryAgainLater, "annotation_timeout", "%v", err)
+	case errors.As(err, &ie):
+		return fail(types.ErrInternal, "ipam", "pod %s: %v", q.pod.Key(), err)
+	}
+	return fail(types.ErrInternal, "pod_network", "pod %s: %v", q.pod.Key(), err)
+}
+
+func (s *Server) removeStale(ctx context.Context, q *request) error {
+	names, err := s.ovs.PortsByIfaceID(ctx, q.pod.LSP())
+	if err != nil {
+		return err
+	}
+	if !contains(names, q.host) {
+		names = append(names, q.host)
+	}
+	for _, n := range names {
+		if err := s.ovs.DeletePort(ctx, n); err != nil {
+			return err
+		}
+		if n != q.host {
+			_ = podnet.Teardown(n, "", "")
+		}
+	}
+	return nil
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func joinPrefixes(ps []netip.Prefix) string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.Addr().String()
+	}
+	return strings.Join(out, ",")
+}
+
+func addrFromIPNet(n net.IPNet) (netip.Prefix, bool) {
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, _ := n.Mask.Size()
+	return netip.PrefixFrom(a.Unmap(), ones), true
+}
+
+func routeFromCNI(r *types.Route) (podnet.Route, bool) {
+	d, ok := addrFromIPNet(r.Dst)
+	if !ok {
+		return podnet.Route{}, false
+	}
+	rt := podnet.Route{Dst: d.Masked()}
+	if r.GW != nil {
+		g, ok := netip.AddrFromSlice(r.GW)
+		if ok {
+			rt.GW = g.Unmap()
+		}
+	}
+	return rt, true
+}
+
+func (s *Server) result(q *request, n *PodNetwork, res *podnet.Result) ([]byte, error) {
+	r := &types100.Result{CNIVersion: types100.ImplementedSpecVersion}
+	r.Interfaces = []*types100.Interface{
+		{Name: res.HostIfName, Mac: res.HostMAC.String()},
+		{Name: q.IfName, Mac: n.MAC.String(), Sandbox: q.Netns, Mtu: s.podMTU(q)},
+	}
+	idx := 1
+	for _, a := range n.Addrs {
+		ip := &types100.IPConfig{Interface: &idx, Address: net.IPNet{IP: net.IP(a.Addr().AsSlice()), Mask: net.CIDRMask(a.Bits(), a.Addr().BitLen())}}
+		for _, g := range n.Gateways {
+			if g.Is4() == a.Addr().Is4() {
+				ip.Gateway = net.IP(g.AsSlice())
+			}
+		}
+		r.IPs = append(r.IPs, ip)
+	}
+	for _, rt := range n.podRoutes() {
+		tr := &types.Route{Dst: net.IPNet{IP: net.IP(rt.Dst.Addr().AsSlice()), Mask: net.CIDRMask(rt.Dst.Bits(), rt.Dst.Addr().BitLen())}}
+		if rt.GW.IsValid() {
+			tr.GW = net.IP(rt.GW.AsSlice())
+		}
+		r.Routes = append(r.Routes, tr)
+	}
+	r.DNS = q.conf.DNS
+	conv, err := r.GetAsVersion(q.conf.CNIVersion)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(conv)
+}
+
+func (s *Server) del(ctx context.Context, q *request) *cniError {
+	if err := s.ovs.DeletePort(ctx, q.host); err != nil {
+		return fail(types.ErrTryAgainLater, "ovs", "DEL %s: %v", q.pod.Key(), err)
+	}
+	if err := podnet.Teardown(q.host, q.Netns, q.IfName); err != nil {
+		return fail(types.ErrInternal, "plumbing", "DEL %s: %v", q.pod.Key(), err)
+	}
+	if err := s.src.Release(ctx, q.pod); err != nil {
+		return fail(types.ErrTryAgainLater, "pod_network", "DEL %s: %v", q.pod.Key(), err)
+	}
+	s.mu.Lock()
+	if w, ok := s.wired[q.pod.Key()]; ok && w.port == q.host {
+		delete(s.wired, q.pod.Key())
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Server) check(ctx context.Context, q *request) *cniError {
+	if err := version.ParsePrevResult(&q.conf.NetConf); err != nil {
+		return fail(types.ErrDecodingFailure, "bad_request", "CHECK: prevResult: %v", err)
+	}
+	if q.conf.PrevResult == nil {
+		return fail(types.ErrInvalidNetworkConfig, "bad_request", "CHECK needs prevResult in the network configuration")
+	}
+	prev, err := types100.NewResultFromResult(q.conf.PrevResult)
+	if err != nil {
+		return fail(types.ErrDecodingFailure, "bad_request", "CHECK: prevResult: %v", err)
+	}
+	pc := podnet.Config{NetNS: q.Netns, IfName: q.IfName, HostIfName: q.host, MTU: s.podMTU(q)}
+	for _, i := range prev.Interfaces {
+		if i.Sandbox != "" && i.Name == q.IfName {
+			pc.MAC, _ = net.ParseMAC(i.Mac)
+		}
+	}
+	for _, ip := range prev.IPs {
+		if a, ok := addrFromIPNet(ip.Address); ok {
+			pc.Addrs = append(pc.Addrs, a)
+		}
+	}
+	for _, r := range prev.Routes {
+		if rt, ok := routeFromCNI(r); ok {
+			pc.Routes = append(pc.Routes, rt)
+		}
+	}
+	if err := podnet.Check(pc); err != nil {
+		return fail(types.ErrInternal, "check", "CHECK %s: %v", q.pod.Key(), err)
+	}
+	ids, ok, err := s.ovs.Interface(ctx, q.host)
+	if err != nil {
+		return fail(types.ErrTryAgainLater, "ovs", "CHECK %s: %v", q.pod.Key(), err)
+	}
+	if !ok {
+		return fail(types.ErrInternal, "check", "CHECK %s: OVS interface %s is missing from %s", q.pod.Key(), q.host, DefaultBridge)
+	}
+	if ids[extIfaceID] != q.pod.LSP() {
+		return fail(types.ErrInternal, "check", "CHECK %s: OVS interface %s has iface-id %q, want %q", q.pod.Key(), q.host, ids[extIfaceID], q.pod.LSP())
+	}
+	if ids[extOVNInstalled] != "true" {
+		return fail(types.ErrInternal, "check", "CHECK %s: OVS interface %s is not ovn-installed", q.pod.Key(), q.host)
+	}
+	return nil
+}
+
+func (s *Server) status(ctx context.Context) *cniError {
+	if _, ok, err := s.ovs.BridgeDatapathType(ctx); err != nil || !ok {
+		why := "is missing"
+		if err != nil {
+			why = err.Error()
+		}
+		return fail(types.ErrPluginNotAvailable, "status", "ovnhost: bridge %s %s", DefaultBridge, why)
+	}
+	return nil
+}
+
+// gc removes ports this server created whose (container, ifname) is not in
+// the runtime's list of valid attachments.
+func (s *Server) gc(ctx context.Context, q *request) *cniError {
+	var conf struct {
+		Valid []struct {
+			ContainerID string `json:"containerID"`
+			IfName      string `json:"ifname"`
+		} `json:"cni.dev/valid-attachments"`
+	}
+	if err := json.Unmarshal(q.Config, &conf); err != nil {
+		return fail(types.ErrDecodingFailure, "bad_request", "GC: %v", err)
+	}
+	valid := map[string]bool{}
+	for _, a := range conf.Valid {
+		valid[a.ContainerID+"/"+a.IfName] = true
+	}
+	owned, err := s.ovs.OwnedInterfaces(ctx)
+	if err != nil {
+		return fail(types.ErrTryAgainLater, "ovs", "GC: %v", err)
+	}
+	var errs []string
+	for _, o := range owned {
+		cid, ifn := o.ExternalIDs[extContainerID], o.ExternalIDs[extIfName]
+		if valid[cid+"/"+ifn] {
+			continue
+		}
+		unlock := s.locks.lock(cid)
+		ref := PodRef{Namespace: o.ExternalIDs[extPodNamespace], Name: o.ExternalIDs[extPodName], ContainerID: cid}
+		err := errors.Join(s.ovs.DeletePort(ctx, o.Name), podnet.Teardown(o.Name, "", ""), s.src.Release(ctx, ref))
+		unlock()
+		if err != nil {
+			errs = append(errs, o.Name+": "+err.Error())
+		} else {
+			s.log.Info("GC removed a stale pod port", "port", o.Name, "pod", ref.Key(), "container", cid)
+		}
+	}
+	if len(errs) > 0 {
+		return fail(types.ErrInternal, "gc", "GC: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// updateQoS applies changed rate annotations to a running pod.
+func (s *Server) updateQoS(key string, n *PodNetwork) {
+	s.mu.Lock()
+	w, ok := s.wired[key]
+	s.mu.Unlock()
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.ovs.SetQoS(ctx, w.port, w.ids, n.IngressMbps, n.EgressMbps); err != nil {
+		s.log.Warn("cannot update the pod's QoS", "pod", key, "port", w.port, "err", err)
+		return
+	}
+	s.log.Info("pod QoS updated", "pod", key, "port", w.port, "ingress_mbps", n.IngressMbps, "egress_mbps", n.EgressMbps)
+}
+
+// keyedMutex serialises requests per container ID.
+type keyedMutex struct {
+	mu sync.Mutex
+	m  map[string]*keyedEntry
+}
+
+type keyedEntry struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (k *keyedMutex) lock(key string) func() {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = map[string]*keyedEntry{}
+	}
+	e := k.m[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.m[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		e.refs--
+		if e.refs == 0 {
+			delete(k.m, key)
+		}
+		k.mu.Unlock()
+	}
+}
