@@ -57,7 +57,7 @@ type Binary struct {
 
 // Binaries lists what ovnhost execs with this configuration.
 func Binaries(cfg *config.Config) []Binary {
-	bs := []Binary{{"ovsdb-server", true}, {"ovs-vswitchd", true}, {"ovn-controller", true}}
+	bs := []Binary{{"ovsdb-tool", true}, {"ovsdb-server", true}, {"ovs-vswitchd", true}, {"ovn-controller", true}}
 	if !cfg.Remote() {
 		bs = append(bs, Binary{"ovn-northd", true})
 	}

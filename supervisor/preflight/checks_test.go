@@ -81,7 +81,7 @@ func healthyFake() *fake {
 		genl:      map[string]bool{"ovs_datapath": true},
 		linkKinds: map[string]bool{"geneve": true, "vxlan": true},
 		caps:      ProcCaps{Effective: allCaps(), Permitted: allCaps(), Bounding: allCaps()},
-		bins: map[string]string{"ovsdb-server": "/usr/sbin/ovsdb-server", "ovs-vswitchd": "/usr/sbin/ovs-vswitchd",
+		bins: map[string]string{"ovsdb-tool": "/usr/bin/ovsdb-tool", "ovsdb-server": "/usr/sbin/ovsdb-server", "ovs-vswitchd": "/usr/sbin/ovs-vswitchd",
 			"ovn-controller": "/usr/bin/ovn-controller", "ovn-northd": "/usr/bin/ovn-northd"},
 		paths: map[string]PathInfo{"/var/lib": dirWritable, "/run": dirWritable, "/var/log": dirWritable, "/opt": dirWritable, "/etc": dirWritable},
 		links: []Link{
@@ -470,5 +470,17 @@ func TestFileCapsRoundTrip(t *testing.T) {
 		if _, err := ParseFileCaps(bad); err == nil {
 			t.Errorf("%v parsed", bad)
 		}
+	}
+}
+
+func TestSSLFiles(t *testing.T) {
+	if cs := CheckSSL(defaultConfig(t), &fake{}); cs != nil {
+		t.Fatal(cs)
+	}
+	cfg := defaultConfig(t, "ENABLE_SSL=true")
+	f := &fake{files: map[string]string{cfg.SSLKey: "-----BEGIN PRIVATE KEY-----\n", cfg.SSLCert: "garbage"}}
+	cs := CheckSSL(cfg, f)
+	if len(cs) != 3 || cs[0].Status != Pass || cs[1].Status != Fail || cs[2].Status != Fail || !strings.Contains(cs[2].Found, "cacert.pem") {
+		t.Fatalf("%+v", cs)
 	}
 }

@@ -41,3 +41,26 @@ func quoteShort(s string) string {
 	}
 	return "\"" + s + "\""
 }
+
+// CheckSSL checks that the SSL key, certificate and CA can be read when
+// ENABLE_SSL is on (their validity against the clock is netctl doctor's).
+func CheckSSL(cfg *config.Config, f FileFacts) []Check {
+	if !cfg.EnableSSL {
+		return nil
+	}
+	var out []Check
+	for _, s := range []struct{ key, path string }{{"ssl-key", cfg.SSLKey}, {"ssl-cert", cfg.SSLCert}, {"ssl-ca-cert", cfg.SSLCACert}} {
+		name := "ssl:" + s.key
+		b, err := f.ReadFile(s.path)
+		switch {
+		case err != nil:
+			out = append(out, Check{Name: name, Status: Fail, Found: "ENABLE_SSL=true but " + s.path + " cannot be read: " + err.Error(),
+				Fix: "mount the OVN certificates at " + s.path + " (or set --ssl-dir / --" + s.key + ")"})
+		case !strings.Contains(string(b), "-----BEGIN "):
+			out = append(out, Check{Name: name, Status: Fail, Found: s.path + " holds no PEM data", Fix: "put the PEM-encoded file at " + s.path})
+		default:
+			out = append(out, Check{Name: name, Status: Pass, Found: s.path + " is readable PEM"})
+		}
+	}
+	return out
+}

@@ -89,6 +89,7 @@ func RunWith(ctx context.Context, cfg *config.Config, f Facts, opts Options) *Re
 	r.TunnelIface, r.EncapIP = iface, encap
 	r.add(ichecks...)
 	r.add(CheckSystemID(cfg, f))
+	r.add(CheckSSL(cfg, f)...)
 	return r
 }
 
