@@ -437,6 +437,11 @@ func TestPrintShowsEveryFailure(t *testing.T) {
 	var buf bytes.Buffer
 	r.Print(&buf)
 	out := buf.String()
+	for _, c := range r.Checks {
+		if c.Name == "tunnel-support" {
+			t.Errorf("tunnel support probed without a kernel datapath: %+v", c)
+		}
+	}
 	for _, want := range []string{"FAIL  datapath", "FAIL  exec:ovs-vswitchd", "FAIL  path:ovs-run-dir", "FAIL  path:ovn-run-dir", "FAIL  tunnel-interface", "fix: "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

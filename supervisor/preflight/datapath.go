@@ -70,7 +70,7 @@ func loadFix(cfg *config.Config) string {
 }
 
 // CheckTunnelSupport reports whether the chosen datapath can carry
-// cfg.TunnelType.
+// cfg.TunnelType. Run it only when the chosen datapath is available.
 func CheckTunnelSupport(cfg *config.Config, datapath string, f DatapathFacts) Check {
 	name := "tunnel-support"
 	tt := cfg.TunnelType
@@ -98,7 +98,7 @@ func CheckTunnelSupport(cfg *config.Config, datapath string, f DatapathFacts) Ch
 		if tt == "geneve" {
 			fix += ", or set TUNNEL_TYPE=vxlan"
 		}
-		return Check{Name: name, Status: Fail, Found: "kernel datapath present but the kernel cannot create " + tt + " tunnel devices", Fix: fix}
+		return Check{Name: name, Status: Fail, Found: "the kernel cannot create " + tt + " tunnel devices (probed in a throwaway network namespace), which the kernel datapath needs for TUNNEL_TYPE=" + tt, Fix: fix}
 	}
 	return Check{Name: name, Status: Pass, Found: "kernel supports " + tt + " tunnel devices"}
 }

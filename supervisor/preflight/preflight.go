@@ -76,7 +76,11 @@ func RunWith(ctx context.Context, cfg *config.Config, f Facts, opts Options) *Re
 	dp, dpChecks := CheckDatapath(cfg, f, opts)
 	r.Datapath = dp
 	r.add(dpChecks...)
-	r.add(CheckTunnelSupport(cfg, dp, f))
+	// Tunnel devices of the kernel datapath are only worth probing when it
+	// is there; a missing datapath has already failed or fallen back.
+	if dp == DatapathNetdev || Worst(dpChecks) == Pass {
+		r.add(CheckTunnelSupport(cfg, dp, f))
+	}
 	pc, err := f.ProcessCaps()
 	r.add(CheckProcessCaps(cfg, pc, err))
 	if ctx.Err() != nil {
