@@ -196,6 +196,8 @@ var etcFiles = map[string]string{
 	"/etc/group":         "root:x:0:\nnogroup:x:65534:\n",
 	"/etc/nsswitch.conf": "passwd: files\ngroup: files\nhosts: files dns\n",
 	"/etc/hosts":         "127.0.0.1 localhost\n::1 localhost\n",
+	// Container runtimes mount the node's resolv.conf over this one.
+	"/etc/resolv.conf": "# the container runtime mounts the node's resolv.conf here\n",
 }
 
 func findProgram(name string, dirs []string) (string, error) {

@@ -1,0 +1,309 @@
+package packaging
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ovnhost/ovnhost/packaging/bundle"
+	"github.com/ovnhost/ovnhost/tests/testenv"
+)
+
+// runChrooted runs prog with args chrooted into root, with an empty
+// environment but PATH, and returns its combined output.
+func runChrooted(t *testing.T, root, prog string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, prog, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+	cmd.Dir = "/"
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin"}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestBundleProgramsRunChrooted is what a user of the image or the Talos
+// extension relies on: each bundled program starts with nothing from the
+// host, only what the bundle carries.
+func TestBundleProgramsRunChrooted(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := bundleDir(t)
+	if len(bundleMan.Programs) < len(bundle.OVNHostPrograms)+len(bundle.OVSPrograms) {
+		t.Fatalf("bundle lists %d programs", len(bundleMan.Programs))
+	}
+	for _, p := range bundleMan.Programs {
+		out, err := runChrooted(t, dir, p, "--version")
+		if err != nil {
+			t.Errorf("chroot %s %s --version: %v\n%s", dir, p, err, out)
+			continue
+		}
+		name := filepath.Base(p)
+		if !strings.Contains(out, name) {
+			t.Errorf("%s --version does not name the program: %q", p, out)
+		}
+		if strings.Contains(out, "WARN") || strings.Contains(out, "error while loading") {
+			t.Errorf("%s --version complains inside the bundle: %q", p, out)
+		}
+	}
+}
+
+// TestBundleMissingLibraryFails shows the chroot test can fail: the same
+// program in a root that lacks one library of the closure does not start.
+func TestBundleMissingLibraryFails(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := bundleDir(t)
+	root := t.TempDir()
+	// Copy the bundle without libcrypto, by hard links (same file system).
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		dst := filepath.Join(root, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(dst, 0o755)
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(target, dst)
+		case strings.HasPrefix(d.Name(), "libcrypto.so"):
+			return nil
+		default:
+			return os.Link(p, dst)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := runChrooted(t, root, "/usr/bin/ovsdb-tool", "--version")
+	if err == nil {
+		t.Fatalf("ovsdb-tool ran without libcrypto: the chroot test would not notice a missing library\n%s", out)
+	}
+	if !strings.Contains(out, "libcrypto") {
+		t.Fatalf("failure does not name the missing library: %s", out)
+	}
+}
+
+// TestBundleClosureCoversLdd cross-checks the ELF parsing with the host's
+// dynamic loader (ldd): every library ldd resolves is in the bundle.
+func TestBundleClosureCoversLdd(t *testing.T) {
+	testenv.RequireCommands(t, "ldd")
+	dir := bundleDir(t)
+	have := map[string]bool{}
+	for _, l := range append(append([]string{}, bundleMan.Libraries...), bundleMan.Interpreters...) {
+		have[filepath.Base(l)] = true
+	}
+	re := regexp.MustCompile(`(?m)^\s*(\S+)(?: => (\S+))?`)
+	for _, p := range bundleMan.Dynamic {
+		out, err := exec.Command("ldd", filepath.Join(dir, p)).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ldd %s: %v\n%s", p, err, out)
+		}
+		for _, m := range re.FindAllStringSubmatch(string(out), -1) {
+			name := filepath.Base(m[1])
+			if strings.HasPrefix(name, "linux-vdso") || strings.HasPrefix(name, "linux-gate") {
+				continue
+			}
+			if !have[name] {
+				t.Errorf("%s needs %s (ldd), which the bundle lacks", p, name)
+			}
+			if _, err := os.Stat(filepath.Join(dir, m[1])); m[2] == "" && err != nil {
+				t.Errorf("%s: loader %s is not in the bundle", p, m[1])
+			}
+		}
+	}
+}
+
+// TestBundleLayout checks what the images inherit: schemas where the daemon
+// looks by default, owner root, nothing writable by group or others.
+func TestBundleLayout(t *testing.T) {
+	dir := bundleDir(t)
+	for _, p := range append(append([]string{}, bundle.Schemas...), "/etc/passwd", "/etc/group", "/usr/share/ovnhost/VERSION") {
+		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
+			t.Errorf("missing %s: %v", p, err)
+		}
+	}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 && fi.Mode().Perm()&0o022 != 0 {
+			t.Errorf("%s is writable by group or others (%v)", p, fi.Mode())
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && os.Geteuid() == 0 && (st.Uid != 0 || st.Gid != 0) {
+			t.Errorf("%s is owned by %d:%d, not root", p, st.Uid, st.Gid)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBundleDaemonReadyChrooted starts the real node daemon chrooted into
+// the bundle, as the Talos service and the DaemonSet run it, with the host's
+// /dev, /proc and /run bound in (and /sys of its network namespace), in a
+// network namespace of its own, and waits for READY=1 on a notify socket, as
+// systemd would; then /readyz must answer 200.
+func TestBundleDaemonReadyChrooted(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommands(t, "ip", "nsenter", "unshare", "chroot", "curl", "mount")
+	dir := bundleDir(t)
+
+	// A copy of the bundle by hard links: mounts go on the copy.
+	root := filepath.Join(t.TempDir(), "root")
+	if out, err := exec.Command("cp", "-al", dir, root).CombinedOutput(); err != nil {
+		t.Fatalf("cp -al: %v\n%s", err, out)
+	}
+	// State, sockets and logs under one private directory of the host's /run.
+	run, err := os.MkdirTemp("/run", "ovnhost-pkgtest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(run) })
+
+	ns := fmt.Sprintf("ovnhost-pkgtest-%d", os.Getpid())
+	ipns := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ip -n %s %v: %v\n%s", ns, args, err, out)
+		}
+	}
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	ipns("link", "set", "lo", "up")
+	ipns("link", "add", "uplink0", "type", "veth", "peer", "name", "uplink1")
+	ipns("link", "set", "uplink1", "up")
+	ipns("addr", "add", "192.0.2.10/24", "dev", "uplink0")
+	ipns("link", "set", "uplink0", "up")
+	ipns("route", "add", "default", "via", "192.0.2.1", "dev", "uplink0")
+
+	notifyPath := filepath.Join(run, "notify.sock")
+	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notifyPath, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notify.Close()
+
+	// The mounts live in a private mount namespace (unshare --mount) and go
+	// away with the daemon; nothing to unmount afterwards.
+	script := `set -e
+mount --rbind /dev "$ROOT/dev"
+mount --rbind /proc "$ROOT/proc"
+mount -t sysfs sysfs "$ROOT/sys"
+mount --rbind /run "$ROOT/run"
+exec chroot "$ROOT" /usr/bin/ovnhost run`
+	cmd := exec.Command("nsenter", "--net=/run/netns/"+ns, "--",
+		"unshare", "--mount", "--propagation", "slave", "--",
+		"/bin/sh", "-c", script)
+	cmd.Env = []string{
+		"ROOT=" + root,
+		"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+		"NOTIFY_SOCKET=" + notifyPath,
+		"NODE_NAME=pkgtest",
+		"OPENVSWITCH_DIR=" + run + "/lib/openvswitch",
+		"OVN_DIR=" + run + "/lib/ovn",
+		"OVS_RUNDIR=" + run + "/openvswitch",
+		"OVN_RUNDIR=" + run + "/ovn",
+		"OVS_LOGDIR=" + run + "/log",
+		"OVN_LOGDIR=" + run + "/log",
+		"CNI_BIN_DIR=" + run + "/cni/bin",
+		"CNI_CONF_DIR=" + run + "/cni/net.d",
+		"OVNHOST_CNI_SOCKET=" + run + "/cni.sock",
+		"OVNHOST_HEALTH_ADDR=127.0.0.1:10665",
+		"OVNHOST_DATAPATH=netdev",
+		"DISABLE_MODULES_MANAGEMENT=true",
+	}
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+			t.Errorf("ovnhost did not stop within 30 s of SIGTERM")
+		}
+	}
+	t.Cleanup(stop)
+
+	// Wait for READY=1 (the daemon's own readiness), collecting STATUS=.
+	msgs := make(chan string, 64)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := notify.Read(buf)
+			if err != nil {
+				close(msgs)
+				return
+			}
+			msgs <- string(buf[:n])
+		}
+	}()
+	deadline := time.After(90 * time.Second)
+	var statuses []string
+	ready := false
+	for !ready {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				t.Fatalf("notify socket closed\n%s", logs.String())
+			}
+			for _, l := range strings.Split(m, "\n") {
+				if strings.HasPrefix(l, "STATUS=") {
+					statuses = append(statuses, strings.TrimPrefix(l, "STATUS="))
+				}
+				if l == "READY=1" {
+					ready = true
+				}
+			}
+		case err := <-exited:
+			stopped = true
+			t.Fatalf("ovnhost exited before READY=1: %v\nstatus: %q\n%s", err, statuses, logs.String())
+		case <-deadline:
+			t.Fatalf("no READY=1 within 90 s\nstatus: %q\n%s", statuses, logs.String())
+		}
+	}
+	t.Logf("READY=1; STATUS= messages: %q", statuses)
+
+	out, err := exec.Command("ip", "netns", "exec", ns, "curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}",
+		"--max-time", "5", "http://127.0.0.1:10665/readyz").CombinedOutput()
+	if err != nil || string(out) != "200" {
+		t.Errorf("/readyz after READY=1: %q %v\n%s", out, err, logs.String())
+	}
+	stop()
+	if t.Failed() {
+		t.Logf("daemon output:\n%s", logs.String())
+	}
+}
