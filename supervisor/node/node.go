@@ -204,6 +204,8 @@ func (n *Node) Stop(ctx context.Context) error {
 func (n *Node) newDaemon(name string) *daemon {
 	d := &daemon{name: name, n: n, log: n.log, backoff: process.DefaultBackoff(), restarts: &sync.Mutex{}}
 	n.daemons[name] = d
+	// Known to health from the start: READY=1 waits for all of them.
+	n.health.Register(name)
 	return d
 }
 

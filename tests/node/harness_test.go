@@ -1,0 +1,313 @@
+package node_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/ovnhost/ovnhost/tests/testenv"
+)
+
+// These tests run the real bin/ovnhost against Debian's OVS/OVN daemons
+// (userspace datapath), each node in its own network namespace so the tap
+// devices of one test never meet another's.
+
+var nsSeq atomic.Int32
+
+// newNetns creates a network namespace with lo up, removed at cleanup.
+func newNetns(t *testing.T, prefix string) string {
+	t.Helper()
+	name := fmt.Sprintf("%s%d-%d", prefix, os.Getpid()%10000, nsSeq.Add(1))
+	run(t, "ip", "netns", "add", name)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	run(t, "ip", "-n", name, "link", "set", "lo", "up")
+	return name
+}
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// notifyListener is the systemd side of sd_notify: a unix datagram socket.
+type notifyListener struct {
+	path string
+	conn *net.UnixConn
+	mu   sync.Mutex
+	msgs []string
+	cond chan struct{}
+}
+
+func listenNotify(t *testing.T, dir string) *notifyListener {
+	t.Helper()
+	p := filepath.Join(dir, "notify.sock")
+	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: p, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &notifyListener{path: p, conn: c, cond: make(chan struct{})}
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			l.mu.Lock()
+			for _, line := range strings.Split(string(buf[:n]), "\n") {
+				if line != "" {
+					l.msgs = append(l.msgs, line)
+				}
+			}
+			close(l.cond)
+			l.cond = make(chan struct{})
+			l.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { c.Close() })
+	return l
+}
+
+// mark returns the number of messages so far, to wait for later ones.
+func (l *notifyListener) mark() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.msgs)
+}
+
+// waitFor returns the first message at or after index from that starts
+// with prefix.
+func (l *notifyListener) waitFor(from int, prefix string, timeout time.Duration, exited <-chan struct{}) (string, error) {
+	deadline := time.After(timeout)
+	for {
+		l.mu.Lock()
+		for _, m := range l.msgs[min(from, len(l.msgs)):] {
+			if strings.HasPrefix(m, prefix) {
+				l.mu.Unlock()
+				return m, nil
+			}
+		}
+		ch := l.cond
+		l.mu.Unlock()
+		select {
+		case <-ch:
+		case <-exited:
+			return "", fmt.Errorf("ovnhost exited while waiting for sd_notify %q", prefix)
+		case <-deadline:
+			return "", fmt.Errorf("no sd_notify %q within %v; got %q", prefix, timeout, l.all())
+		}
+	}
+}
+
+func (l *notifyListener) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.msgs...)
+}
+
+// node is one ovnhost process under test.
+type node struct {
+	t      *testing.T
+	dir    string
+	ns     string
+	args   []string
+	env    []string
+	cmd    *exec.Cmd
+	log    *os.File
+	notify *notifyListener
+	exited chan struct{}
+	err    error
+}
+
+func (n *node) path(p ...string) string { return filepath.Join(append([]string{n.dir}, p...)...) }
+
+// newNode plans a node with every directory under a fresh temp dir.
+func newNode(t *testing.T) *node {
+	t.Helper()
+	testenv.RequireRoot(t)
+	testenv.RequireCommands(t, "ovsdb-server", "ovs-vswitchd", "ovn-controller", "ovn-northd", "ovsdb-tool", "ip", "ping", "ethtool")
+	dir, err := os.MkdirTemp("", "ovnhost-node-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	n := &node{t: t, dir: dir, ns: newNetns(t, "ohn")}
+	n.args = []string{
+		"--ovs-db-dir=" + n.path("ovs-db"), "--ovs-run-dir=" + n.path("ovs-run"), "--ovs-log-dir=" + n.path("log"),
+		"--ovn-db-dir=" + n.path("ovn-db"), "--ovn-run-dir=" + n.path("ovn-run"), "--ovn-log-dir=" + n.path("log"),
+		"--health-addr=127.0.0.1:10665", "--node-name=test-node", "--stop-timeout=5s", "--start-timeout=30s",
+		"--cni-socket=" + n.path("cni.sock"), "--cni-bin-dir=" + n.path("cni-bin"), "--cni-conf-dir=" + n.path("cni-conf"),
+	}
+	n.notify = listenNotify(t, dir)
+	return n
+}
+
+// start runs ovnhost and waits for READY=1.
+func (n *node) start(extra ...string) {
+	n.t.Helper()
+	if err := n.startNoWait(extra...); err != nil {
+		n.t.Fatal(err)
+	}
+	if _, err := n.notify.waitFor(0, "READY=1", 60*time.Second, n.exited); err != nil {
+		n.t.Fatalf("%v\n%s", err, n.logTail())
+	}
+}
+
+func (n *node) startNoWait(extra ...string) error {
+	bin := testenv.Binary(n.t, "ovnhost")
+	args := append([]string{"netns", "exec", n.ns, bin, "run"}, n.args...)
+	args = append(args, extra...)
+	cmd := exec.Command("ip", args...)
+	log, err := os.OpenFile(n.path("ovnhost.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "NOTIFY_SOCKET=" + n.notify.path}, n.env...)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	n.cmd, n.log, n.exited = cmd, log, make(chan struct{})
+	go func() { n.err = cmd.Wait(); close(n.exited) }()
+	n.t.Cleanup(func() { n.kill() })
+	return nil
+}
+
+// stop sends SIGTERM and returns the exit code.
+func (n *node) stop() int {
+	n.t.Helper()
+	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-n.exited:
+	case <-time.After(60 * time.Second):
+		n.t.Fatalf("ovnhost did not exit within 60s of SIGTERM\n%s", n.logTail())
+	}
+	n.log.Close()
+	return n.cmd.ProcessState.ExitCode()
+}
+
+func (n *node) kill() {
+	if n.cmd == nil || n.exited == nil {
+		return
+	}
+	select {
+	case <-n.exited:
+	default:
+		_ = n.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-n.exited:
+		case <-time.After(30 * time.Second):
+			_ = n.cmd.Process.Kill()
+			<-n.exited
+		}
+	}
+}
+
+func (n *node) logTail() string {
+	raw, _ := os.ReadFile(n.path("ovnhost.log"))
+	lines := strings.Split(string(raw), "\n")
+	if len(lines) > 60 {
+		lines = lines[len(lines)-60:]
+	}
+	return "--- ovnhost log tail ---\n" + strings.Join(lines, "\n")
+}
+
+// pid reads a daemon's pidfile.
+func (n *node) pid(pidfile string) int {
+	n.t.Helper()
+	raw, err := os.ReadFile(pidfile)
+	if err != nil {
+		n.t.Fatalf("reading %s: %v", pidfile, err)
+	}
+	p, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		n.t.Fatalf("%s: %v", pidfile, err)
+	}
+	return p
+}
+
+// httpGet fetches url from inside the node's network namespace.
+func (n *node) httpGet(path string) (int, string, error) {
+	conn, err := dialInNetns(n.ns, "127.0.0.1:10665")
+	if err != nil {
+		return 0, "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	req, _ := http.NewRequestWithContext(context.Background(), "GET", "http://127.0.0.1:10665"+path, nil)
+	if err := req.Write(conn); err != nil {
+		return 0, "", err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	_, _ = b.ReadFrom(resp.Body)
+	return resp.StatusCode, b.String(), nil
+}
+
+// dialInNetns opens a TCP connection from inside the named namespace: the
+// socket belongs to the namespace of the thread that creates it.
+func dialInNetns(name, addr string) (net.Conn, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return nil, err
+	}
+	defer orig.Close()
+	target, err := netns.GetFromName(name)
+	if err != nil {
+		return nil, err
+	}
+	defer target.Close()
+	if err := netns.Set(target); err != nil {
+		return nil, err
+	}
+	defer func() { _ = netns.Set(orig) }()
+	return net.DialTimeout("tcp", addr, 5*time.Second)
+}
+
+// processesUnder lists live processes whose command line mentions dir.
+func processesUnder(dir string) []string {
+	var out []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !bytes.Contains(raw, []byte(dir)) {
+			continue
+		}
+		stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+			continue // exited, awaiting a lazy reaper
+		}
+		out = append(out, fmt.Sprintf("%d %s", pid, bytes.ReplaceAll(raw, []byte{0}, []byte{' '})))
+	}
+	return out
+}

@@ -1,0 +1,300 @@
+package node_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ovnhost/ovnhost/internal/ovsdb/sbdb"
+	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
+	"github.com/ovnhost/ovnhost/internal/unixctl"
+	"github.com/ovnhost/ovnhost/tests/testenv"
+)
+
+func TestAllInOneReachesReadyWithFlowsAndChassis(t *testing.T) {
+	n := newNode(t)
+	n.start()
+
+	code, body, err := n.httpGet("/readyz")
+	if err != nil || code != 200 || strings.TrimSpace(body) != "ready" {
+		t.Fatalf("/readyz = %d %q %v", code, body, err)
+	}
+	ovs := dial(t, vswitch.FullDatabaseModel, "unix:"+n.path("ovs-run", "db.sock"))
+	br := &vswitch.Bridge{Name: "br-int"}
+	if err := ovs.Get(context.Background(), br); err != nil {
+		t.Fatalf("br-int missing from conf.db: %v", err)
+	}
+	if br.DatapathType != "netdev" || br.FailMode == nil || *br.FailMode != "secure" {
+		t.Fatalf("br-int datapath_type=%q fail_mode=%v, want netdev/secure on a machine without the OVS module", br.DatapathType, br.FailMode)
+	}
+	flows, err := unixctl.Call(context.Background(), n.path("ovs-run", "ovs-vswitchd.ctl"), "bridge/dump-flows", "br-int")
+	if err != nil || strings.Count(flows, "actions=") < 5 {
+		t.Fatalf("expected ovn-controller's flows on br-int, got %d flows (%v)", strings.Count(flows, "actions="), err)
+	}
+	id, err := os.ReadFile(n.path("ovs-db", "system-id.conf"))
+	if err != nil || strings.TrimSpace(string(id)) == "" {
+		t.Fatalf("system-id.conf: %q %v", id, err)
+	}
+	var roots []vswitch.OpenvSwitch
+	if err := ovs.List(context.Background(), &roots); err != nil || len(roots) != 1 {
+		t.Fatalf("Open_vSwitch rows: %v %v", roots, err)
+	}
+	ext := roots[0].ExternalIDs
+	if ext["system-id"] != strings.TrimSpace(string(id)) || ext["hostname"] != "test-node" || ext["ovn-encap-type"] != "geneve" || !strings.HasPrefix(ext["ovn-remote"], "unix:") {
+		t.Fatalf("Open_vSwitch external_ids = %v", ext)
+	}
+	sb := dial(t, sbdb.FullDatabaseModel, "unix:"+n.path("ovn-run", "ovnsb_db.sock"))
+	ch := &sbdb.Chassis{Name: ext["system-id"]}
+	if err := sb.Get(context.Background(), ch); err != nil {
+		t.Fatalf("no Chassis %q in SB: %v", ext["system-id"], err)
+	}
+	_, metrics, err := n.httpGet("/metrics")
+	if err != nil || !strings.Contains(metrics, `ovnhost_child_ready{child="ovn-controller"} 1`) || !strings.Contains(metrics, `ovnhost_child_resident_memory_bytes{child="ovs-vswitchd"}`) {
+		t.Fatalf("metrics lack per-child readiness or memory: %v\n%.2000s", err, metrics)
+	}
+	if code := n.stop(); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM\n%s", code, n.logTail())
+	}
+}
+
+func TestKillEachChildRestartsItAndPodsKeepConnectivity(t *testing.T) {
+	n := newNode(t)
+	n.start()
+	pods := []pod{
+		{hostIf: "veth-p1", lsp: "p1.default", mac: "0a:58:0a:10:00:0b", ip: "10.16.0.11"},
+		{hostIf: "veth-p2", lsp: "p2.default", mac: "0a:58:0a:10:00:0c", ip: "10.16.0.12"},
+	}
+	addPods(t, n, pods...)
+	if err := ping(pods[0].ns, pods[1].ip, 3); err != nil {
+		t.Fatalf("before any kill: %v", err)
+	}
+	children := []struct{ name, pidfile string }{
+		{"ovs-vswitchd", n.path("ovs-run", "ovs-vswitchd.pid")},
+		{"ovn-controller", n.path("ovn-run", "ovn-controller.pid")},
+		{"ovsdb-server", n.path("ovs-run", "ovsdb-server.pid")},
+		{"ovn-northd", n.path("ovn-run", "ovn-northd.pid")},
+		{"ovsdb-sb", n.path("ovn-run", "ovnsb_db.pid")},
+		{"ovsdb-nb", n.path("ovn-run", "ovnnb_db.pid")},
+	}
+	for _, c := range children {
+		old := n.pid(c.pidfile)
+		mark := n.notify.mark()
+		if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill %s: %v", c.name, err)
+		}
+		// The supervisor reports the death, then "ready" once the child
+		// and whatever depends on it passed their gates again.
+		if _, err := n.notify.waitFor(mark, "STATUS="+c.name+" died", 20*time.Second, n.exited); err != nil {
+			t.Fatalf("%s: %v\n%s", c.name, err, n.logTail())
+		}
+		if _, err := n.notify.waitFor(mark, "STATUS=ready", 30*time.Second, n.exited); err != nil {
+			t.Fatalf("%s not ready again: %v\n%s", c.name, err, n.logTail())
+		}
+		if now := n.pid(c.pidfile); now == old {
+			t.Fatalf("%s pidfile still names the killed pid %d", c.name, old)
+		}
+		if err := ping(pods[0].ns, pods[1].ip, 3); err != nil {
+			t.Fatalf("after kill -9 of %s: %v\n%s", c.name, err, n.logTail())
+		}
+	}
+	_, body, _ := n.httpGet("/readyz?verbose")
+	for _, c := range children {
+		if !strings.Contains(body, c.name+" pid=") || strings.Contains(body, c.name+" pid=0") {
+			t.Fatalf("/readyz?verbose does not show %s running:\n%s", c.name, body)
+		}
+	}
+	_, metrics, _ := n.httpGet("/metrics")
+	if !strings.Contains(metrics, `ovnhost_child_restarts_total{child="ovs-vswitchd"} 1`) {
+		t.Fatalf("restart of ovs-vswitchd not counted:\n%.3000s", metrics)
+	}
+}
+
+func TestSIGTERMLeavesNothingBehind(t *testing.T) {
+	n := newNode(t)
+	n.start()
+	mark := n.notify.mark()
+	if code := n.stop(); code != 0 {
+		t.Fatalf("exit %d\n%s", code, n.logTail())
+	}
+	if _, err := n.notify.waitFor(mark, "STOPPING=1", time.Second, nil); err != nil {
+		t.Fatal(err)
+	}
+	if left := processesUnder(n.dir); len(left) > 0 {
+		t.Fatalf("processes left running:\n%s", strings.Join(left, "\n"))
+	}
+	links := run(t, "ip", "-n", n.ns, "-o", "link", "show")
+	for _, l := range strings.Split(strings.TrimSpace(links), "\n") {
+		if !strings.Contains(l, " lo:") {
+			t.Fatalf("device left in the node's namespace: %s", l)
+		}
+	}
+	for _, d := range []string{"ovs-run", "ovn-run"} {
+		entries, _ := os.ReadDir(n.path(d))
+		for _, e := range entries {
+			t.Errorf("left in %s: %s", d, e.Name())
+		}
+	}
+}
+
+func TestOldSchemaDatabaseIsConvertedKeepingItsRows(t *testing.T) {
+	n := newNode(t)
+	// A conf.db made with an older vswitch schema (version lowered, one
+	// column missing) holding a bridge with a port, as an older OVS left it.
+	raw, err := os.ReadFile("/usr/share/openvswitch/vswitch.ovsschema")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema map[string]any
+	if err := json.Unmarshal(raw, &schema); err != nil {
+		t.Fatal(err)
+	}
+	newVersion := schema["version"].(string)
+	schema["version"] = "8.0.0"
+	cols := schema["tables"].(map[string]any)["Bridge"].(map[string]any)["columns"].(map[string]any)
+	delete(cols, "datapath_version")
+	old, _ := json.Marshal(schema)
+	oldPath := filepath.Join(n.dir, "vswitch-old.ovsschema")
+	if err := os.WriteFile(oldPath, old, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(n.path("ovs-db"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	db := n.path("ovs-db", "conf.db")
+	run(t, "ovsdb-tool", "create", db, oldPath)
+	txn := `["Open_vSwitch",
+	 {"op":"insert","table":"Open_vSwitch","row":{"bridges":["named-uuid","br"],"external_ids":["map",[["system-id","kept-id"],["user-key","user-value"]]]}},
+	 {"op":"insert","table":"Bridge","uuid-name":"br","row":{"name":"br-old","ports":["named-uuid","p"],"datapath_type":"netdev"}},
+	 {"op":"insert","table":"Port","uuid-name":"p","row":{"name":"p-old","interfaces":["named-uuid","i"]}},
+	 {"op":"insert","table":"Interface","uuid-name":"i","row":{"name":"p-old","type":"internal"}}]`
+	run(t, "ovsdb-tool", "transact", db, txn)
+
+	n.start()
+	ovs := dial(t, vswitch.FullDatabaseModel, "unix:"+n.path("ovs-run", "db.sock"))
+	if v := ovs.Schema().Version; v != newVersion {
+		t.Fatalf("conf.db schema version %s after start, want %s", v, newVersion)
+	}
+	br := &vswitch.Bridge{Name: "br-old"}
+	if err := ovs.Get(context.Background(), br); err != nil || len(br.Ports) != 1 {
+		t.Fatalf("bridge br-old lost in conversion: %v %+v", err, br)
+	}
+	p := &vswitch.Port{UUID: br.Ports[0]}
+	if err := ovs.Get(context.Background(), p); err != nil || p.Name != "p-old" {
+		t.Fatalf("port p-old lost in conversion: %v %+v", err, p)
+	}
+	var roots []vswitch.OpenvSwitch
+	_ = ovs.List(context.Background(), &roots)
+	if len(roots) != 1 || roots[0].ExternalIDs["user-key"] != "user-value" || roots[0].ExternalIDs["system-id"] != "kept-id" {
+		t.Fatalf("external_ids after conversion = %v; the user's key and the existing system-id must be kept", roots)
+	}
+	backups, _ := filepath.Glob(db + ".backup8.0.0-*")
+	if len(backups) != 1 {
+		t.Fatalf("want one backup of the old database, got %v", backups)
+	}
+	n.stop()
+}
+
+func TestSystemIDSurvivesRestart(t *testing.T) {
+	n := newNode(t)
+	n.start()
+	first, _ := os.ReadFile(n.path("ovs-db", "system-id.conf"))
+	n.stop()
+	n.notify = listenNotifyAgain(t, n)
+	n.start()
+	second, _ := os.ReadFile(n.path("ovs-db", "system-id.conf"))
+	if strings.TrimSpace(string(first)) == "" || string(first) != string(second) {
+		t.Fatalf("system-id changed across a restart: %q then %q", first, second)
+	}
+	sb := dial(t, sbdb.FullDatabaseModel, "unix:"+n.path("ovn-run", "ovnsb_db.sock"))
+	var chassis []sbdb.Chassis
+	_ = sb.List(context.Background(), &chassis)
+	if len(chassis) != 1 || chassis[0].Name != strings.TrimSpace(string(first)) {
+		t.Fatalf("SB chassis after restart = %+v, want one named %q", chassis, first)
+	}
+	n.stop()
+}
+
+// listenNotifyAgain replaces the notify socket for a second run.
+func listenNotifyAgain(t *testing.T, n *node) *notifyListener {
+	os.Remove(n.notify.path)
+	n.notify.conn.Close()
+	return listenNotify(t, n.dir)
+}
+
+func TestBadConfigExits2BeforeTouchingTheHost(t *testing.T) {
+	bin := testenv.Binary(t, "ovnhost")
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name string
+		env  []string
+		args []string
+		file string
+		want []string
+	}{
+		{name: "bad tunnel type", env: []string{"TUNNEL_TYPE=gre"}, want: []string{"TUNNEL_TYPE", `"gre"`, "geneve, vxlan, stt"}},
+		{name: "bad OVN_DB_IPS", env: []string{"OVN_DB_IPS=10.0.0.1,not-an-ip"}, want: []string{"OVN_DB_IPS", "not-an-ip", "not an IP address"}},
+		{name: "typo in an OVNHOST_ variable", env: []string{"OVNHOST_HEALTH_ADRR=:1"}, want: []string{"OVNHOST_HEALTH_ADRR", "unknown setting", "OVNHOST_HEALTH_ADDR"}},
+		{name: "unknown key in file", file: "node-name: n1\ntunel-type: vxlan\n", want: []string{"tunel-type", "unknown setting", "did you mean tunnel-type"}},
+		{name: "relative path flag", args: []string{"--ovs-run-dir=run/ovs"}, want: []string{"--ovs-run-dir", "absolute path"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			runDir := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "-"))
+			args := append([]string{"run", "--ovs-run-dir=" + runDir, "--ovs-db-dir=" + runDir, "--ovn-run-dir=" + runDir, "--ovn-db-dir=" + runDir, "--health-addr="}, c.args...)
+			if c.file != "" {
+				f := filepath.Join(dir, "bad.yaml")
+				if err := os.WriteFile(f, []byte(c.file), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				args = append(args, "--config="+f)
+			}
+			cmd := exec.Command(bin, args...)
+			cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, c.env...)
+			out, err := cmd.CombinedOutput()
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+				t.Fatalf("exit = %v, want status 2\n%s", err, out)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(string(out), w) {
+					t.Errorf("message lacks %q:\n%s", w, out)
+				}
+			}
+			if _, err := os.Stat(runDir); err == nil {
+				t.Errorf("%s was created although the configuration was rejected", runDir)
+			}
+		})
+	}
+}
+
+func TestSDNotifyReadyStatusWatchdogStopping(t *testing.T) {
+	n := newNode(t)
+	n.env = []string{"WATCHDOG_USEC=200000"}
+	n.start()
+	if _, err := n.notify.waitFor(0, "STATUS=waiting for ovs-vswitchd", time.Second, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.notify.waitFor(0, "WATCHDOG=1", 5*time.Second, n.exited); err != nil {
+		t.Fatal(err)
+	}
+	ready, _ := n.notify.waitFor(0, "READY=1", time.Second, nil)
+	all := n.notify.all()
+	readyAt := -1
+	for i, m := range all {
+		if m == ready {
+			readyAt = i
+		}
+	}
+	if readyAt < 0 || readyAt+1 >= len(all) || !strings.HasPrefix(all[readyAt+1], "STATUS=ready") {
+		t.Fatalf("READY=1 should come with STATUS=ready...; got %q", all)
+	}
+	mark := n.notify.mark()
+	n.stop()
+	if _, err := n.notify.waitFor(mark, "STOPPING=1", time.Second, nil); err != nil {
+		t.Fatal(err)
+	}
+}
