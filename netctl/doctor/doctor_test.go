@@ -30,24 +30,25 @@ func (f fakeInfo) Sys() any           { return nil }
 
 // fake is a whole node made of fixed facts: a healthy one by default.
 type fake struct {
-	stats      map[string]fs.FileMode
-	stamp      string
-	stampErr   error
-	daemon     string
-	cniFiles   map[string]string
-	firewalld  bool
-	saves      map[string]string
-	synced     bool
-	now        time.Time
-	certs      map[string][2]time.Time
-	hostname   string
-	dbs        map[string][]string // remote -> databases
-	rows       map[string][]map[string]json.RawMessage
-	ctlSock    string
-	ctlStatus  string
-	files      map[string]string
-	genlOVS    bool
-	unixctlErr error
+	stats        map[string]fs.FileMode
+	stamp        string
+	stampErr     error
+	daemon       string
+	cniFiles     map[string]string
+	firewalld    bool
+	saves        map[string]string
+	synced       bool
+	now          time.Time
+	certs        map[string][2]time.Time
+	hostname     string
+	dbs          map[string][]string // remote -> databases
+	rows         map[string][]map[string]json.RawMessage
+	ctlSock      string
+	ctlStatus    string
+	files        map[string]string
+	genlOVS      bool
+	unixctlErr   error
+	vswitchdDead bool
 }
 
 func (f *fake) GenlFamily(string) (bool, error) { return f.genlOVS, nil }
@@ -115,6 +116,7 @@ func (f *fake) Select(_ context.Context, r, db, table string, _ ...string) ([]ma
 func (f *fake) Unixctl(context.Context, string, string) (string, error) {
 	return f.ctlStatus, f.unixctlErr
 }
+func (f *fake) Pidfile(string, string) (int, bool) { return 77, !f.vswitchdDead }
 func (f *fake) ControllerSocket([]string) (string, error) {
 	if f.ctlSock == "" {
 		return "", fs.ErrNotExist
@@ -150,7 +152,7 @@ func healthy() *fake {
 			"unix:/run/ovn/ovnsb_db.sock":   {"OVN_Southbound", "_Server"},
 		},
 		rows: map[string][]map[string]json.RawMessage{
-			"Open_vSwitch/Open_vSwitch": {{"external_ids": raw(`["map",[["system-id","aaaa-1"],["hostname","node1"],["ovn-encap-ip","10.0.0.1"]]]`)}},
+			"Open_vSwitch/Open_vSwitch": {{"external_ids": raw(`["map",[["system-id","aaaa-1"],["hostname","node1"],["ovn-encap-ip","10.0.0.1"]]]`), "cur_cfg": raw("7"), "next_cfg": raw("7")}},
 			"OVN_Southbound/Chassis": {
 				{"name": raw(`"aaaa-1"`), "hostname": raw(`"node1"`), "encaps": raw(`["uuid","e1"]`)},
 				{"name": raw(`"bbbb-2"`), "hostname": raw(`"node2"`), "encaps": raw(`["set",[["uuid","e2"],["uuid","e3"]]]`)},
@@ -425,5 +427,23 @@ func TestJSON(t *testing.T) {
 	}
 	if back.Status != "warn" || len(back.Checks) != len(r.Checks) {
 		t.Fatalf("%s", buf.String())
+	}
+}
+
+func TestVswitchdBehind(t *testing.T) {
+	f := healthy()
+	f.rows["Open_vSwitch/Open_vSwitch"][0]["cur_cfg"] = raw("3")
+	r := Run(context.Background(), cfgOf(t), Options{Facts: f})
+	if c := check(t, r, "ovs-vswitchd"); c.Status != preflight.Fail || !strings.Contains(c.Found, "cur_cfg 3 < next_cfg 7") {
+		t.Fatal(c)
+	}
+}
+
+func TestVswitchdNotRunning(t *testing.T) {
+	f := healthy()
+	f.vswitchdDead = true
+	r := Run(context.Background(), cfgOf(t), Options{Facts: f})
+	if c := check(t, r, "ovs-vswitchd"); c.Status != preflight.Fail || !strings.Contains(c.Found, "ovs-vswitchd does not") {
+		t.Fatal(c)
 	}
 }

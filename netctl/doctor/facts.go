@@ -50,6 +50,9 @@ type Facts interface {
 	Unixctl(ctx context.Context, sock, command string) (string, error)
 	// ControllerSocket finds the control socket of a live ovn-controller.
 	ControllerSocket(dirs []string) (string, error)
+	// Pidfile returns the pid in pidfile and whether that process is alive
+	// and named name (pids are reused: the command line is checked).
+	Pidfile(pidfile, name string) (int, bool)
 }
 
 // Host is the real machine, read without changing it.
@@ -256,4 +259,17 @@ func isProcess(pid int, name string) bool {
 	}
 	arg0, _, _ := bytes.Cut(b, []byte{0})
 	return filepath.Base(string(arg0)) == name
+}
+
+// Pidfile reads a pidfile and checks the process behind it.
+func (*Host) Pidfile(pidfile, name string) (int, bool) {
+	b, err := os.ReadFile(pidfile)
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, false
+	}
+	return pid, isProcess(pid, name)
 }

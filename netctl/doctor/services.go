@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -72,8 +73,11 @@ func (s *services) run(ctx context.Context) []preflight.Check {
 	// Identity: the running database wins over the state file.
 	if ovsUp {
 		cx, cancel := s.ctx(ctx)
-		rows, err := s.f.Select(cx, "unix:"+ovsSock, "Open_vSwitch", "Open_vSwitch", "external_ids")
+		rows, err := s.f.Select(cx, "unix:"+ovsSock, "Open_vSwitch", "Open_vSwitch", "external_ids", "cur_cfg", "next_cfg")
 		cancel()
+		pidfile := filepath.Join(s.cfg.Paths.OVSRunDir, "ovs-vswitchd.pid")
+		pid, alive := s.f.Pidfile(pidfile, "ovs-vswitchd")
+		out = append(out, checkVswitchd(pidfile, pid, alive, rows, err))
 		if err == nil && len(rows) == 1 {
 			ext := ovsdbMap(rows[0]["external_ids"])
 			if v := ext["system-id"]; v != "" {
@@ -270,4 +274,31 @@ func contains(ss []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// checkVswitchd compares cur_cfg with next_cfg: ovs-vswitchd sets cur_cfg
+// once it has applied the configuration numbered next_cfg.
+func checkVswitchd(pidfile string, pid int, alive bool, rows []map[string]json.RawMessage, err error) preflight.Check {
+	const name = "ovs-vswitchd"
+	if !alive {
+		found := "ovsdb-server runs but ovs-vswitchd does not (no live process in " + pidfile + ")"
+		if pid != 0 {
+			found = fmt.Sprintf("ovsdb-server runs but ovs-vswitchd does not (%s names pid %d, which is not ovs-vswitchd)", pidfile, pid)
+		}
+		return preflight.Check{Name: name, Status: preflight.Fail, Found: found + ": no packets are switched", Fix: "check ovs-vswitchd's log in --ovs-log-dir; restart ovnhost"}
+	}
+	if err != nil {
+		return preflight.Check{Name: name, Status: preflight.Warn, Found: "cannot read the Open_vSwitch row: " + err.Error(), Fix: "restart ovnhost"}
+	}
+	if len(rows) != 1 {
+		return preflight.Check{Name: name, Status: preflight.Fail, Found: fmt.Sprintf("the Open_vSwitch table has %d rows, not 1", len(rows)), Fix: "restart ovnhost (it initialises conf.db)"}
+	}
+	var cur, next int64
+	_ = json.Unmarshal(rows[0]["cur_cfg"], &cur)
+	_ = json.Unmarshal(rows[0]["next_cfg"], &next)
+	if cur < next {
+		return preflight.Check{Name: name, Status: preflight.Fail, Found: fmt.Sprintf("ovs-vswitchd has not applied the configuration (cur_cfg %d < next_cfg %d): it is not running or is stuck", cur, next),
+			Fix: "check ovs-vswitchd's log in --ovs-log-dir; restart ovnhost"}
+	}
+	return preflight.Check{Name: name, Status: preflight.Pass, Found: fmt.Sprintf("ovs-vswitchd (pid %d) applied the latest configuration (cur_cfg %d)", pid, cur)}
 }

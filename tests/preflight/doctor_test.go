@@ -245,6 +245,10 @@ func TestControllerConnected(t *testing.T) {
 	if ch := doctorCheck(t, r, "ovsdb:Open_vSwitch"); ch.Status != preflight.Pass {
 		t.Errorf("%+v", ch)
 	}
+	// No ovs-vswitchd runs here.
+	if ch := doctorCheck(t, r, "ovs-vswitchd"); ch.Status != preflight.Fail || !strings.Contains(ch.Found, "ovs-vswitchd does not") {
+		t.Errorf("%+v", ch)
+	}
 }
 
 func mustRun(t *testing.T, name string, args ...string) {
