@@ -1,0 +1,143 @@
+package config
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func load(t *testing.T, args, env []string) (*Config, error) {
+	t.Helper()
+	return Load(args, env, io.Discard)
+}
+
+func TestDefaultsAreAllInOneUnderVarLibAndRun(t *testing.T) {
+	c, err := load(t, nil, []string{"NODE_NAME=n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Mode != AllInOne || c.SBRemote != "unix:/run/ovn/ovnsb_db.sock" || c.NBRemote != "unix:/run/ovn/ovnnb_db.sock" {
+		t.Fatalf("mode %s sb %s nb %s", c.Mode, c.SBRemote, c.NBRemote)
+	}
+	want := Paths{"/var/lib/openvswitch", "/run/openvswitch", "/var/log/openvswitch", "/var/lib/ovn", "/run/ovn", "/var/log/ovn"}
+	if c.Paths != want {
+		t.Fatalf("paths %+v", c.Paths)
+	}
+	for _, p := range []string{c.Paths.OVSDBDir, c.Paths.OVSRunDir, c.Paths.OVNDBDir, c.CNISocket} {
+		if strings.HasPrefix(p, "/etc") || strings.HasPrefix(p, "/usr") {
+			t.Errorf("default %s is under /etc or /usr (read-only on Talos)", p)
+		}
+	}
+	if c.TunnelType != "geneve" || c.ProbeInterval != 10*time.Second || c.OpenflowProbeInterval != 180*time.Second || c.HealthAddr != "127.0.0.1:10665" {
+		t.Fatalf("defaults: %+v", c)
+	}
+}
+
+func TestKubeOVNEnvironmentNames(t *testing.T) {
+	c, err := load(t, nil, []string{
+		"NODE_NAME=worker-1", "OVN_DB_IPS=10.0.0.2,10.0.0.3", "TUNNEL_TYPE=vxlan", "IFACE=ens33,eth.*",
+		"OVN_REMOTE_PROBE_INTERVAL=5000", "OVN_REMOTE_OPENFLOW_INTERVAL=60", "HW_OFFLOAD=true",
+		"DISABLE_MODULES_MANAGEMENT=true", "OPENVSWITCH_DIR=/var/lib/ovs-alt", "OVN_DIR=/var/lib/ovn-alt",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Mode != Remote || c.SBRemote != "tcp:10.0.0.2:6642,tcp:10.0.0.3:6642" || c.NBRemote != "tcp:10.0.0.2:6641,tcp:10.0.0.3:6641" {
+		t.Fatalf("remote: %s %s %s", c.Mode, c.SBRemote, c.NBRemote)
+	}
+	if c.NodeName != "worker-1" || c.TunnelType != "vxlan" || strings.Join(c.Iface, "|") != "ens33|eth.*" || c.ProbeInterval != 5*time.Second ||
+		c.OpenflowProbeInterval != time.Minute || !c.HWOffload || !c.DisableMod || c.Paths.OVSDBDir != "/var/lib/ovs-alt" || c.Paths.OVNDBDir != "/var/lib/ovn-alt" {
+		t.Fatalf("%+v", c)
+	}
+}
+
+func TestSSLAndSBOverride(t *testing.T) {
+	c, err := load(t, nil, []string{"NODE_NAME=n", "OVN_DB_IPS=fd00::2", "ENABLE_SSL=true", "OVN_SB_ADDR=ssl:10.1.1.1:16642"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NBRemote != "ssl:[fd00::2]:6641" || c.SBRemote != "ssl:10.1.1.1:16642" || c.SSLCert != "/var/lib/ovn/pki/ovn-cert.pem" {
+		t.Fatalf("%s %s %s", c.NBRemote, c.SBRemote, c.SSLCert)
+	}
+}
+
+func TestPrecedenceFlagOverEnvOverFileOverDefault(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "ovnhost.yaml")
+	if err := os.WriteFile(f, []byte("node-name: from-file\ntunnel-type: vxlan\nlog-level: debug\nbin-dirs: [/opt/ovs/sbin, /usr/sbin]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := load(t, []string{"--config=" + f, "--node-name=from-flag"}, []string{"NODE_NAME=from-env", "TUNNEL_TYPE=stt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NodeName != "from-flag" || c.TunnelType != "stt" || c.LogLevel != "debug" || c.Datapath != "auto" {
+		t.Fatalf("node %s tunnel %s log %s datapath %s", c.NodeName, c.TunnelType, c.LogLevel, c.Datapath)
+	}
+	if strings.Join(c.BinDirs, ",") != "/opt/ovs/sbin,/usr/sbin" {
+		t.Fatalf("list from YAML: %v", c.BinDirs)
+	}
+	// OVNHOST_CONFIG names the file when --config is absent.
+	c, err = load(t, nil, []string{"OVNHOST_CONFIG=" + f})
+	if err != nil || c.NodeName != "from-file" {
+		t.Fatalf("OVNHOST_CONFIG: %v %v", c, err)
+	}
+}
+
+func TestEveryBadValueIsReportedWithKeySourceAndFix(t *testing.T) {
+	_, err := load(t, []string{"--health-addr=nonsense", "--datapath=dpdk"}, []string{
+		"NODE_NAME=n", "TUNNEL_TYPE=gre", "ENABLE_SSL=maybe", "OVN_REMOTE_PROBE_INTERVAL=-5", "IFACE=eth[", "OVN_SB_ADDR=tcp:host:1",
+	})
+	var errs Errors
+	if !errors.As(err, &errs) {
+		t.Fatalf("got %v, want Errors", err)
+	}
+	want := map[string]string{
+		"--health-addr": "host:port", "--datapath": "auto, kernel, netdev", "TUNNEL_TYPE": "geneve, vxlan, stt",
+		"ENABLE_SSL": "true or false", "OVN_REMOTE_PROBE_INTERVAL": "positive", "IFACE": "regular expression", "OVN_SB_ADDR": "not an IP address",
+	}
+	got := map[string]*Error{}
+	for _, e := range errs {
+		got[e.Key] = e
+	}
+	for k, sub := range want {
+		e, ok := got[k]
+		if !ok {
+			t.Errorf("no error for %s; all: %v", k, err)
+			continue
+		}
+		if !strings.Contains(e.Error(), sub) {
+			t.Errorf("%s: %q lacks %q", k, e.Error(), sub)
+		}
+		if e.Fix == "" {
+			t.Errorf("%s: no fix given", k)
+		}
+	}
+}
+
+func TestUnknownNamesAreRejectedWithASuggestion(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(f, []byte("ovs-rundir: /x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := load(t, []string{"--config=" + f}, []string{"NODE_NAME=n", "OVNHOST_DATAPTH=netdev"})
+	if err == nil || !strings.Contains(err.Error(), "ovs-rundir") || !strings.Contains(err.Error(), "did you mean ovs-run-dir") ||
+		!strings.Contains(err.Error(), "OVNHOST_DATAPTH") || !strings.Contains(err.Error(), "OVNHOST_DATAPATH") {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := load(t, []string{"--node-nmae=x"}, nil); err == nil || !strings.Contains(err.Error(), "node-nmae") {
+		t.Fatalf("unknown flag: %v", err)
+	}
+}
+
+func TestCrossChecks(t *testing.T) {
+	if _, err := load(t, []string{"--datapath=netdev"}, []string{"NODE_NAME=n", "TUNNEL_TYPE=stt"}); err == nil || !strings.Contains(err.Error(), "STT") {
+		t.Fatalf("stt on netdev: %v", err)
+	}
+	if _, err := load(t, nil, []string{"NODE_NAME=Bad_Name"}); err == nil || !strings.Contains(err.Error(), "node name") {
+		t.Fatalf("bad node name: %v", err)
+	}
+}

@@ -1,0 +1,79 @@
+package node
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ovnhost/ovnhost/supervisor/config"
+)
+
+func TestClearStaleKeepsFilesOfALiveDaemon(t *testing.T) {
+	dir := t.TempDir()
+	// A live process that is not the daemon: its pid in a pidfile is a
+	// reused pid, so the files are stale and go.
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	pidfile := filepath.Join(dir, "ovsdb-server.pid")
+	sock := filepath.Join(dir, "db.sock")
+	write := func() {
+		if err := os.WriteFile(pidfile, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(sock, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write()
+	if err := ClearStale(staleFiles{Prog: "ovsdb-server", Pidfile: pidfile, Others: []string{sock}}); err != nil {
+		t.Fatalf("reused pid treated as live: %v", err)
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Fatal("stale socket kept")
+	}
+	// The same pid recorded for "sleep": the daemon is alive, nothing is removed.
+	write()
+	err := ClearStale(staleFiles{Prog: "sleep", Pidfile: pidfile, Others: []string{sock}})
+	if err == nil || !strings.Contains(err.Error(), "still running as pid "+strconv.Itoa(cmd.Process.Pid)) {
+		t.Fatalf("live daemon: %v", err)
+	}
+	if _, err := os.Stat(sock); err != nil {
+		t.Fatal("socket of a live daemon removed")
+	}
+}
+
+func TestPrepareDirsRecreatesRuntimeDirsWithModeAndNamesTheSetting(t *testing.T) {
+	root := t.TempDir()
+	p := config.Paths{OVSDBDir: root + "/db", OVSRunDir: root + "/run/ovs", OVSLogDir: root + "/log", OVNDBDir: root + "/ovn", OVNRunDir: root + "/run/ovn", OVNLogDir: root + "/log"}
+	l := NewLayout(p)
+	if err := l.PrepareDirs(true, config.Owner{UID: -1, GID: -1}); err != nil {
+		t.Fatal(err)
+	}
+	// /run is a tmpfs: after a reboot the directory is gone.
+	if err := os.RemoveAll(root + "/run"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.PrepareDirs(true, config.Owner{UID: -1, GID: -1}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(p.OVSRunDir)
+	if err != nil || st.Mode().Perm() != 0o755 {
+		t.Fatalf("run dir after reboot: %v %v", st, err)
+	}
+	// A path that cannot be created names the flag that moves it.
+	blocker := filepath.Join(root, "file")
+	if err := os.WriteFile(blocker, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p.OVNRunDir = blocker + "/ovn"
+	err = NewLayout(p).PrepareDirs(false, config.Owner{UID: -1, GID: -1})
+	if err == nil || !strings.Contains(err.Error(), "ovn-run-dir (OVN_RUNDIR)") {
+		t.Fatalf("got %v", err)
+	}
+}
