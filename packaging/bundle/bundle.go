@@ -363,3 +363,29 @@ func (b *builder) copyCopyrights(files []string) ([]string, error) {
 	}
 	return res, nil
 }
+
+// Install copies host programs into root at their host paths, with the
+// closure of their shared libraries and the dynamic loader (for a scratch
+// root that must run, say, /bin/sh).
+func Install(root string, programs ...string) error {
+	b := &builder{root: root}
+	var elfs []string
+	for _, p := range programs {
+		if err := b.place(p, 0); err != nil {
+			return err
+		}
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			elfs = append(elfs, r)
+		}
+	}
+	cl, err := NewResolver().Closure(elfs)
+	if err != nil {
+		return err
+	}
+	for _, p := range append(cl.Interpreters, cl.Libraries...) {
+		if err := b.place(p, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
