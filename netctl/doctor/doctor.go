@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -59,6 +60,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) *Report {
 
 	r.Checks = append(r.Checks, CheckFirewalld(f))
 	r.Checks = append(r.Checks, firewallChecks(cfg, r.EncapIP, f)...)
+	if c, ok := duplicateAddress(r.EncapIP, f, min(to, time.Second)); ok {
+		r.Checks = append(r.Checks, c)
+	}
 
 	svc := services{cfg: cfg, f: f, timeout: to, encapIP: r.EncapIP}
 	r.Checks = append(r.Checks, svc.run(ctx)...)
@@ -258,4 +262,25 @@ func uniq(ss []string) []string {
 		}
 	}
 	return out
+}
+
+// duplicateAddress probes the encap IP on the interface that holds it.
+func duplicateAddress(encapIP string, f Facts, wait time.Duration) (preflight.Check, bool) {
+	ip, err := netip.ParseAddr(encapIP)
+	if err != nil || !ip.Is4() || ip.IsLoopback() {
+		return preflight.Check{}, false
+	}
+	links, err := f.Links()
+	if err != nil {
+		return preflight.Check{}, false
+	}
+	for _, l := range links {
+		for _, a := range l.Addrs {
+			if a.Addr() == ip && l.MAC != "" && !l.Loopback {
+				macs, err := f.ARPProbe(l.Name, ip, wait)
+				return CheckDuplicateAddress(l.Name, encapIP, l.MAC, macs, err), true
+			}
+		}
+	}
+	return preflight.Check{}, false
 }

@@ -49,6 +49,7 @@ type fake struct {
 	genlOVS      bool
 	unixctlErr   error
 	vswitchdDead bool
+	arpMACs      []string
 }
 
 func (f *fake) GenlFamily(string) (bool, error) { return f.genlOVS, nil }
@@ -71,7 +72,7 @@ func (f *fake) Now() time.Time                          { return f.now }
 func (f *fake) Hostname() (string, error)               { return f.hostname, nil }
 func (f *fake) DaemonStamp() (string, error)            { return f.daemon, nil }
 func (f *fake) Links() ([]preflight.Link, error) {
-	return []preflight.Link{{Name: "eth0", Index: 2, MTU: 1500, Up: true, Addrs: []netip.Prefix{netip.MustParsePrefix("10.0.0.1/24")}}}, nil
+	return []preflight.Link{{Name: "eth0", Index: 2, MTU: 1500, Up: true, MAC: "02:00:00:00:00:01", Addrs: []netip.Prefix{netip.MustParsePrefix("10.0.0.1/24")}}}, nil
 }
 func (f *fake) ReadFile(p string) ([]byte, error) {
 	if s, ok := f.files[p]; ok {
@@ -117,6 +118,9 @@ func (f *fake) Unixctl(context.Context, string, string) (string, error) {
 	return f.ctlStatus, f.unixctlErr
 }
 func (f *fake) Pidfile(string, string) (int, bool) { return 77, !f.vswitchdDead }
+func (f *fake) ARPProbe(string, netip.Addr, time.Duration) ([]string, error) {
+	return f.arpMACs, nil
+}
 func (f *fake) ControllerSocket([]string) (string, error) {
 	if f.ctlSock == "" {
 		return "", fs.ErrNotExist
@@ -444,6 +448,20 @@ func TestVswitchdNotRunning(t *testing.T) {
 	f.vswitchdDead = true
 	r := Run(context.Background(), cfgOf(t), Options{Facts: f})
 	if c := check(t, r, "ovs-vswitchd"); c.Status != preflight.Fail || !strings.Contains(c.Found, "ovs-vswitchd does not") {
+		t.Fatal(c)
+	}
+}
+
+func TestDuplicateAddress(t *testing.T) {
+	f := healthy()
+	r := Run(context.Background(), cfgOf(t), Options{Facts: f})
+	if c := check(t, r, "duplicate-address"); c.Status != preflight.Pass || !strings.Contains(c.Found, "10.0.0.1 on eth0") {
+		t.Fatal(c)
+	}
+	f.arpMACs = []string{"02:00:00:00:00:01", "02:00:00:00:00:09"}
+	r = Run(context.Background(), cfgOf(t), Options{Facts: f})
+	c := check(t, r, "duplicate-address")
+	if c.Status != preflight.Fail || !strings.Contains(c.Found, "own MAC 02:00:00:00:00:01: a cloned VM") || !strings.Contains(c.Found, "from 02:00:00:00:00:09") {
 		t.Fatal(c)
 	}
 }

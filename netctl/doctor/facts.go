@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/ovnhost/ovnhost/supervisor/config"
@@ -53,6 +55,8 @@ type Facts interface {
 	// Pidfile returns the pid in pidfile and whether that process is alive
 	// and named name (pids are reused: the command line is checked).
 	Pidfile(pidfile, name string) (int, bool)
+	// ARPProbe returns the MACs of other hosts answering ARP for ip on iface.
+	ARPProbe(iface string, ip netip.Addr, wait time.Duration) ([]string, error)
 }
 
 // Host is the real machine, read without changing it.
@@ -272,4 +276,9 @@ func (*Host) Pidfile(pidfile, name string) (int, bool) {
 		return 0, false
 	}
 	return pid, isProcess(pid, name)
+}
+
+// ARPProbe sends one ARP probe in the current network namespace.
+func (*Host) ARPProbe(iface string, ip netip.Addr, wait time.Duration) ([]string, error) {
+	return ARPProbeIn(netns.None(), iface, ip, wait)
 }

@@ -6,13 +6,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 
 	"github.com/ovnhost/ovnhost/netctl/doctor"
 	"github.com/ovnhost/ovnhost/supervisor/preflight"
@@ -300,4 +305,82 @@ func waitFor(t *testing.T, d time.Duration, cond func() error) {
 		}
 		<-tick.C
 	}
+}
+
+// Two namespaces joined by a veth, both claiming 10.9.0.1 (a cloned VM):
+// the ARP probe from one sees the other's MAC; with distinct addresses no
+// one answers.
+func TestARPProbeDuplicate(t *testing.T) {
+	testenv.RequireRoot(t)
+	a, b := newNS(t), newNS(t)
+	ha, err := netlink.NewHandleAt(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ha.Close()
+	if err := ha.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "va"}, PeerName: "vb", PeerNamespace: netlink.NsFd(int(b))}); err != nil {
+		t.Fatal(err)
+	}
+	hb, err := netlink.NewHandleAt(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hb.Close()
+	setup := func(h *netlink.Handle, name, cidr string) netlink.Link {
+		l, err := h.LinkByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr, _ := netlink.ParseAddr(cidr)
+		if err := h.AddrAdd(l, addr); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.LinkSetUp(l); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	setup(ha, "va", "10.9.0.1/24")
+	lb := setup(hb, "vb", "10.9.0.2/24")
+
+	ip := netip.MustParseAddr("10.9.0.1")
+	macs, err := doctor.ARPProbeIn(a, "va", ip, 300*time.Millisecond)
+	if err != nil || len(macs) != 0 {
+		t.Fatalf("distinct addresses: %v %v", macs, err)
+	}
+	addr, _ := netlink.ParseAddr("10.9.0.1/24")
+	if err := hb.AddrAdd(lb, addr); err != nil {
+		t.Fatal(err)
+	}
+	macs, err = doctor.ARPProbeIn(a, "va", ip, time.Second)
+	if err != nil || len(macs) != 1 || macs[0] != lb.Attrs().HardwareAddr.String() {
+		t.Fatalf("duplicate: %v %v (want %s)", macs, err, lb.Attrs().HardwareAddr)
+	}
+	c := doctor.CheckDuplicateAddress("va", ip.String(), "02:00:00:00:00:aa", macs, nil)
+	if c.Status != preflight.Fail || !strings.Contains(c.Found, macs[0]) {
+		t.Fatalf("%+v", c)
+	}
+}
+
+// newNS creates an unnamed network namespace, closed by t.Cleanup.
+func newNS(t *testing.T) netns.NsHandle {
+	t.Helper()
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		runtime.UnlockOSThread()
+		t.Fatal(err)
+	}
+	defer orig.Close()
+	ns, err := netns.New()
+	if err != nil {
+		runtime.UnlockOSThread()
+		t.Fatal(err)
+	}
+	if err := netns.Set(orig); err != nil {
+		t.Fatalf("back to the original netns: %v", err) // the thread stays locked and is discarded
+	}
+	runtime.UnlockOSThread()
+	t.Cleanup(func() { ns.Close() })
+	return ns
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -164,24 +163,7 @@ func TestReadOnlyStateDir(t *testing.T) {
 // 192.168.50.2/24 and a default route through it; closed by t.Cleanup.
 func testNetns(t *testing.T) netns.NsHandle {
 	t.Helper()
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		t.Fatal(err)
-	}
-	ns, err := netns.New()
-	if err != nil {
-		runtime.UnlockOSThread()
-		t.Fatal(err)
-	}
-	if err := netns.Set(orig); err != nil {
-		t.Fatalf("back to the original netns: %v", err) // thread stays locked and is discarded
-	}
-	orig.Close()
-	runtime.UnlockOSThread()
-	t.Cleanup(func() { ns.Close() })
-
+	ns := newNS(t)
 	h, err := netlink.NewHandleAt(ns)
 	if err != nil {
 		t.Fatal(err)
