@@ -144,20 +144,26 @@ func writeAtomic(path string, data []byte, mode os.FileMode) (bool, error) {
 	return true, os.Rename(tmp, path)
 }
 
-// watch restores the binary and conflist when they are removed or changed,
-// and reports configurations that appear and outrank ours.
-func (in *installer) watch(ctx context.Context) {
+// startWatch sets up the watches before Start returns, so that no change
+// made right after start is missed.
+func (in *installer) startWatch() (*fsnotify.Watcher, error) {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
-		in.log.Warn("cannot watch the CNI directories", "err", err)
-		return
+		return nil, fmt.Errorf("watch the CNI directories: %w", err)
 	}
-	defer w.Close()
 	for _, d := range []string{in.confDir, in.binDir} {
 		if err := w.Add(d); err != nil {
-			in.log.Warn("cannot watch a CNI directory", "dir", d, "err", err)
+			w.Close()
+			return nil, fmt.Errorf("watch %s: %w", d, err)
 		}
 	}
+	return w, nil
+}
+
+// watch restores the binary and conflist when they are removed or changed,
+// and reports configurations that appear and outrank ours.
+func (in *installer) watch(ctx context.Context, w *fsnotify.Watcher) {
+	defer w.Close()
 	ours := map[string]bool{
 		filepath.Join(in.confDir, ConflistName):       true,
 		filepath.Join(in.binDir, protocol.PluginType): true,

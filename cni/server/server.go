@@ -202,8 +202,12 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		if err := s.inst.installAll(); err != nil {
 			return err
 		}
+		w, err := s.inst.startWatch()
+		if err != nil {
+			return err
+		}
 		s.bg.Add(1)
-		go func() { defer s.bg.Done(); s.inst.watch(bctx) }()
+		go func() { defer s.bg.Done(); s.inst.watch(bctx, w) }()
 	}
 	if !s.noNodePort {
 		s.bg.Add(1)

@@ -1,0 +1,380 @@
+package cni_test
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
+	"github.com/vishvananda/netlink"
+
+	"github.com/ovnhost/ovnhost/netctl/podnet"
+)
+
+// listen opens a TCP listener inside netns (it stays there).
+func listen(t testing.TB, netnsPath, addr string) net.Listener {
+	t.Helper()
+	var ln net.Listener
+	inNetns(t, netnsPath, func() error {
+		var err error
+		ln, err = net.Listen("tcp", addr)
+		return err
+	})
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// dial connects from netnsPath ("" = the test's own netns, the node).
+func dial(t testing.TB, netnsPath, addr string) net.Conn {
+	t.Helper()
+	var c net.Conn
+	do := func() error {
+		var err error
+		c, err = net.DialTimeout("tcp", addr, 5*time.Second)
+		return err
+	}
+	if netnsPath == "" {
+		if err := do(); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		inNetns(t, netnsPath, do)
+	}
+	return c
+}
+
+// transfer sends size random bytes from src to dst's listener and checks
+// they arrive intact; it returns the receiver's throughput in Mbit/s.
+func transfer(t testing.TB, srcNetns string, ln net.Listener, addr string, size int) float64 {
+	t.Helper()
+	data := make([]byte, size)
+	_, _ = rand.Read(data)
+	want := sha256.Sum256(data)
+	type res struct {
+		sum [32]byte
+		n   int64
+		d   time.Duration
+		err error
+	}
+	got := make(chan res, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- res{err: err}
+			return
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(60 * time.Second))
+		h := sha256.New()
+		t0 := time.Now()
+		n, err := io.Copy(h, c)
+		var s [32]byte
+		copy(s[:], h.Sum(nil))
+		got <- res{s, n, time.Since(t0), err}
+	}()
+	c := dial(t, srcNetns, addr)
+	_ = c.SetDeadline(time.Now().Add(60 * time.Second))
+	if _, err := io.Copy(c, bytes.NewReader(data)); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	c.Close()
+	r := <-got
+	if r.err != nil || r.n != int64(size) || r.sum != want {
+		t.Fatalf("TCP transfer to %s: got %d of %d bytes, intact=%v, err=%v", addr, r.n, size, r.sum == want, r.err)
+	}
+	return float64(size*8) / r.d.Seconds() / 1e6
+}
+
+func TestStandaloneTwoPodsPingAndTCP(t *testing.T) {
+	n := startNode(t, nodeOpts{})
+	a := n.add(t, "pod-a", "")
+	b := n.add(t, "pod-b", "")
+	if a.ip == b.ip || !strings.HasPrefix(a.ip, "10.16.") {
+		t.Fatalf("addresses %s and %s", a.ip, b.ip)
+	}
+	if err := ping(t, a.netns, b.ip); err != nil {
+		t.Fatal(err)
+	}
+	ln := listen(t, b.netns, net.JoinHostPort(b.ip, "8080"))
+	mbps := transfer(t, a.netns, ln, net.JoinHostPort(b.ip, "8080"), 4<<20)
+	t.Logf("4 MiB pod-a -> pod-b at %.0f Mbit/s", mbps)
+
+	// The OVS interface carries Kube-OVN's external_ids and ovn-installed.
+	rows := n.selectRows(t, "Interface", ovsdb.NewCondition("external_ids", ovsdb.ConditionIncludes,
+		ovsdb.OvsMap{GoMap: map[any]any{"iface-id": "pod-a.default"}}))
+	if len(rows) != 1 {
+		t.Fatalf("%d interfaces with iface-id pod-a.default", len(rows))
+	}
+	ids := rows[0]["external_ids"].(ovsdb.OvsMap).GoMap
+	for k, v := range map[string]string{"pod_name": "pod-a", "pod_namespace": "default", "pod_netns": a.netns, "ip": a.ip, "vendor": "ovnhost", "ovn-installed": "true"} {
+		if ids[k] != v {
+			t.Errorf("external_ids:%s = %v, want %s", k, ids[k], v)
+		}
+	}
+	if ids["attached-mac"] == nil || ids["attached-mac"] == "" {
+		t.Errorf("no attached-mac")
+	}
+	// The pod end has tx checksum offload off (userspace datapath).
+	inNetns(t, a.netns, func() error {
+		on, err := podnet.TxChecksum("eth0")
+		if err == nil && on {
+			t.Errorf("tx checksum offload is on in the pod")
+		}
+		l, err := netlink.LinkByName("eth0")
+		if err == nil && l.Attrs().MTU != 1400 {
+			t.Errorf("pod MTU %d, want 1400", l.Attrs().MTU)
+		}
+		return err
+	})
+	for _, p := range []*pod{a, b} {
+		if out := n.del(t, p); out.Code != 0 {
+			t.Fatalf("DEL %s: %s", p.name, out.Err.Msg)
+		}
+	}
+	n.assertClean(t)
+}
+
+func TestHostReachesPodThroughOVN0(t *testing.T) {
+	n := startNode(t, nodeOpts{})
+	p := n.add(t, "web", "")
+	// ovn0 comes up in the background: wait for its address event-driven.
+	waitOVN0(t)
+	ln := listen(t, p.netns, net.JoinHostPort(p.ip, "80"))
+	transfer(t, "", ln, net.JoinHostPort(p.ip, "80"), 256<<10)
+	if out := n.del(t, p); out.Code != 0 {
+		t.Fatal(out.Err.Msg)
+	}
+}
+
+// waitOVN0 waits until ovn0 has its address and route to the pod CIDR.
+func waitOVN0(t testing.TB) {
+	t.Helper()
+	ch := make(chan netlink.RouteUpdate, 64)
+	done := make(chan struct{})
+	defer close(done)
+	if err := netlink.RouteSubscribe(ch, done); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(30 * time.Second)
+	for {
+		if l, err := netlink.LinkByName("ovn0"); err == nil {
+			rs, _ := netlink.RouteList(l, netlink.FAMILY_V4)
+			for _, r := range rs {
+				if r.Dst != nil && r.Dst.String() == "10.16.0.0/16" {
+					return
+				}
+			}
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatal("ovn0 has no route to 10.16.0.0/16 after 30 s")
+		}
+	}
+}
+
+func TestStaticIPAndIngressRate(t *testing.T) {
+	n := startNode(t, nodeOpts{})
+	srv := n.add(t, "fixed", "IP=10.16.0.200;INGRESS_RATE=10")
+	if srv.ip != "10.16.0.200" {
+		t.Fatalf("static IP pod got %s", srv.ip)
+	}
+	cl := n.add(t, "client", "")
+	qos := n.selectRows(t, "QoS")
+	if len(qos) != 1 {
+		t.Fatalf("%d QoS rows, want 1", len(qos))
+	}
+	ln := listen(t, srv.netns, "10.16.0.200:9000")
+	mbps := transfer(t, cl.netns, ln, "10.16.0.200:9000", 4<<20)
+	t.Logf("transfer into a pod limited to 10 Mbit/s: %.1f Mbit/s", mbps)
+	if mbps < 5 || mbps > 14 {
+		t.Fatalf("ingress_rate=10: measured %.1f Mbit/s, want about 10", mbps)
+	}
+	// The same transfer the other way is not limited.
+	ln2 := listen(t, cl.netns, net.JoinHostPort(cl.ip, "9001"))
+	if free := transfer(t, srv.netns, ln2, net.JoinHostPort(cl.ip, "9001"), 4<<20); free < 30 {
+		t.Fatalf("unlimited direction measured only %.1f Mbit/s", free)
+	}
+	for _, p := range []*pod{srv, cl} {
+		if out := n.del(t, p); out.Code != 0 {
+			t.Fatal(out.Err.Msg)
+		}
+	}
+	n.assertClean(t)
+}
+
+func TestDelIdempotentCheckAndDaemonDown(t *testing.T) {
+	n := startNode(t, nodeOpts{})
+	p := n.add(t, "chk", "")
+	conf := n.netconf(t, "1.1.0", map[string]any{"prevResult": jsonRaw(p.raw)})
+	call := cniCall{Command: "CHECK", ContainerID: p.id, Netns: p.netns, IfName: "eth0", Args: p.args, Conf: conf}
+	if out := runPlugin(t, n.installedPlugin(), call); out.Code != 0 {
+		t.Fatalf("CHECK of a good pod: %s", out.Err.Msg)
+	}
+	if b, err := exec.Command("ip", "-n", filepath.Base(p.netns), "addr", "flush", "dev", "eth0").CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, b)
+	}
+	out := runPlugin(t, n.installedPlugin(), call)
+	if out.Code == 0 || !strings.Contains(out.Err.Msg, "address "+p.ip+"/16 missing") {
+		t.Fatalf("CHECK after removing the address: exit %d %q", out.Code, out.Err.Msg)
+	}
+	for i := 0; i < 2; i++ {
+		if out := n.del(t, p); out.Code != 0 {
+			t.Fatalf("DEL #%d: %s", i+1, out.Err.Msg)
+		}
+	}
+	// DEL after the netns is gone.
+	q := n.add(t, "gone", "")
+	if b, err := exec.Command("ip", "netns", "del", filepath.Base(q.netns)).CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, b)
+	}
+	if out := n.del(t, q); out.Code != 0 {
+		t.Fatalf("DEL after the netns is gone: %s", out.Err.Msg)
+	}
+	n.assertClean(t)
+	// A bad request fails that request with a precise message.
+	bad := runPlugin(t, n.installedPlugin(), cniCall{Command: "ADD", ContainerID: "bad", Netns: p.netns, IfName: "eth0",
+		Args: "K8S_POD_NAMESPACE=default;K8S_POD_NAME=bad;IP=192.168.77.1", Conf: n.netconf(t, "", nil)})
+	if bad.Code == 0 || !strings.Contains(bad.Err.Msg, "192.168.77.1") {
+		t.Fatalf("ADD with an IP outside the subnet: exit %d %q", bad.Code, bad.Err.Msg)
+	}
+	// Daemon down: try again later, naming the socket.
+	n.stopServer()
+	r := n.netns(t)
+	out = runPlugin(t, n.installedPlugin(), cniCall{Command: "ADD", ContainerID: "down", Netns: r, IfName: "eth0", Args: "K8S_POD_NAMESPACE=default;K8S_POD_NAME=down", Conf: n.netconf(t, "", nil)})
+	if out.Code == 0 || out.Err.Code != 11 || !strings.Contains(out.Err.Msg, n.cfg.CNISocket) {
+		t.Fatalf("ADD with the daemon stopped: exit %d code %d %q", out.Code, out.Err.Code, out.Err.Msg)
+	}
+}
+
+func (n *node) netns(t testing.TB) string {
+	return podnetNewNetNS(t)
+}
+
+func TestConcurrentAddDelLeavesNothing(t *testing.T) {
+	n := startNode(t, nodeOpts{})
+	const total, conc = 100, 20
+	conf := n.netconf(t, "", nil)
+	sem := make(chan struct{}, conc)
+	var wg sync.WaitGroup
+	errs := make(chan error, total)
+	for i := 0; i < total; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			name := fmt.Sprintf("c%03d", i)
+			ns := podnetNewNetNS(t)
+			args := "K8S_POD_NAMESPACE=load;K8S_POD_NAME=" + name
+			c := cniCall{ContainerID: "cid-" + name, Netns: ns, IfName: "eth0", Args: args, Conf: conf}
+			c.Command = "ADD"
+			if out := runPlugin(t, n.installedPlugin(), c); out.Code != 0 {
+				errs <- fmt.Errorf("ADD %s: %s", name, out.Err.Msg)
+				return
+			}
+			c.Command = "DEL"
+			if out := runPlugin(t, n.installedPlugin(), c); out.Code != 0 {
+				errs <- fmt.Errorf("DEL %s: %s", name, out.Err.Msg)
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	n.assertClean(t)
+}
+
+// assertClean: no pod veth, no pod port, no QoS or Queue row.
+func (n *node) assertClean(t testing.TB) {
+	t.Helper()
+	links, err := netlink.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range links {
+		if strings.HasPrefix(l.Attrs().Name, "ovh") {
+			t.Errorf("veth %s left behind", l.Attrs().Name)
+		}
+	}
+	for _, r := range n.selectRows(t, "Port") {
+		switch name := r["name"].(string); name {
+		case "br-int", "ovn0", "mirror0":
+		default:
+			t.Errorf("OVS port %s left behind", name)
+		}
+	}
+	if q := n.selectRows(t, "QoS"); len(q) != 0 {
+		t.Errorf("%d QoS rows left behind", len(q))
+	}
+	if q := n.selectRows(t, "Queue"); len(q) != 0 {
+		t.Errorf("%d Queue rows left behind", len(q))
+	}
+}
+
+func TestInstallRestoresConflist(t *testing.T) {
+	n := startNode(t, nodeOpts{})
+	bin := n.installedPlugin()
+	st, err := os.Stat(bin)
+	if err != nil || st.Mode().Perm() != 0o755 {
+		t.Fatalf("installed plugin: %v %v", st, err)
+	}
+	sock, err := os.Stat(n.cfg.CNISocket)
+	if err != nil || sock.Mode().Perm()&0o007 != 0 {
+		t.Fatalf("socket mode %v %v: must not be world-accessible", sock.Mode(), err)
+	}
+	conf := filepath.Join(n.cfg.CNIConfDir, "00-ovnhost.conflist")
+	want, _ := os.ReadFile(conf)
+	if err := os.Remove(conf); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, conf, func() {})
+	got, _ := os.ReadFile(conf)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("restored conflist differs:\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestMirror(t *testing.T) {
+	n := startNode(t, nodeOpts{mirrorOutput: "mirror0"})
+	p := n.add(t, "mirrored", "MIRROR=true")
+	q := n.add(t, "plain", "")
+	m := n.selectRows(t, "Mirror")
+	if len(m) != 1 {
+		t.Fatalf("%d mirrors", len(m))
+	}
+	src := m[0]["select_src_port"]
+	ports := n.selectRows(t, "Port", ovsdb.NewCondition("name", ovsdb.ConditionEqual, podnet.HostIfName(p.id, "eth0")))
+	if len(ports) != 1 {
+		t.Fatal("mirrored pod's port missing")
+	}
+	u := ports[0]["_uuid"].(ovsdb.UUID)
+	var members []any
+	switch v := src.(type) {
+	case ovsdb.UUID:
+		members = []any{v}
+	case ovsdb.OvsSet:
+		members = v.GoSet
+	}
+	if len(members) != 1 || members[0] != u {
+		t.Fatalf("mirror selects %v, want only %v", members, u)
+	}
+	for _, x := range []*pod{p, q} {
+		if out := n.del(t, x); out.Code != 0 {
+			t.Fatal(out.Err.Msg)
+		}
+	}
+	n.assertClean(t)
+}
