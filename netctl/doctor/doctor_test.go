@@ -465,3 +465,22 @@ func TestDuplicateAddress(t *testing.T) {
 		t.Fatal(c)
 	}
 }
+
+func TestSBOnlyRemote(t *testing.T) {
+	f := healthy()
+	f.dbs["tcp:10.1.0.9:6642"] = []string{"OVN_Southbound"}
+	r := Run(context.Background(), cfgOf(t, "OVN_SB_ADDR=tcp:10.1.0.9:6642"), Options{Facts: f})
+	for _, c := range r.Checks {
+		if c.Name == "nb-reachable" {
+			t.Fatalf("NB checked without an NB address: %+v", c)
+		}
+	}
+	if c := check(t, r, "sb-reachable"); c.Status != preflight.Pass {
+		t.Fatal(c)
+	}
+	f.dbs["tcp:10.1.0.1:6642"] = []string{"OVN_Southbound"}
+	r = Run(context.Background(), cfgOf(t, "OVN_DB_IPS=10.1.0.1"), Options{Facts: f})
+	if c := check(t, r, "nb-reachable"); c.Status != preflight.Warn {
+		t.Fatal(c)
+	}
+}

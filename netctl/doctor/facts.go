@@ -161,9 +161,17 @@ func (h *Host) IptablesSave(backend string, v6 bool) (string, error) {
 	if v6 {
 		name = "ip6tables-" + backend + "-save"
 	}
-	p, err := h.LookPath(name, h.cfg.BinDirs)
-	if err != nil {
-		return "", err
+	// Not Host.LookPath: the xtables multi-call binaries dispatch on the
+	// name they are run by, so the symlink must not be resolved.
+	p := ""
+	for _, d := range h.cfg.BinDirs {
+		if st, err := os.Stat(filepath.Join(d, name)); err == nil && st.Mode().IsRegular() {
+			p = filepath.Join(d, name)
+			break
+		}
+	}
+	if p == "" {
+		return "", fmt.Errorf("%s not found in %s", name, strings.Join(h.cfg.BinDirs, ":"))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -103,11 +103,18 @@ func (s *services) run(ctx context.Context) []preflight.Check {
 	// NB and SB.
 	sbUp := ""
 	if s.cfg.Remote() {
-		var nb preflight.Check
-		nb, _ = s.reach(ctx, "nb-reachable", s.cfg.NBRemote, "OVN_Northbound")
+		if s.cfg.NBRemote != "" {
+			// The node itself never writes NB: unreachable NB is a warning.
+			nb, _ := s.reach(ctx, "nb-reachable", s.cfg.NBRemote, "OVN_Northbound")
+			if nb.Status == preflight.Fail {
+				nb.Status = preflight.Warn
+				nb.Found += " (ovnhost on this node does not need NB; the controller and netctl do)"
+			}
+			out = append(out, nb)
+		}
 		var sb preflight.Check
 		sb, sbUp = s.reach(ctx, "sb-reachable", s.cfg.SBRemote, "OVN_Southbound")
-		out = append(out, nb, sb)
+		out = append(out, sb)
 	} else {
 		nb, _ := s.local(ctx, "ovsdb:OVN_Northbound", s.cfg.NBRemote, "OVN_Northbound")
 		sb, up := s.local(ctx, "ovsdb:OVN_Southbound", s.cfg.SBRemote, "OVN_Southbound")

@@ -175,5 +175,9 @@ func explainExec(binary string, err error, f interface {
 	if blocked == 0 {
 		return err
 	}
-	return &ExecError{Binary: path, FileCaps: fc, Missing: CapNames(blocked), Fix: capsFix(path, fc, blocked), Err: err}
+	target := path
+	if real, rerr := filepath.EvalSymlinks(path); rerr == nil {
+		target = real // setcap needs the file, not a symlink to it
+	}
+	return &ExecError{Binary: path, FileCaps: fc, Missing: CapNames(blocked), Fix: capsFix(target, fc, blocked), Err: err}
 }

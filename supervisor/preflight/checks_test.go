@@ -266,7 +266,7 @@ func TestExplainExec(t *testing.T) {
 	if !errors.As(err, &ee) || !errors.Is(err, syscall.EPERM) {
 		t.Fatalf("%T %v", err, err)
 	}
-	for _, want := range []string{"/usr/sbin/ovs-vswitchd", "CAP_SYS_MODULE", "setcap"} {
+	for _, want := range []string{"exec /usr/sbin/ovs-vswitchd", "CAP_SYS_MODULE", "setcap 'cap_net_admin+ep' "} {
 		if !strings.Contains(err.Error(), want) {
 			t.Fatalf("%q lacks %q", err, want)
 		}

@@ -148,14 +148,26 @@ func (Host) ProcessCaps() (ProcCaps, error) {
 }
 
 // LookPath finds an executable regular file named name in dirs (PATH when
-// dirs is empty).
+// dirs is empty) and returns it with symlinks resolved.
 func (Host) LookPath(name string, dirs []string) (string, error) {
 	if len(dirs) == 0 {
-		return exec.LookPath(name)
+		p, err := exec.LookPath(name)
+		if err != nil {
+			return "", err
+		}
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			return real, nil
+		}
+		return p, nil
 	}
 	for _, d := range dirs {
 		p := filepath.Join(d, name)
 		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			// Name the file itself (iptables -> xtables-nft-multi): its
+			// capabilities are what exec sees, and setcap refuses symlinks.
+			if real, err := filepath.EvalSymlinks(p); err == nil {
+				return real, nil
+			}
 			return p, nil
 		}
 	}

@@ -78,7 +78,7 @@ func TestDuplicateChassisRealSB(t *testing.T) {
 
 	cfg := loadConfig(t, append(env, "OVN_SB_ADDR="+c.SB(), "ENCAP_IP=192.0.2.200")...)
 	r := doctor.Run(context.Background(), cfg, doctor.Options{Timeout: 5 * time.Second})
-	if ch := doctorCheck(t, r, "ovsdb:OVN_Southbound"); ch.Status != preflight.Pass {
+	if ch := doctorCheck(t, r, "sb-reachable"); ch.Status != preflight.Pass {
 		t.Fatalf("SB: %+v", ch)
 	}
 	ch := doctorCheck(t, r, "chassis")
