@@ -1,12 +1,115 @@
-// Command ovnhost-controller is a placeholder until its issue lands.
+// Command ovnhost-controller watches Pods, Nodes, Namespaces and Subnets,
+// allocates addresses, writes Kube-OVN annotations and programs the OVN
+// northbound database. The work is in package controller/kube.
 package main
 
 import (
+	"context"
+	"flag"
 	"fmt"
+	"log/slog"
 	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/ovnhost/ovnhost/controller/kube"
+	"github.com/ovnhost/ovnhost/internal/version"
 )
 
+func env(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// nbFromDBIPs turns OVN_DB_IPS ("10.0.0.1,10.0.0.2") into NB endpoints.
+func nbFromDBIPs(ips string) string {
+	if ips == "" {
+		return ""
+	}
+	var eps []string
+	for _, ip := range strings.Split(ips, ",") {
+		ip = strings.TrimSpace(ip)
+		if strings.Contains(ip, ":") {
+			ip = "[" + ip + "]"
+		}
+		eps = append(eps, "tcp:"+ip+":6641")
+	}
+	return strings.Join(eps, ",")
+}
+
 func main() {
-	fmt.Fprintln(os.Stderr, "ovnhost-controller: not built yet")
-	os.Exit(1)
+	var o kube.Options
+	var kubeconfig, logLevel, excl string
+	var qps float64
+	var burst int
+	var leaderElect, showVersion bool
+	fs := flag.CommandLine
+	fs.StringVar(&kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default: in-cluster configuration)")
+	fs.StringVar(&o.NBEndpoints, "ovn-nb-addr", env("OVN_NB_ADDR", nbFromDBIPs(os.Getenv("OVN_DB_IPS"))), "OVN northbound endpoints, e.g. tcp:10.0.0.1:6641 (default from OVN_NB_ADDR or OVN_DB_IPS)")
+	fs.StringVar(&o.DefaultCIDR, "default-cidr", "10.16.0.0/16", "CIDR of the default subnet ovn-default")
+	fs.StringVar(&o.DefaultGW, "default-gateway", "", "gateway of ovn-default (default: first address)")
+	fs.StringVar(&excl, "default-exclude-ips", "", "comma-separated excludeIps of ovn-default")
+	fs.StringVar(&o.JoinCIDR, "node-switch-cidr", "100.64.0.0/16", "CIDR of the join subnet (node ports)")
+	fs.IntVar(&o.Workers, "workers", 32, "concurrent pod workers")
+	fs.StringVar(&o.HealthAddr, "health-addr", ":10660", "address of /healthz, /readyz and /metrics (empty: off)")
+	fs.BoolVar(&leaderElect, "leader-elect", true, "elect a leader among replicas through a Lease")
+	fs.StringVar(&o.LeaseNamespace, "lease-namespace", env("POD_NAMESPACE", "kube-system"), "namespace of the leader Lease")
+	fs.StringVar(&o.LeaseName, "lease-name", "ovnhost-controller", "name of the leader Lease")
+	fs.StringVar(&o.Identity, "identity", os.Getenv("POD_NAME"), "leader election identity (default: POD_NAME, else host name)")
+	fs.Float64Var(&qps, "kube-api-qps", 1000, "client-side rate limit towards the API server")
+	fs.IntVar(&burst, "kube-api-burst", 2000, "client-side burst towards the API server")
+	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
+	flag.Parse()
+	if showVersion {
+		fmt.Println("ovnhost-controller", version.Version)
+		return
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+		fmt.Fprintf(os.Stderr, "ovnhost-controller: --log-level %q: use debug, info, warn or error\n", logLevel)
+		os.Exit(2)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	slog.SetDefault(log)
+	o.Logger = log
+	if o.NBEndpoints == "" {
+		log.Error("no OVN northbound address: pass --ovn-nb-addr tcp:IP:6641 or set OVN_DB_IPS")
+		os.Exit(2)
+	}
+	for _, e := range strings.Split(excl, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			o.DefaultExcl = append(o.DefaultExcl, e)
+		}
+	}
+	var cfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		log.Error("no Kubernetes client configuration; pass --kubeconfig or run in a pod", "error", err)
+		os.Exit(2)
+	}
+	cfg.QPS, cfg.Burst = float32(qps), burst
+	cfg.UserAgent = "ovnhost-controller/" + version.Version
+	o.Rest = cfg
+	if !leaderElect {
+		o.LeaseName = ""
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	log.Info("starting ovnhost-controller", "version", version.Version, "nb", o.NBEndpoints, "leader_elect", leaderElect)
+	if err := kube.Run(ctx, o); err != nil {
+		log.Error("ovnhost-controller stopped", "error", err)
+		os.Exit(1)
+	}
 }

@@ -1,0 +1,819 @@
+// Package kube is the Kubernetes side of ovnhost-controller: client-go
+// informers on Pods, Nodes, Namespaces and Subnets drive the ovnnet library
+// (IPAM + OVN northbound), write Kube-OVN annotations, Subnet status and
+// events, with leader election and /healthz, /readyz, /metrics.
+//
+// Start-up order: connect to the NB, make sure the default Subnets exist,
+// sync the informer caches, program every Subnet, rebuild the IPAM from the
+// pod and node annotations (oldest pod first, so an older holder keeps a
+// contested address), garbage-collect ports whose pod or node is gone, then
+// start the workers. /readyz turns 200 only after that.
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/ovnhost/ovnhost/controller/annotations"
+	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
+	"github.com/ovnhost/ovnhost/controller/ipam"
+	"github.com/ovnhost/ovnhost/controller/ovnnb"
+	"github.com/ovnhost/ovnhost/controller/ovnnet"
+)
+
+// Config configures the controller.
+type Config struct {
+	Rest        *rest.Config
+	NBEndpoints string // OVN NB, e.g. "tcp:10.0.0.1:6641" (from OVN_DB_IPS)
+	DefaultCIDR string // default subnet CIDR, "" = 10.16.0.0/16
+	DefaultGW   string // "" = first address
+	DefaultExcl []string
+	JoinCIDR    string // "" = 100.64.0.0/16
+	Workers     int    // pod workers, default 32
+	Logger      *slog.Logger
+	Registry    prometheus.Registerer // nil = a private registry
+	// StatusDelay batches Subnet status writes (default 500ms).
+	StatusDelay time.Duration
+}
+
+// Controller is one running controller (the leader's work).
+type Controller struct {
+	cfg Config
+	log *slog.Logger
+	kc  kubernetes.Interface
+	dc  dynamic.Interface
+	net *ovnnet.Network
+
+	factory   informers.SharedInformerFactory
+	dfactory  dynamicinformer.DynamicSharedInformerFactory
+	pods      corelisters.PodLister
+	nodes     corelisters.NodeLister
+	nss       corelisters.NamespaceLister
+	subnetInf cache.SharedIndexInformer
+
+	podQ, nodeQ, subnetQ, statusQ workqueue.TypedRateLimitingInterface[string]
+	recorder                      record.EventRecorder
+	broadcaster                   record.EventBroadcaster
+
+	mu       sync.Mutex
+	valid    map[string]*kubeovnv1.Subnet    // programmed subnets
+	problems map[string]*kubeovnv1.Problem   // invalid subnets
+	waiting  map[string]map[string]ipam.Kind // subnet -> pod key -> why it waits
+
+	ready atomic.Bool
+	m     *metrics
+}
+
+// New builds a controller; Run starts it.
+func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
+	if cfg.Rest == nil {
+		return nil, errors.New("kube: no Kubernetes client configuration")
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 32
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.StatusDelay == 0 {
+		cfg.StatusDelay = 500 * time.Millisecond
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	rc := rest.CopyConfig(cfg.Rest)
+	rc.ContentType = "application/vnd.kubernetes.protobuf"
+	rc.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	kc, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	dc, err := dynamic.NewForConfig(cfg.Rest)
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{cfg: cfg, log: cfg.Logger, kc: kc, dc: dc, net: ovnnet.New(nb, ovnnet.Config{}),
+		valid: map[string]*kubeovnv1.Subnet{}, problems: map[string]*kubeovnv1.Problem{}, waiting: map[string]map[string]ipam.Kind{}}
+	c.m = newMetrics(cfg.Registry, nb)
+	rl := func() workqueue.TypedRateLimiter[string] {
+		return workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second)
+	}
+	c.podQ = workqueue.NewTypedRateLimitingQueueWithConfig(rl(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "pods"})
+	c.nodeQ = workqueue.NewTypedRateLimitingQueueWithConfig(rl(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"})
+	c.subnetQ = workqueue.NewTypedRateLimitingQueueWithConfig(rl(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "subnets"})
+	c.statusQ = workqueue.NewTypedRateLimitingQueueWithConfig(rl(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "subnet-status"})
+
+	c.factory = informers.NewSharedInformerFactoryWithOptions(kc, 0, informers.WithTransform(slimPod))
+	podInf := c.factory.Core().V1().Pods()
+	nodeInf := c.factory.Core().V1().Nodes()
+	nsInf := c.factory.Core().V1().Namespaces()
+	c.pods, c.nodes, c.nss = podInf.Lister(), nodeInf.Lister(), nsInf.Lister()
+	c.dfactory = dynamicinformer.NewDynamicSharedInformerFactory(dc, 0)
+	c.subnetInf = c.dfactory.ForResource(kubeovnv1.SubnetGVR).Informer()
+
+	enqueue := func(q workqueue.TypedRateLimitingInterface[string]) func(any) {
+		return func(obj any) {
+			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				q.Add(key)
+			}
+		}
+	}
+	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue(c.podQ),
+		UpdateFunc: func(_, n any) { enqueue(c.podQ)(n) },
+		DeleteFunc: enqueue(c.podQ),
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue(c.nodeQ),
+		UpdateFunc: func(o, n any) {
+			on, nn := o.(*corev1.Node), n.(*corev1.Node)
+			if !slices.Equal(on.Status.Addresses, nn.Status.Addresses) || !maps2Equal(on.Annotations, nn.Annotations) {
+				enqueue(c.nodeQ)(n)
+			}
+		},
+		DeleteFunc: enqueue(c.nodeQ),
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := nsInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{}); err != nil {
+		return nil, err
+	}
+	if _, err := c.subnetInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue(c.subnetQ),
+		UpdateFunc: func(o, n any) {
+			// Status writes come back as updates: only spec changes matter.
+			if o.(*unstructured.Unstructured).GetGeneration() != n.(*unstructured.Unstructured).GetGeneration() {
+				enqueue(c.subnetQ)(n)
+			}
+		},
+		DeleteFunc: enqueue(c.subnetQ),
+	}); err != nil {
+		return nil, err
+	}
+	c.broadcaster = record.NewBroadcaster()
+	c.recorder = c.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "ovnhost-controller"})
+	return c, nil
+}
+
+func maps2Equal(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if bv, ok := b[k]; !ok || bv != v {
+			return false
+		}
+	}
+	return true
+}
+
+// slimPod keeps only what the controller reads, so 10k pods cost little memory.
+func slimPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
+			Annotations: p.Annotations, CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp},
+		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork},
+		Status: corev1.PodStatus{Phase: p.Status.Phase},
+	}, nil
+}
+
+// Ready reports whether start-up finished and the NB is connected.
+func (c *Controller) Ready() bool { return c.ready.Load() && c.net.NB.Connected() }
+
+// Network exposes the library state (tests, diagnostics).
+func (c *Controller) Network() *ovnnet.Network { return c.net }
+
+// Run starts informers and workers and blocks until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.kc.CoreV1().Events("")})
+	defer c.broadcaster.Shutdown()
+	defer c.podQ.ShutDown()
+	defer c.nodeQ.ShutDown()
+	defer c.subnetQ.ShutDown()
+	defer c.statusQ.ShutDown()
+
+	t0 := time.Now()
+	if err := c.ensureDefaultSubnets(ctx); err != nil {
+		return err
+	}
+	c.factory.Start(ctx.Done())
+	c.dfactory.Start(ctx.Done())
+	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("kube: informer cache for %v did not sync", typ)
+		}
+	}
+	for typ, ok := range c.dfactory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("kube: informer cache for %v did not sync (is the Subnet CRD installed? apply packaging/kubernetes/base/crd-subnets.yaml)", typ)
+		}
+	}
+	tSynced := time.Now()
+	if err := c.net.EnsureRouter(ctx); err != nil {
+		return err
+	}
+	// Program subnets synchronously: pods need them.
+	names := []string{}
+	for _, k := range c.subnetInf.GetIndexer().ListKeys() {
+		names = append(names, k)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		return subnetOrder(names[i]) < subnetOrder(names[j]) || (subnetOrder(names[i]) == subnetOrder(names[j]) && names[i] < names[j])
+	})
+	for _, n := range names {
+		if err := c.syncSubnet(ctx, n); err != nil {
+			return fmt.Errorf("kube: programming subnet %q: %w", n, err)
+		}
+	}
+	tRebuild := time.Now()
+	npods, err := c.rebuild(ctx)
+	if err != nil {
+		return err
+	}
+	rebuildDur := time.Since(tRebuild)
+	c.m.rebuild.Set(rebuildDur.Seconds())
+	deleted, err := c.net.GarbageCollect(ctx, c.keepPort)
+	if err != nil {
+		return fmt.Errorf("kube: garbage-collecting ports: %w", err)
+	}
+	c.log.Info("controller ready", "caches_synced", tSynced.Sub(t0).Round(time.Millisecond).String(),
+		"ipam_rebuild", rebuildDur.Round(time.Millisecond).String(), "pods_restored", npods,
+		"ports_collected", len(deleted), "startup", time.Since(t0).Round(time.Millisecond).String())
+	if len(deleted) > 0 {
+		c.log.Info("garbage-collected ports whose pod or node is gone", "ports", deleted)
+	}
+	for _, n := range names {
+		c.statusQ.Add(n)
+	}
+	c.ready.Store(true)
+	defer c.ready.Store(false)
+
+	var wg sync.WaitGroup
+	run := func(n int, q workqueue.TypedRateLimitingInterface[string], f func(context.Context, string) error, what string) {
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for c.processNext(ctx, q, f, what) {
+				}
+			}()
+		}
+	}
+	run(c.cfg.Workers, c.podQ, c.syncPod, "pod")
+	run(2, c.nodeQ, c.syncNode, "node")
+	run(1, c.subnetQ, c.syncSubnet, "subnet")
+	run(1, c.statusQ, c.syncStatus, "subnet status")
+	<-ctx.Done()
+	c.podQ.ShutDown()
+	c.nodeQ.ShutDown()
+	c.subnetQ.ShutDown()
+	c.statusQ.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func subnetOrder(n string) int {
+	switch n {
+	case ovnnet.JoinSubnet:
+		return 0
+	case ovnnet.DefaultSubnet:
+		return 1
+	}
+	return 2
+}
+
+func (c *Controller) processNext(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], f func(context.Context, string) error, what string) bool {
+	key, quit := q.Get()
+	if quit {
+		return false
+	}
+	defer q.Done(key)
+	if err := f(ctx, key); err != nil {
+		if ctx.Err() != nil {
+			return false
+		}
+		c.log.Warn("sync failed, will retry", "kind", what, "key", key, "error", err)
+		q.AddRateLimited(key)
+		return true
+	}
+	q.Forget(key)
+	return true
+}
+
+// ensureDefaultSubnets creates the Subnets join and ovn-default if absent.
+func (c *Controller) ensureDefaultSubnets(ctx context.Context) error {
+	def := c.cfg.DefaultCIDR
+	if def == "" {
+		def = ovnnet.DefaultSubnetCIDR
+	}
+	join := c.cfg.JoinCIDR
+	if join == "" {
+		join = ovnnet.JoinSubnetCIDR
+	}
+	excl := []any{}
+	for _, e := range c.cfg.DefaultExcl {
+		excl = append(excl, e)
+	}
+	defSpec := map[string]any{"default": true, "protocol": "IPv4", "cidrBlock": def, "natOutgoing": true, "gatewayType": "distributed", "provider": "ovn", "excludeIps": excl}
+	if c.cfg.DefaultGW != "" {
+		defSpec["gateway"] = c.cfg.DefaultGW
+	}
+	for _, s := range []struct {
+		name string
+		spec map[string]any
+	}{
+		{ovnnet.JoinSubnet, map[string]any{"protocol": "IPv4", "cidrBlock": join, "gatewayType": "distributed", "provider": "ovn"}},
+		{ovnnet.DefaultSubnet, defSpec},
+	} {
+		if strings.Contains(s.spec["cidrBlock"].(string), ":") {
+			s.spec["protocol"] = "IPv6"
+			if strings.Contains(s.spec["cidrBlock"].(string), ",") {
+				s.spec["protocol"] = "Dual"
+			}
+		}
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kubeovn.io/v1", "kind": "Subnet",
+			"metadata": map[string]any{"name": s.name}, "spec": s.spec}}
+		_, err := c.dc.Resource(kubeovnv1.SubnetGVR).Create(ctx, u, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			if apierrors.IsNotFound(err) {
+				return fmt.Errorf("kube: creating Subnet %q: the Subnet CRD is not installed; apply packaging/kubernetes/base/crd-subnets.yaml: %w", s.name, err)
+			}
+			return fmt.Errorf("kube: creating Subnet %q: %w", s.name, err)
+		}
+	}
+	return nil
+}
+
+// rebuild re-claims every recorded address: pods oldest first, then nodes.
+// Pods whose record conflicts are queued and get a new address.
+func (c *Controller) rebuild(ctx context.Context) (int, error) {
+	pods, err := c.pods.List(everything)
+	if err != nil {
+		return 0, err
+	}
+	sort.Slice(pods, func(i, j int) bool {
+		ti, tj := pods[i].CreationTimestamp, pods[j].CreationTimestamp
+		if !ti.Equal(&tj) {
+			return ti.Before(&tj)
+		}
+		return pods[i].Namespace+"/"+pods[i].Name < pods[j].Namespace+"/"+pods[j].Name
+	})
+	// Ports written before a crash whose annotation never landed: their
+	// addresses are claimed too, so nobody else gets them meanwhile.
+	ports, err := c.net.NB.Ports(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	portOf := make(map[string]ovnnb.Port, len(ports))
+	for _, p := range ports {
+		if o := p.ExternalIDs[ovnnb.KeyPod]; o != "" {
+			portOf[o] = p
+		}
+	}
+	n := 0
+	for _, p := range pods {
+		if !wantsAddress(p) {
+			continue
+		}
+		owner := ovnnet.PodOwner(p.Namespace, p.Name)
+		a := p.Annotations
+		if a[annotations.Allocated] == "true" && a[annotations.IPAddress] != "" {
+			ips, err := ipam.ParseIPs(a[annotations.IPAddress])
+			if err == nil {
+				_, err = c.net.Restore(owner, a[annotations.LogicalSwitch], ips, a[annotations.MACAddress])
+			}
+			if err != nil {
+				c.log.Warn("recorded pod address not restored; the pod gets a new one", "pod", owner, "error", err)
+			} else {
+				n++
+			}
+			continue
+		}
+		if port, ok := portOf[owner]; ok && port.Switch != "" && port.Switch != ovnnet.JoinSubnet {
+			_, _ = c.net.Restore(owner, port.Switch, port.IPs, port.MAC)
+		}
+	}
+	nodes, err := c.nodes.List(everything)
+	if err != nil {
+		return n, err
+	}
+	for _, nd := range nodes {
+		a := nd.Annotations
+		if ips, err := ipam.ParseIPs(a[annotations.IPAddress]); err == nil {
+			if _, err := c.net.Restore(ovnnet.NodeOwner(nd.Name), ovnnet.JoinSubnet, ips, a[annotations.MACAddress]); err != nil {
+				c.log.Warn("recorded node address not restored; the node gets a new one", "node", nd.Name, "error", err)
+			}
+		}
+	}
+	return n, nil
+}
+
+func wantsAddress(p *corev1.Pod) bool {
+	return !p.Spec.HostNetwork && p.Spec.NodeName != "" && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
+}
+
+// keepPort says whether a port's pod or node still exists.
+func (c *Controller) keepPort(p ovnnb.Port) bool {
+	if node := p.ExternalIDs[ovnnb.KeyNode]; node != "" {
+		_, err := c.nodes.Get(node)
+		return !apierrors.IsNotFound(err)
+	}
+	owner := p.ExternalIDs[ovnnb.KeyPod]
+	if owner == "" {
+		return true
+	}
+	ns, name, _ := strings.Cut(owner, "/")
+	pod, err := c.pods.Pods(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return false
+	}
+	return err != nil || wantsAddress(pod)
+}
+
+// subnetForPod: pod annotation, namespace annotation, a Subnet listing the namespace, the default.
+func (c *Controller) subnetForPod(p *corev1.Pod) string {
+	if s := p.Annotations[annotations.LogicalSwitch]; s != "" {
+		return s
+	}
+	if ns, err := c.nss.Get(p.Namespace); err == nil {
+		if s := ns.Annotations[annotations.LogicalSwitch]; s != "" {
+			return s
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	def := ovnnet.DefaultSubnet
+	names := make([]string, 0, len(c.valid))
+	for n := range c.valid {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		s := c.valid[n]
+		if slices.Contains(s.Spec.Namespaces, p.Namespace) {
+			return n
+		}
+		if s.Spec.Default && n != ovnnet.JoinSubnet {
+			def = n
+		}
+	}
+	return def
+}
+
+func (c *Controller) wait(subnet, key string, k ipam.Kind) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.waiting[subnet] == nil {
+		c.waiting[subnet] = map[string]ipam.Kind{}
+	}
+	c.waiting[subnet][key] = k
+}
+
+func (c *Controller) unwait(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for s, m := range c.waiting {
+		if k, ok := m[key]; ok {
+			delete(m, key)
+			if k == ipam.KindExhausted {
+				c.statusQ.AddAfter(s, c.cfg.StatusDelay)
+			}
+		}
+	}
+}
+
+// wake requeues the pods waiting on a subnet (an address was freed, the subnet appeared).
+func (c *Controller) wake(subnet string) {
+	c.mu.Lock()
+	m := c.waiting[subnet]
+	delete(c.waiting, subnet)
+	c.mu.Unlock()
+	for k := range m {
+		c.podQ.Add(k)
+	}
+}
+
+func (c *Controller) syncPod(ctx context.Context, key string) error {
+	t0 := time.Now()
+	defer func() { c.m.podSync.Observe(time.Since(t0).Seconds()) }()
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	pod, err := c.pods.Pods(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		c.unwait(key)
+		return c.releasePod(ctx, ns, name)
+	}
+	if err != nil {
+		return err
+	}
+	if pod.Spec.HostNetwork || pod.Spec.NodeName == "" {
+		return nil
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		c.unwait(key)
+		return c.releasePod(ctx, ns, name)
+	}
+	ann := pod.Annotations
+	owner := ovnnet.PodOwner(ns, name)
+	recorded := ann[annotations.Allocated] == "true" && ann[annotations.IPAddress] != ""
+	var ips []netip.Addr
+	if s := ann[annotations.IPAddress]; s != "" {
+		ips, err = ipam.ParseIPs(s)
+		if err != nil {
+			c.fail(pod, "", ipam.KindInvalid, fmt.Sprintf("annotation %s=%q: %v", annotations.IPAddress, s, err))
+			return nil
+		}
+	}
+	req := ovnnet.PodRequest{Namespace: ns, Name: name, Subnet: c.subnetForPod(pod), IPs: ips, MAC: ann[annotations.MACAddress]}
+	a, err := c.net.AddPod(ctx, req)
+	if err != nil && recorded && ipam.KindOf(err) != "" {
+		// The recorded address is not this pod's to keep (another pod holds
+		// it, or the subnet changed): give it a new one, say so.
+		if held, ok := c.net.IPAM.Lookup(owner); !ok || held.IPString() != ann[annotations.IPAddress] {
+			c.recorder.Eventf(pod, corev1.EventTypeWarning, "AddressReassigned",
+				"recorded address %s cannot be kept (%v); allocating a new one", ann[annotations.IPAddress], err)
+			req.IPs, req.MAC = nil, ""
+			a, err = c.net.AddPod(ctx, req)
+		}
+	}
+	if err != nil {
+		if k := ipam.KindOf(err); k != "" {
+			c.fail(pod, req.Subnet, k, err.Error())
+			return nil
+		}
+		if errors.Is(err, ovnnb.ErrNoSwitch) {
+			c.fail(pod, req.Subnet, ipam.KindUnknownSubnet, err.Error())
+			return nil
+		}
+		return err
+	}
+	c.unwait(key)
+	want := map[string]string{
+		annotations.Allocated: "true", annotations.IPAddress: a.IPString(), annotations.MACAddress: a.MAC,
+		annotations.CIDR: a.CIDR, annotations.Gateway: a.Gateway, annotations.LogicalSwitch: a.Subnet, annotations.Routed: "true",
+	}
+	same := true
+	for k, v := range want {
+		if ann[k] != v {
+			same = false
+			break
+		}
+	}
+	if same {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID, "annotations": want}})
+	_, err = c.kc.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) || apierrors.IsInvalid(err) {
+		// Gone or replaced: the next event for the key decides.
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("annotating pod %s: %w", key, err)
+	}
+	c.m.allocated.Inc()
+	c.statusQ.AddAfter(a.Subnet, c.cfg.StatusDelay)
+	return nil
+}
+
+// fail records why a pod got no address: an event on the pod, a metric,
+// and (for exhaustion and conflicts) a wait on the subnet until an address is freed.
+func (c *Controller) fail(pod *corev1.Pod, subnet string, k ipam.Kind, msg string) {
+	c.m.failures.WithLabelValues(string(k)).Inc()
+	c.recorder.Event(pod, corev1.EventTypeWarning, string(k), msg)
+	key := pod.Namespace + "/" + pod.Name
+	if subnet != "" {
+		c.wait(subnet, key, k)
+		if k == ipam.KindExhausted {
+			c.statusQ.AddAfter(subnet, c.cfg.StatusDelay)
+		}
+	}
+}
+
+func (c *Controller) releasePod(ctx context.Context, ns, name string) error {
+	owner := ovnnet.PodOwner(ns, name)
+	a, had := c.net.IPAM.Lookup(owner)
+	if err := c.net.DeletePod(ctx, ns, name); err != nil {
+		return err
+	}
+	if had {
+		c.statusQ.AddAfter(a.Subnet, c.cfg.StatusDelay)
+		c.wake(a.Subnet)
+	}
+	return nil
+}
+
+func (c *Controller) syncNode(ctx context.Context, name string) error {
+	node, err := c.nodes.Get(name)
+	if apierrors.IsNotFound(err) {
+		a, had := c.net.IPAM.Lookup(ovnnet.NodeOwner(name))
+		if err := c.net.DeleteNode(ctx, name); err != nil {
+			return err
+		}
+		if had {
+			c.statusQ.AddAfter(a.Subnet, c.cfg.StatusDelay)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var internal []netip.Addr
+	for _, ad := range node.Status.Addresses {
+		if ad.Type == corev1.NodeInternalIP {
+			if ip, err := netip.ParseAddr(ad.Address); err == nil {
+				internal = append(internal, ip)
+			}
+		}
+	}
+	req := ovnnet.NodeRequest{Name: name, InternalIPs: internal, MAC: node.Annotations[annotations.MACAddress]}
+	if ips, err := ipam.ParseIPs(node.Annotations[annotations.IPAddress]); err == nil {
+		req.IPs = ips
+	}
+	a, err := c.net.AddNode(ctx, req)
+	if err != nil {
+		if k := ipam.KindOf(err); k != "" {
+			c.recorder.Event(node, corev1.EventTypeWarning, string(k), err.Error())
+			return nil
+		}
+		return err
+	}
+	want := map[string]string{
+		annotations.Allocated: "true", annotations.IPAddress: a.IPString(), annotations.MACAddress: a.MAC,
+		annotations.CIDR: a.CIDR, annotations.Gateway: a.Gateway, annotations.LogicalSwitch: a.Subnet,
+		annotations.PortName: ovnnet.NodePortName(name),
+	}
+	same := true
+	for k, v := range want {
+		if node.Annotations[k] != v {
+			same = false
+		}
+	}
+	if same {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": want}})
+	if _, err := c.kc.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("annotating node %s: %w", name, err)
+	}
+	c.statusQ.AddAfter(a.Subnet, c.cfg.StatusDelay)
+	return nil
+}
+
+func (c *Controller) syncSubnet(ctx context.Context, name string) error {
+	obj, exists, err := c.subnetInf.GetIndexer().GetByKey(name)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		c.mu.Lock()
+		_, was := c.valid[name]
+		delete(c.valid, name)
+		delete(c.problems, name)
+		c.mu.Unlock()
+		if was {
+			return c.net.RemoveSubnet(ctx, name)
+		}
+		return nil
+	}
+	u := obj.(*unstructured.Unstructured)
+	cfg, s, prob := kubeovnv1.Validate(u)
+	if prob == nil {
+		if err := c.net.AddSubnet(ctx, cfg); err != nil {
+			if ipam.KindOf(err) == "" {
+				return err
+			}
+			prob = &kubeovnv1.Problem{Reason: "InvalidField", Message: err.Error()}
+		}
+	}
+	c.mu.Lock()
+	if prob == nil {
+		c.valid[name] = s
+		delete(c.problems, name)
+	} else {
+		delete(c.valid, name)
+		c.problems[name] = prob
+	}
+	c.mu.Unlock()
+	if prob == nil {
+		c.wake(name)
+	} else {
+		c.log.Warn("subnet not valid", "subnet", name, "reason", prob.Reason, "message", prob.Message)
+	}
+	c.statusQ.Add(name)
+	return nil
+}
+
+func (c *Controller) syncStatus(ctx context.Context, name string) error {
+	obj, exists, err := c.subnetInf.GetIndexer().GetByKey(name)
+	if err != nil || !exists {
+		return err
+	}
+	u := obj.(*unstructured.Unstructured)
+	cur, _ := kubeovnv1.FromUnstructured(u)
+	var st kubeovnv1.SubnetStatus
+	c.mu.Lock()
+	prob := c.problems[name]
+	_, valid := c.valid[name]
+	exhausted := 0
+	for _, k := range c.waiting[name] {
+		if k == ipam.KindExhausted {
+			exhausted++
+		}
+	}
+	c.mu.Unlock()
+	if usage, ok := c.net.IPAM.Usage(name); ok && valid {
+		st.V4AvailableIPs, st.V4UsingIPs, st.V4AvailableIPRange, st.V4UsingIPRange = usage.V4Available, usage.V4Using, usage.V4AvailableRange, usage.V4UsingRange
+		st.V6AvailableIPs, st.V6UsingIPs, st.V6AvailableIPRange, st.V6UsingIPRange = usage.V6Available, usage.V6Using, usage.V6AvailableRange, usage.V6UsingRange
+	}
+	conds := []kubeovnv1.Condition{}
+	switch {
+	case prob != nil:
+		conds = append(conds,
+			kubeovnv1.Condition{Type: kubeovnv1.Validated, Status: "False", Reason: prob.Reason, Message: prob.Message},
+			kubeovnv1.Condition{Type: kubeovnv1.Ready, Status: "False", Reason: "ValidationFailed", Message: "see the Validated condition"},
+		)
+	case valid:
+		conds = append(conds,
+			kubeovnv1.Condition{Type: kubeovnv1.Validated, Status: "True", Reason: "ValidationSucceeded"},
+			kubeovnv1.Condition{Type: kubeovnv1.Ready, Status: "True", Reason: "ResourceReady", Message: "logical switch and router port programmed"},
+		)
+	default:
+		return nil // not processed yet
+	}
+	if exhausted > 0 {
+		conds = append(conds, kubeovnv1.Condition{Type: kubeovnv1.Error, Status: "True", Reason: string(ipam.KindExhausted),
+			Message: fmt.Sprintf("%d pod(s) wait for an address: subnet has no free address; widen cidrBlock, shrink excludeIps or delete pods", exhausted)})
+	} else {
+		conds = append(conds, kubeovnv1.Condition{Type: kubeovnv1.Error, Status: "False", Reason: "NoError"})
+	}
+	now := time.Now().UTC().Format(time.RFC3339)
+	same := cur != nil && len(cur.Status.Conditions) == len(conds) &&
+		cur.Status.V4AvailableIPs == st.V4AvailableIPs && cur.Status.V4UsingIPs == st.V4UsingIPs &&
+		cur.Status.V4AvailableIPRange == st.V4AvailableIPRange && cur.Status.V4UsingIPRange == st.V4UsingIPRange &&
+		cur.Status.V6AvailableIPs == st.V6AvailableIPs && cur.Status.V6UsingIPs == st.V6UsingIPs
+	for i := range conds {
+		conds[i].ObservedGeneration = u.GetGeneration()
+		conds[i].LastUpdateTime = now
+		conds[i].LastTransitionTime = now
+		if cur == nil {
+			continue
+		}
+		for _, old := range cur.Status.Conditions {
+			if old.Type == conds[i].Type {
+				if old.Status == conds[i].Status {
+					conds[i].LastTransitionTime = old.LastTransitionTime
+				}
+				if old.Status != conds[i].Status || old.Reason != conds[i].Reason || old.Message != conds[i].Message || old.ObservedGeneration != conds[i].ObservedGeneration {
+					same = false
+				}
+			}
+		}
+	}
+	if same {
+		return nil
+	}
+	st.Conditions = conds
+	patch, _ := json.Marshal(map[string]any{"status": st})
+	_, err = c.dc.Resource(kubeovnv1.SubnetGVR).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

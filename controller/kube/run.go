@@ -1,0 +1,186 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/ovnhost/ovnhost/controller/ovnnb"
+)
+
+var everything = labels.Everything()
+
+type metrics struct {
+	allocated prometheus.Counter
+	failures  *prometheus.CounterVec
+	podSync   prometheus.Histogram
+	rebuild   prometheus.Gauge
+	leader    prometheus.Gauge
+}
+
+func newMetrics(r prometheus.Registerer, nb *ovnnb.Client) *metrics {
+	m := &metrics{
+		allocated: prometheus.NewCounter(prometheus.CounterOpts{Name: "ovnhost_controller_pod_addresses_assigned_total",
+			Help: "Pods annotated with an address and a logical switch port."}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ovnhost_controller_pod_address_failures_total",
+			Help: "Pods refused an address, by reason (SubnetExhausted, IPConflict, IPOutOfRange, UnknownSubnet, ...)."}, []string{"reason"}),
+		podSync: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ovnhost_controller_pod_sync_seconds",
+			Help: "Time to handle one pod change.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+		rebuild: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovnhost_controller_ipam_rebuild_seconds",
+			Help: "Time the last IPAM rebuild from annotations took."}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovnhost_controller_leader", Help: "1 while this replica leads."}),
+	}
+	cs := []prometheus.Collector{m.allocated, m.failures, m.podSync, m.rebuild, m.leader}
+	if nb != nil {
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ovnhost_controller_nb_connected",
+			Help: "1 while the OVN northbound connection is up."}, func() float64 {
+			if nb.Connected() {
+				return 1
+			}
+			return 0
+		}))
+	}
+	for _, c := range cs {
+		_ = r.Register(c)
+	}
+	return m
+}
+
+// Options are what main passes to Run.
+type Options struct {
+	Config
+	HealthAddr string // ":10660"; "" = no HTTP server
+	// Leader election: off when LeaseName is "".
+	LeaseNamespace, LeaseName, Identity       string
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// Run connects to the NB, serves /healthz /readyz /metrics, and runs the
+// controller while it holds the lease (or always, without leader election).
+// It returns when ctx ends (nil) or leadership is lost (error: exit and restart).
+func Run(ctx context.Context, o Options) error {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	o.Registry = reg
+	var ctlp atomic.Pointer[Controller]
+	ready := func() error {
+		ctl := ctlp.Load()
+		if ctl == nil {
+			return errors.New("not started (standby replica or still connecting)")
+		}
+		if !ctl.ready.Load() {
+			return errors.New("start-up not finished (syncing caches, rebuilding IPAM)")
+		}
+		if !ctl.net.NB.Connected() {
+			return errors.New("OVN northbound database not connected")
+		}
+		return nil
+	}
+	if o.HealthAddr != "" {
+		ln, err := net.Listen("tcp", o.HealthAddr)
+		if err != nil {
+			return fmt.Errorf("health/metrics address %s: %w (set --health-addr)", o.HealthAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+			if err := ready(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = w.Write([]byte("ok\n"))
+		})
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+	}
+	nb, err := ovnnb.Connect(ctx, ovnnb.Options{Endpoints: o.NBEndpoints, Logger: o.Logger})
+	if err != nil {
+		return err
+	}
+	defer nb.Close()
+	c, err := New(o.Config, nb)
+	if err != nil {
+		return err
+	}
+	if o.LeaseName == "" {
+		ctlp.Store(c)
+		c.m.leader.Set(1)
+		return c.Run(ctx)
+	}
+	if o.Identity == "" {
+		h, _ := os.Hostname()
+		o.Identity = h
+	}
+	kc, err := kubernetes.NewForConfig(o.Rest)
+	if err != nil {
+		return err
+	}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: o.LeaseNamespace, Name: o.LeaseName},
+		Client:     kc.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: o.Identity},
+	}
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 15*time.Second, 10*time.Second, 2*time.Second
+	}
+	runErr := make(chan error, 1)
+	lost := false
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: lock, LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
+		ReleaseOnCancel: true, Name: o.LeaseName,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(lctx context.Context) {
+				o.Logger.Info("leading", "lease", o.LeaseNamespace+"/"+o.LeaseName, "identity", o.Identity)
+				c.m.leader.Set(1)
+				ctlp.Store(c)
+				runErr <- c.Run(lctx)
+			},
+			OnStoppedLeading: func() {
+				c.m.leader.Set(0)
+				if ctx.Err() == nil {
+					lost = true
+				}
+			},
+			OnNewLeader: func(id string) {
+				if id != o.Identity {
+					o.Logger.Info("standby: another replica leads", "leader", id)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	le.Run(ctx)
+	select {
+	case err := <-runErr:
+		if err != nil {
+			return err
+		}
+	default:
+	}
+	if lost {
+		return errors.New("lost leadership; exiting so a fresh replica takes over")
+	}
+	return nil
+}

@@ -1,0 +1,287 @@
+// Package ovnnet is the controller's core as a library: it pairs the IPAM
+// (package ipam) with the OVN northbound programming (package ovnnb) and
+// names things the Kube-OVN way. It has no Kubernetes dependency: the
+// controller drives it from informers, and the node daemon drives it directly
+// in standalone mode (no Kubernetes):
+//
+//	nb, _ := ovnnb.Connect(ctx, ovnnb.Options{Endpoints: "unix:/var/run/ovn/ovnnb_db.sock"})
+//	n := ovnnet.New(nb, ovnnet.Config{})          // router ovn-cluster
+//	_ = n.EnsureDefaultTopology(ctx, "", "")       // ovn-default 10.16.0.0/16, join 100.64.0.0/16
+//	a, err := n.AddPod(ctx, ovnnet.PodRequest{Namespace: "default", Name: "web"})
+//	// a.IPString(), a.MAC, a.CIDR, a.Gateway -> configure the pod's interface;
+//	// the OVS interface's external_ids:iface-id is ovnnet.PortName("default", "web") = "web.default"
+//	_ = n.DeletePod(ctx, "default", "web")
+//
+// A standalone host restarts with Restore (one call per recorded pod) before
+// serving requests, so no address is handed out twice. Errors from AddPod are
+// *ipam.Error for allocation problems (use ipam.KindOf for the reason) or NB
+// errors.
+package ovnnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/ovnhost/ovnhost/controller/ipam"
+	"github.com/ovnhost/ovnhost/controller/ovnnb"
+)
+
+// Kube-OVN's defaults (BRIEF section 3).
+const (
+	DefaultRouter     = "ovn-cluster"
+	DefaultSubnet     = "ovn-default"
+	DefaultSubnetCIDR = "10.16.0.0/16"
+	JoinSubnet        = "join"
+	JoinSubnetCIDR    = "100.64.0.0/16"
+)
+
+// PortName is a pod's logical switch port name: "<pod>.<namespace>".
+func PortName(namespace, name string) string { return name + "." + namespace }
+
+// NodePortName is a node's port on the join switch: "node-<node>".
+func NodePortName(node string) string { return "node-" + node }
+
+// PodOwner is the IPAM owner key of a pod.
+func PodOwner(namespace, name string) string { return namespace + "/" + name }
+
+// NodeOwner is the IPAM owner key of a node's join address.
+func NodeOwner(node string) string { return "node:" + node }
+
+// Config names the topology; zero values mean Kube-OVN's defaults.
+type Config struct {
+	Router        string // default "ovn-cluster"
+	DefaultSubnet string // default "ovn-default"
+	JoinSubnet    string // default "join"
+}
+
+// Network is IPAM + NB for one cluster (or one standalone host).
+type Network struct {
+	IPAM *ipam.IPAM
+	NB   *ovnnb.Client
+	cfg  Config
+}
+
+// New returns a Network with an empty IPAM.
+func New(nb *ovnnb.Client, cfg Config) *Network {
+	if cfg.Router == "" {
+		cfg.Router = DefaultRouter
+	}
+	if cfg.DefaultSubnet == "" {
+		cfg.DefaultSubnet = DefaultSubnet
+	}
+	if cfg.JoinSubnet == "" {
+		cfg.JoinSubnet = JoinSubnet
+	}
+	return &Network{IPAM: ipam.New(), NB: nb, cfg: cfg}
+}
+
+// Config returns the effective names.
+func (n *Network) Config() Config { return n.cfg }
+
+// EnsureRouter creates the cluster router.
+func (n *Network) EnsureRouter(ctx context.Context) error {
+	return n.NB.EnsureRouter(ctx, n.cfg.Router)
+}
+
+// EnsureDefaultTopology creates the router, the join subnet and the default
+// subnet ("" CIDRs = 100.64.0.0/16 and 10.16.0.0/16, gateway first address).
+func (n *Network) EnsureDefaultTopology(ctx context.Context, defaultCIDR, joinCIDR string) error {
+	if defaultCIDR == "" {
+		defaultCIDR = DefaultSubnetCIDR
+	}
+	if joinCIDR == "" {
+		joinCIDR = JoinSubnetCIDR
+	}
+	if err := n.EnsureRouter(ctx); err != nil {
+		return err
+	}
+	for _, s := range []struct{ name, cidr string }{{n.cfg.JoinSubnet, joinCIDR}, {n.cfg.DefaultSubnet, defaultCIDR}} {
+		cfg, err := ipam.ParseSubnet(s.name, s.cidr, "", nil)
+		if err != nil {
+			return err
+		}
+		if err := n.AddSubnet(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AddSubnet adds (or updates) a subnet in the IPAM and its logical switch,
+// attached to the cluster router.
+func (n *Network) AddSubnet(ctx context.Context, cfg ipam.SubnetConfig) error {
+	if err := n.IPAM.AddSubnet(cfg); err != nil {
+		return err
+	}
+	return n.NB.EnsureSwitch(ctx, ovnnb.Switch{Name: cfg.Name, Router: n.cfg.Router, CIDRs: cfg.CIDRs, Gateways: cfg.Gateways})
+}
+
+// RemoveSubnet deletes the switch and forgets the subnet's allocations.
+func (n *Network) RemoveSubnet(ctx context.Context, name string) error {
+	if err := n.NB.DeleteSwitch(ctx, name, n.cfg.Router); err != nil {
+		return err
+	}
+	n.IPAM.RemoveSubnet(name)
+	return nil
+}
+
+// PodRequest asks for a pod's address and port.
+type PodRequest struct {
+	Namespace, Name string
+	Subnet          string       // "" = the default subnet
+	IPs             []netip.Addr // static addresses (optional)
+	MAC             string       // static MAC (optional)
+	ExternalIDs     map[string]string
+}
+
+// AddPod allocates (or returns the existing allocation of) the pod and
+// creates or updates its logical switch port in one NB transaction. A new
+// allocation is released again if the port cannot be written.
+func (n *Network) AddPod(ctx context.Context, r PodRequest) (ipam.Allocation, error) {
+	if r.Namespace == "" || r.Name == "" {
+		return ipam.Allocation{}, fmt.Errorf("ovnnet: pod namespace and name are required (got %q/%q)", r.Namespace, r.Name)
+	}
+	if r.Subnet == "" {
+		r.Subnet = n.cfg.DefaultSubnet
+	}
+	owner := PodOwner(r.Namespace, r.Name)
+	_, had := n.IPAM.Lookup(owner)
+	a, err := n.IPAM.Allocate(r.Subnet, owner, ipam.Request{IPs: r.IPs, MAC: r.MAC})
+	if err != nil {
+		return ipam.Allocation{}, err
+	}
+	ids := map[string]string{ovnnb.KeyPod: owner}
+	for k, v := range r.ExternalIDs {
+		ids[k] = v
+	}
+	if err := n.NB.EnsurePort(ctx, ovnnb.Port{Name: PortName(r.Namespace, r.Name), Switch: a.Subnet, MAC: a.MAC, IPs: a.IPs, ExternalIDs: ids}); err != nil {
+		if !had {
+			n.IPAM.Release(owner)
+		}
+		return ipam.Allocation{}, err
+	}
+	return a, nil
+}
+
+// Restore re-claims a recorded allocation (after a restart) without touching
+// the NB. Conflicts come back as *ipam.Error.
+func (n *Network) Restore(owner, subnet string, ips []netip.Addr, mac string) (ipam.Allocation, error) {
+	return n.IPAM.Allocate(subnet, owner, ipam.Request{IPs: ips, MAC: mac})
+}
+
+// DeletePod removes the pod's port and releases its address.
+func (n *Network) DeletePod(ctx context.Context, namespace, name string) error {
+	if err := n.NB.DeletePort(ctx, PortName(namespace, name)); err != nil {
+		return err
+	}
+	n.IPAM.Release(PodOwner(namespace, name))
+	return nil
+}
+
+// NodeRequest asks for a node's join port.
+type NodeRequest struct {
+	Name string
+	// InternalIPs are the node's own addresses; a /32 (/128) route to each
+	// via the node's join address is put on the router so pods reach the host.
+	InternalIPs []netip.Addr
+	IPs         []netip.Addr // recorded join address (optional)
+	MAC         string       // recorded MAC (optional)
+}
+
+// AddNode allocates the node's join address, creates port node-<name> on
+// join, and routes the node's internal addresses to it.
+func (n *Network) AddNode(ctx context.Context, r NodeRequest) (ipam.Allocation, error) {
+	if r.Name == "" {
+		return ipam.Allocation{}, errors.New("ovnnet: node name is required")
+	}
+	owner := NodeOwner(r.Name)
+	_, had := n.IPAM.Lookup(owner)
+	a, err := n.IPAM.Allocate(n.cfg.JoinSubnet, owner, ipam.Request{IPs: r.IPs, MAC: r.MAC})
+	if err != nil && len(r.IPs) > 0 && !had {
+		// The recorded address is gone (subnet changed, taken): take a new one.
+		a, err = n.IPAM.Allocate(n.cfg.JoinSubnet, owner, ipam.Request{MAC: r.MAC})
+	}
+	if err != nil {
+		return ipam.Allocation{}, err
+	}
+	if err := n.NB.EnsurePort(ctx, ovnnb.Port{Name: NodePortName(r.Name), Switch: n.cfg.JoinSubnet, MAC: a.MAC, IPs: a.IPs,
+		ExternalIDs: map[string]string{ovnnb.KeyNode: r.Name}}); err != nil {
+		if !had {
+			n.IPAM.Release(owner)
+		}
+		return ipam.Allocation{}, err
+	}
+	var routes []ovnnb.Route
+	for _, ip := range r.InternalIPs {
+		for _, j := range a.IPs {
+			if j.Is4() == ip.Is4() {
+				routes = append(routes, ovnnb.Route{Router: n.cfg.Router, Prefix: netip.PrefixFrom(ip, ip.BitLen()), Nexthop: j,
+					ExternalIDs: map[string]string{ovnnb.KeyNode: r.Name}})
+			}
+		}
+	}
+	have, err := n.NB.Routes(ctx, n.cfg.Router, map[string]string{ovnnb.KeyNode: r.Name})
+	if err != nil {
+		return a, err
+	}
+	for _, h := range have {
+		if !slices.ContainsFunc(routes, func(w ovnnb.Route) bool { return w.Prefix == h.Prefix }) {
+			// A stale address of this node: drop its routes, re-add the wanted ones below.
+			if err := n.NB.DeleteRoutes(ctx, n.cfg.Router, map[string]string{ovnnb.KeyNode: r.Name}); err != nil {
+				return a, err
+			}
+			break
+		}
+	}
+	for _, rt := range routes {
+		if err := n.NB.EnsureRoute(ctx, rt); err != nil {
+			return a, err
+		}
+	}
+	return a, nil
+}
+
+// DeleteNode removes the node's port, routes and join address.
+func (n *Network) DeleteNode(ctx context.Context, name string) error {
+	if err := n.NB.DeleteRoutes(ctx, n.cfg.Router, map[string]string{ovnnb.KeyNode: name}); err != nil {
+		return err
+	}
+	if err := n.NB.DeletePort(ctx, NodePortName(name)); err != nil {
+		return err
+	}
+	n.IPAM.Release(NodeOwner(name))
+	return nil
+}
+
+// GarbageCollect deletes ovnhost workload ports for which keep returns false
+// (e.g. pods that no longer exist), releasing their owners' addresses if the
+// port's pod/node owner is no longer kept. It returns the deleted port names.
+func (n *Network) GarbageCollect(ctx context.Context, keep func(p ovnnb.Port) bool) ([]string, error) {
+	ports, err := n.NB.Ports(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	var deleted []string
+	for _, p := range ports {
+		if keep(p) {
+			continue
+		}
+		if node := p.ExternalIDs[ovnnb.KeyNode]; node != "" {
+			if err := n.DeleteNode(ctx, node); err != nil {
+				return deleted, err
+			}
+		} else {
+			if err := n.NB.DeletePort(ctx, p.Name); err != nil {
+				return deleted, err
+			}
+			if owner := p.ExternalIDs[ovnnb.KeyPod]; owner != "" {
+				n.IPAM.Release(owner)
+			}
+		}
+		deleted = append(deleted, p.Name)
+	}
+	return deleted, nil
+}
