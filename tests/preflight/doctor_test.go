@@ -384,3 +384,75 @@ func newNS(t *testing.T) netns.NsHandle {
 	t.Cleanup(func() { ns.Close() })
 	return ns
 }
+
+// inNS runs fn on a thread moved into ns; commands started by fn fork from
+// that thread and so run in ns too.
+func inNS(t *testing.T, ns netns.NsHandle, fn func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		// Never unlocked: the thread ends with the goroutine instead of
+		// going back to the pool inside ns.
+		if err := netns.Set(ns); err != nil {
+			t.Errorf("setns: %v", err)
+			return
+		}
+		fn()
+	}()
+	<-done
+}
+
+// Real iptables state, written in a throwaway network namespace (the
+// host's rules are never touched): a CentOS-style REJECT in iptables-nft,
+// then a rule in iptables-legacy as well.
+func TestFirewallRulesInNetns(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommands(t, "iptables-nft", "iptables-legacy")
+	ns := newNS(t)
+	cfg := loadConfig(t)
+	h := doctor.NewHost(cfg)
+	ipt := func(bin string, args ...string) {
+		p, err := testenv.LookPath(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(p, args...).CombinedOutput(); err != nil {
+			t.Errorf("%s %v: %v: %s", bin, args, err, out)
+		}
+	}
+	var nft, legacy string
+	var nerr, lerr error
+	inNS(t, ns, func() {
+		ipt("iptables-nft", "-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "ACCEPT")
+		ipt("iptables-nft", "-A", "INPUT", "-j", "REJECT")
+		nft, nerr = h.IptablesSave("nft", false)
+		legacy, lerr = h.IptablesSave("legacy", false)
+	})
+	if nerr != nil {
+		t.Fatal(nerr)
+	}
+	c := doctor.CheckTunnelPort("tunnel-port:nft", "iptables-nft", nft, "udp", 6081)
+	if c.Status != preflight.Fail || !strings.Contains(c.Found, "-A INPUT -j REJECT") {
+		t.Errorf("%+v\n%s", c, nft)
+	}
+	if c := doctor.CheckMixedBackends(legacy, nft, lerr, nerr); c.Status != preflight.Pass {
+		t.Errorf("%+v", c)
+	}
+	inNS(t, ns, func() {
+		ipt("iptables-nft", "-I", "INPUT", "-p", "udp", "--dport", "6081", "-j", "ACCEPT")
+		ipt("iptables-legacy", "-A", "FORWARD", "-j", "ACCEPT")
+		nft, nerr = h.IptablesSave("nft", false)
+		legacy, lerr = h.IptablesSave("legacy", false)
+	})
+	if nerr != nil || lerr != nil {
+		t.Fatal(nerr, lerr)
+	}
+	if c := doctor.CheckTunnelPort("tunnel-port:nft", "iptables-nft", nft, "udp", 6081); c.Status != preflight.Pass {
+		t.Errorf("%+v\n%s", c, nft)
+	}
+	if c := doctor.CheckMixedBackends(legacy, nft, lerr, nerr); c.Status != preflight.Warn {
+		t.Errorf("%+v\nlegacy:\n%s\nnft:\n%s", c, legacy, nft)
+	}
+}

@@ -1,0 +1,68 @@
+package doctor
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestCertValidity(t *testing.T) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nb := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	na := nb.Add(24 * time.Hour)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ovn"}, NotBefore: nb, NotAfter: na}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	p := filepath.Join(dir, "cert.pem")
+	// A key block first: the certificate is found after it.
+	data := append(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: []byte{1}}), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gotNB, gotNA, err := (&Host{}).CertValidity(p)
+	if err != nil || !gotNB.Equal(nb) || !gotNA.Equal(na) {
+		t.Fatalf("%v %v %v", gotNB, gotNA, err)
+	}
+	if err := os.WriteFile(p, []byte("nothing"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := (&Host{}).CertValidity(p); err == nil {
+		t.Fatal("no error for a file without a certificate")
+	}
+}
+
+func TestOVSDBDecoding(t *testing.T) {
+	if s := ovsdbString(raw(`"x"`)); s != "x" {
+		t.Fatal(s)
+	}
+	if s := ovsdbString(raw(`["set",["y"]]`)); s != "y" {
+		t.Fatal(s)
+	}
+	if s := ovsdbString(raw(`["set",[]]`)); s != "" {
+		t.Fatal(s)
+	}
+	m := ovsdbMap(raw(`["map",[["a","1"],["b","2"]]]`))
+	if m["a"] != "1" || m["b"] != "2" {
+		t.Fatal(m)
+	}
+	if u := ovsdbUUIDs(raw(`["uuid","u1"]`)); len(u) != 1 || u[0] != "u1" {
+		t.Fatal(u)
+	}
+	if u := ovsdbUUIDs(raw(`["set",[["uuid","u1"],["uuid","u2"]]]`)); len(u) != 2 {
+		t.Fatal(u)
+	}
+}
