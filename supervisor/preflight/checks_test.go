@@ -405,6 +405,12 @@ func TestInterfaceNoAddress(t *testing.T) {
 	if c := find(t, cs, "encap-ip"); c.Status != Fail || encap != "127.0.0.1" {
 		t.Fatal(c)
 	}
+	// After a start the address lives on br-phy's internal port.
+	f.links = append(f.links, Link{Name: "br-phy", Index: 9, MTU: 9000, Up: true, Addrs: []netip.Prefix{netip.MustParsePrefix("10.0.0.5/24")}})
+	_, encap, cs = CheckInterfaces(defaultConfig(t, "IFACE=ens34"), f)
+	if c := find(t, cs, "encap-ip"); c.Status != Pass || encap != "10.0.0.5" || !strings.Contains(c.Found, "br-phy") {
+		t.Fatal(c)
+	}
 }
 
 func TestSystemID(t *testing.T) {

@@ -165,6 +165,9 @@ func CheckInterfaces(cfg *config.Config, f LinkFacts) (iface, encapIP string, ch
 		if a, ok := firstAddr(link); ok {
 			encapIP = a.String()
 			checks = append(checks, Check{Name: "encap-ip", Status: Pass, Found: encapIP + " (first address of " + iface + ")"})
+		} else if a, ok := movedAddr(links); ok {
+			encapIP = a.String()
+			checks = append(checks, Check{Name: "encap-ip", Status: Pass, Found: encapIP + " (on " + PhysBridge + ", where the underlay address moves when " + iface + " is attached to OVS)"})
 		} else {
 			encapIP = "127.0.0.1"
 			checks = append(checks, Check{Name: "encap-ip", Status: Fail, Found: iface + " has no IPv4 or global IPv6 address",
@@ -201,4 +204,18 @@ func fallbackEncap(cfg *config.Config) string {
 		return cfg.EncapIP
 	}
 	return "127.0.0.1"
+}
+
+// PhysBridge is the OVS bridge whose internal port carries the underlay
+// address once the tunnel interface is attached to OVS (userspace
+// datapath): on a restart the address is found there, not on the interface.
+const PhysBridge = "br-phy"
+
+func movedAddr(links []Link) (netip.Addr, bool) {
+	for _, l := range links {
+		if l.Name == PhysBridge {
+			return firstAddr(l)
+		}
+	}
+	return netip.Addr{}, false
 }
