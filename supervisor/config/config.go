@@ -165,13 +165,8 @@ func (c *Config) finish() Errors {
 	if c.EnableSSL {
 		scheme = "ssl"
 	}
-	if len(c.OVNDBIPs) == 0 {
-		c.Mode = AllInOne
-		c.NBRemote = "unix:" + filepath.Join(c.Paths.OVNRunDir, "ovnnb_db.sock")
-		if c.SBRemote == "" {
-			c.SBRemote = "unix:" + filepath.Join(c.Paths.OVNRunDir, "ovnsb_db.sock")
-		}
-	} else {
+	switch {
+	case len(c.OVNDBIPs) > 0:
 		c.Mode = Remote
 		nb := make([]string, len(c.OVNDBIPs))
 		sb := make([]string, len(c.OVNDBIPs))
@@ -183,6 +178,14 @@ func (c *Config) finish() Errors {
 		if c.SBRemote == "" {
 			c.SBRemote = strings.Join(sb, ",")
 		}
+	case c.SBRemote != "":
+		// Only the SB address: a node of an existing cluster; the node
+		// itself never needs the NB database.
+		c.Mode = Remote
+	default:
+		c.Mode = AllInOne
+		c.NBRemote = "unix:" + filepath.Join(c.Paths.OVNRunDir, "ovnnb_db.sock")
+		c.SBRemote = "unix:" + filepath.Join(c.Paths.OVNRunDir, "ovnsb_db.sock")
 	}
 	if c.EnableSSL {
 		for _, f := range []struct{ key, val string }{{"ssl-key", c.SSLKey}, {"ssl-cert", c.SSLCert}, {"ssl-ca-cert", c.SSLCACert}} {

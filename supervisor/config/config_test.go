@@ -141,3 +141,10 @@ func TestCrossChecks(t *testing.T) {
 		t.Fatalf("bad node name: %v", err)
 	}
 }
+
+func TestSBAddressAloneMeansRemote(t *testing.T) {
+	c, err := load(t, nil, []string{"NODE_NAME=n", "OVN_SB_ADDR=unix:/run/central/sb.sock"})
+	if err != nil || c.Mode != Remote || c.SBRemote != "unix:/run/central/sb.sock" || c.NBRemote != "" {
+		t.Fatalf("%+v %v", c, err)
+	}
+}

@@ -359,29 +359,20 @@ func (n *Node) controllerDaemon() *daemon {
 		return process.Spec{Name: "ovn-controller", Path: n.bins["ovn-controller"], Args: args, Env: n.childEnv()}, nil
 	}
 	d.gate = func(ctx context.Context, c *process.Child) error {
-		ovs := n.OVS()
-		what := "flows on br-int (br-int external_ids:ovn-nb-cfg-ts)"
-		n.health.Waiting("ovn-controller", what)
-		if err := ovs.WaitUntil(ctx, "ovn-controller to install "+what, func() bool {
-			br := &vswitch.Bridge{Name: "br-int"}
-			if err := ovs.Get(ctx, br); err != nil {
-				return false
-			}
-			_, ok := br.ExternalIDs["ovn-nb-cfg-ts"]
-			return ok
-		}, c.Exited()); err != nil {
-			return err
-		}
 		sb, err := n.sbConn(ctx, c)
 		if err != nil {
 			return err
 		}
-		what = fmt.Sprintf("its Chassis row %q in the SB database (%s)", n.systemID, n.cfg.SBRemote)
+		what := fmt.Sprintf("its Chassis row %q in the SB database (%s)", n.systemID, n.cfg.SBRemote)
 		n.health.Waiting("ovn-controller", what)
-		return sb.WaitUntil(ctx, "ovn-controller to register "+what, func() bool {
-			ch := &sbdb.Chassis{Name: n.systemID}
-			return sb.Get(ctx, ch) == nil
-		}, c.Exited())
+		if err := sb.WaitUntil(ctx, "ovn-controller to register "+what, func() bool {
+			return sb.Get(ctx, &sbdb.Chassis{Name: n.systemID}) == nil
+		}, c.Exited()); err != nil {
+			return err
+		}
+		what = "flows on br-int (br-int external_ids:ovn-nb-cfg-ts)"
+		n.health.Waiting("ovn-controller", what)
+		return n.waitFlows(ctx, sb, c)
 	}
 	d.graceful = func(ctx context.Context, c *process.Child) error {
 		// "exit" removes our Chassis row; "--restart" keeps it (upgrade).
@@ -393,6 +384,48 @@ func (n *Node) controllerDaemon() *daemon {
 		return err
 	}
 	return d
+}
+
+// waitFlows waits until ovn-controller has installed its flows on br-int.
+// The signal is br-int's ovn-nb-cfg-ts, which ovn-controller writes once
+// the flows for SB_Global.nb_cfg are acknowledged by ovs-vswitchd. A cluster
+// whose nb_cfg is still 0 never gets that key, and no database changes when
+// the flows land; only then are br-int's flows counted over unixctl, every
+// 10 ms until the deadline.
+func (n *Node) waitFlows(ctx context.Context, sb *ovsdbconn.Conn, c *process.Child) error {
+	ovs := n.OVS()
+	var tick <-chan time.Time
+	for {
+		ovsChanged, sbChanged := ovs.Changed(), sb.Changed()
+		br := &vswitch.Bridge{Name: "br-int"}
+		if ovs.Get(ctx, br) == nil {
+			if _, ok := br.ExternalIDs["ovn-nb-cfg-ts"]; ok {
+				return nil
+			}
+		}
+		var globals []sbdb.SBGlobal
+		_ = sb.List(ctx, &globals)
+		if len(globals) == 0 || globals[0].NbCfg == 0 {
+			if tick == nil {
+				t := time.NewTicker(10 * time.Millisecond)
+				defer t.Stop()
+				tick = t.C
+			}
+			flows, err := unixctl.Call(ctx, n.lay.VSwitchdCtl, "bridge/dump-flows", "br-int")
+			if err == nil && strings.Contains(flows, "actions=") {
+				return nil
+			}
+		}
+		select {
+		case <-ovsChanged:
+		case <-sbChanged:
+		case <-tick:
+		case <-c.Exited():
+			return errors.New("gave up waiting for flows on br-int: ovn-controller exited")
+		case <-ctx.Done():
+			return fmt.Errorf("timed out waiting for ovn-controller to install flows on br-int (br-int external_ids:ovn-nb-cfg-ts never appeared): %w", ctx.Err())
+		}
+	}
 }
 
 // sbConn is the SB connection: the local one in all-in-one mode, else one

@@ -14,6 +14,7 @@ import (
 	"github.com/ovnhost/ovnhost/internal/ovsdb/sbdb"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
 	"github.com/ovnhost/ovnhost/internal/unixctl"
+	"github.com/ovnhost/ovnhost/tests/harness/ovncentral"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
@@ -297,4 +298,35 @@ func TestSDNotifyReadyStatusWatchdogStopping(t *testing.T) {
 	if _, err := n.notify.waitFor(mark, "STOPPING=1", time.Second, nil); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestRemoteModeJoinsAnExistingCentral(t *testing.T) {
+	n := newNode(t)
+	central := ovncentral.Start(t)
+	n.env = []string{"OVN_SB_ADDR=" + central.SB()}
+	n.start()
+	if _, err := os.Stat(n.path("ovn-db", "ovnnb_db.db")); err == nil {
+		t.Fatal("a node of an existing cluster created its own NB database")
+	}
+	id := strings.TrimSpace(string(must(os.ReadFile(n.path("ovs-db", "system-id.conf")))))
+	sb := dial(t, sbdb.FullDatabaseModel, central.SB())
+	if err := sb.Get(context.Background(), &sbdb.Chassis{Name: id}); err != nil {
+		t.Fatalf("chassis %q not registered in the cluster's SB: %v", id, err)
+	}
+	if code := n.stop(); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	// A graceful stop removes the chassis (ovn-controller's "exit").
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := sb.WaitUntil(ctx, "chassis removal", func() bool { return sb.Get(ctx, &sbdb.Chassis{Name: id}) != nil }, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
