@@ -80,6 +80,13 @@ func reexecInNetns() int {
 	cmd := exec.Command("ip", append([]string{"netns", "exec", name, exe}, os.Args[1:]...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), envInNetns+"="+name)
+	if wantsBench() {
+		if dir, err := buildRefPlugins(); err != nil {
+			cmd.Env = append(cmd.Env, envRefDir+"_ERR="+err.Error())
+		} else {
+			cmd.Env = append(cmd.Env, envRefDir+"="+dir)
+		}
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Run(); err != nil {
 		var ee *exec.ExitError
@@ -93,6 +100,15 @@ func reexecInNetns() int {
 }
 
 var pluginDir string
+
+func wantsBench() bool {
+	for i, a := range os.Args {
+		if strings.HasPrefix(a, "-test.bench=") && a != "-test.bench=" || a == "-test.bench" && i+1 < len(os.Args) && os.Args[i+1] != "" {
+			return true
+		}
+	}
+	return false
+}
 
 // plugin returns the ovnhost-cni binary: $OVNHOST_BIN (make build) or a
 // fresh build of ./cni/cmd/ovnhost-cni.
@@ -419,9 +435,15 @@ func (n *node) installedPlugin() string { return filepath.Join(n.cfg.CNIBinDir, 
 
 func runPlugin(t testing.TB, bin string, c cniCall) cniOut {
 	t.Helper()
+	return runPluginEnv(t, bin, c)
+}
+
+// runPluginEnv executes a CNI plugin as kubelet would; extra overrides the
+// environment (CNI_PATH defaults to the plugin's directory).
+func runPluginEnv(t testing.TB, bin string, c cniCall, extra ...string) cniOut {
 	cmd := exec.Command(bin)
-	cmd.Env = []string{"CNI_COMMAND=" + c.Command, "CNI_CONTAINERID=" + c.ContainerID, "CNI_NETNS=" + c.Netns,
-		"CNI_IFNAME=" + c.IfName, "CNI_ARGS=" + c.Args, "CNI_PATH=" + filepath.Dir(bin)}
+	cmd.Env = append([]string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "CNI_COMMAND=" + c.Command, "CNI_CONTAINERID=" + c.ContainerID, "CNI_NETNS=" + c.Netns,
+		"CNI_IFNAME=" + c.IfName, "CNI_ARGS=" + c.Args, "CNI_PATH=" + filepath.Dir(bin)}, extra...)
 	cmd.Stdin = bytes.NewReader(c.Conf)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -431,7 +453,9 @@ func runPlugin(t testing.TB, bin string, c cniCall) cniOut {
 	if err != nil {
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) {
-			t.Fatalf("exec %s: %v", bin, err)
+			out.Code = -1
+			out.Err.Msg = fmt.Sprintf("exec %s: %v", bin, err)
+			return out
 		}
 		out.Code = ee.ExitCode()
 		_ = json.Unmarshal(stdout.Bytes(), &out.Err)
