@@ -7,10 +7,10 @@ import (
 	"net"
 	"net/netip"
 	"strings"
-	"sync"
 
 	"github.com/ovnhost/ovnhost/controller/ipam"
 	"github.com/ovnhost/ovnhost/controller/ovnnb"
+	"github.com/ovnhost/ovnhost/controller/ovnnet"
 )
 
 // PodRef names the pod of a CNI request.
@@ -61,17 +61,15 @@ const (
 	standaloneNote = "standalone mode (no Kubernetes)"
 )
 
-// standaloneSource allocates addresses itself with the controller's IPAM
-// library and creates the logical switch ports with its NB library.
+// standaloneSource allocates addresses itself and creates the logical
+// switch ports with the controller's library (controller/ovnnet: IPAM + NB).
 type standaloneSource struct {
 	nbRemote string
 	node     string
 	log      *slog.Logger
 
-	mu  sync.Mutex
 	nb  *ovnnb.Client
-	ip  *ipam.IPAM
-	def ipam.SubnetConfig
+	net *ovnnet.Network
 }
 
 func newStandaloneSource(nbRemote, node string, log *slog.Logger) *standaloneSource {
@@ -84,30 +82,12 @@ func (s *standaloneSource) Start(ctx context.Context) error {
 		return fmt.Errorf("%s: connect to the OVN northbound database %s: %w", standaloneNote, s.nbRemote, err)
 	}
 	s.nb = nb
-	s.ip = ipam.New()
-	def, err := ipam.ParseSubnet(DefaultSwitch, DefaultCIDR, "", nil)
-	if err != nil {
-		return err
+	s.net = ovnnet.New(nb, ovnnet.Config{})
+	if err := s.net.EnsureDefaultTopology(ctx, "", ""); err != nil {
+		return fmt.Errorf("%s: default topology: %w", standaloneNote, err)
 	}
-	join, err := ipam.ParseSubnet(JoinSwitch, JoinCIDR, "", nil)
-	if err != nil {
-		return err
-	}
-	s.def = def
-	for _, sc := range []ipam.SubnetConfig{def, join} {
-		if err := s.ip.AddSubnet(sc); err != nil {
-			return err
-		}
-	}
-	if err := nb.EnsureRouter(ctx, DefaultRouter); err != nil {
-		return err
-	}
-	for _, sc := range []ipam.SubnetConfig{def, join} {
-		if err := nb.EnsureSwitch(ctx, ovnnb.Switch{Name: sc.Name, Router: DefaultRouter, CIDRs: sc.CIDRs, Gateways: sc.Gateways}); err != nil {
-			return err
-		}
-	}
-	// Rebuild the allocations from the ports already in NB.
+	// Rebuild the allocations from the ports already in NB, so that no
+	// address is handed out twice after a restart.
 	ports, err := nb.Ports(ctx, map[string]string{ovnnb.KeyVendor: ovnnb.Vendor})
 	if err != nil {
 		return err
@@ -117,12 +97,12 @@ func (s *standaloneSource) Start(ctx context.Context) error {
 		switch {
 		case p.ExternalIDs[ovnnb.KeyPod] != "":
 			owner = p.ExternalIDs[ovnnb.KeyPod]
-		case p.ExternalIDs[ovnnb.KeyNode] != "":
-			owner = "node:" + p.ExternalIDs[ovnnb.KeyNode]
+		case p.ExternalIDs[ovnnb.KeyNode] != "" && p.Name == ovnnet.NodePortName(p.ExternalIDs[ovnnb.KeyNode]):
+			owner = ovnnet.NodeOwner(p.ExternalIDs[ovnnb.KeyNode])
 		default:
 			continue
 		}
-		if _, err := s.ip.Allocate(p.Switch, owner, ipam.Request{IPs: p.IPs, MAC: p.MAC}); err != nil {
+		if _, err := s.net.Restore(owner, p.Switch, p.IPs, p.MAC); err != nil {
 			s.log.Warn("standalone: cannot restore an allocation from NB", "port", p.Name, "err", err)
 		}
 	}
@@ -132,15 +112,13 @@ func (s *standaloneSource) Start(ctx context.Context) error {
 func (s *standaloneSource) Stop() {
 	if s.nb != nil {
 		s.nb.Close()
+		s.nb = nil
 	}
 }
 
 func (s *standaloneSource) PodNetwork(ctx context.Context, ref PodRef) (*PodNetwork, error) {
-	sw := DefaultSwitch
-	if v := ref.Annotations[AnnLogicalSwith]; v != "" && v != DefaultSwitch {
-		return nil, &AnnotationError{AnnLogicalSwith, v, standaloneNote + " has only the subnet " + DefaultSwitch}
-	}
-	var req ipam.Request
+	req := ovnnet.PodRequest{Namespace: ref.Namespace, Name: ref.Name, Subnet: ref.Annotations[AnnLogicalSwith],
+		MAC: ref.Annotations[AnnMACAddress], ExternalIDs: map[string]string{ovnnb.KeyNode: s.node}}
 	if v := ref.Annotations[AnnIPAddress]; v != "" {
 		ips, err := ipam.ParseIPs(v)
 		if err != nil {
@@ -148,24 +126,16 @@ func (s *standaloneSource) PodNetwork(ctx context.Context, ref PodRef) (*PodNetw
 		}
 		req.IPs = ips
 	}
-	req.MAC = ref.Annotations[AnnMACAddress]
-	a, err := s.ip.Allocate(sw, ref.Key(), req)
+	a, err := s.net.AddPod(ctx, req)
 	if err != nil {
-		return nil, &ipamError{err}
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			s.ip.Release(ref.Key())
+		if ipam.KindOf(err) != "" {
+			return nil, &ipamError{err}
 		}
-	}()
-	if err := s.nb.EnsurePort(ctx, ovnnb.Port{Name: ref.LSP(), Switch: sw, MAC: a.MAC, IPs: a.IPs,
-		ExternalIDs: map[string]string{ovnnb.KeyPod: ref.Key(), ovnnb.KeyNode: s.node}}); err != nil {
-		return nil, fmt.Errorf("create logical switch port %s: %w", ref.LSP(), err)
+		return nil, fmt.Errorf("%s: logical switch port %s: %w", standaloneNote, ref.LSP(), err)
 	}
 	ann := map[string]string{
 		AnnIPAddress: joinAddrs(a.IPs), AnnMACAddress: a.MAC, AnnCIDR: a.CIDR, AnnGateway: a.Gateway,
-		AnnLogicalSwith: sw,
+		AnnLogicalSwith: a.Subnet,
 	}
 	for k, v := range ref.Annotations {
 		if _, set := ann[k]; !set {
@@ -174,37 +144,37 @@ func (s *standaloneSource) PodNetwork(ctx context.Context, ref PodRef) (*PodNetw
 	}
 	n, err := ParseAnnotations(ann)
 	if err != nil {
-		_ = s.nb.DeletePort(context.WithoutCancel(ctx), ref.LSP())
+		_ = s.net.DeletePod(context.WithoutCancel(ctx), ref.Namespace, ref.Name)
 		return nil, err
 	}
-	ok = true
 	return n, nil
 }
 
 func (s *standaloneSource) Release(ctx context.Context, ref PodRef) error {
-	if err := s.nb.DeletePort(ctx, ref.LSP()); err != nil {
+	if err := s.net.DeletePod(ctx, ref.Namespace, ref.Name); err != nil {
 		return fmt.Errorf("delete logical switch port %s: %w", ref.LSP(), err)
 	}
-	s.ip.Release(ref.Key())
 	return nil
 }
 
 func (s *standaloneSource) NodeNetwork(ctx context.Context) (*NodeNetwork, error) {
-	owner := "node:" + s.node
-	a, err := s.ip.Allocate(JoinSwitch, owner, ipam.Request{})
+	a, err := s.net.AddNode(ctx, ovnnet.NodeRequest{Name: s.node})
 	if err != nil {
 		return nil, err
 	}
-	name := "node-" + s.node
-	if err := s.nb.EnsurePort(ctx, ovnnb.Port{Name: name, Switch: JoinSwitch, MAC: a.MAC, IPs: a.IPs,
-		ExternalIDs: map[string]string{ovnnb.KeyNode: s.node}}); err != nil {
+	jp, err := netip.ParsePrefix(strings.Split(a.CIDR, ",")[0])
+	if err != nil {
 		return nil, err
 	}
-	jp := netip.MustParsePrefix(JoinCIDR)
 	mac, _ := net.ParseMAC(a.MAC)
 	gw, _ := netip.ParseAddr(strings.Split(a.Gateway, ",")[0])
-	return &NodeNetwork{PortName: name, Addr: netip.PrefixFrom(a.IPs[0], jp.Bits()), Gateway: gw, MAC: mac,
-		PodCIDRs: s.def.CIDRs}, nil
+	nn := &NodeNetwork{PortName: ovnnet.NodePortName(s.node), Addr: netip.PrefixFrom(a.IPs[0], jp.Bits()), Gateway: gw, MAC: mac}
+	if d, ok := s.net.IPAM.Subnet(s.net.Config().DefaultSubnet); ok {
+		nn.PodCIDRs = d.CIDRs
+	} else {
+		nn.PodCIDRs = []netip.Prefix{netip.MustParsePrefix(DefaultCIDR)}
+	}
+	return nn, nil
 }
 
 type ipamError struct{ err error }
