@@ -57,6 +57,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) *Report {
 
 	r.Checks = append(r.Checks, CheckCNIPlugin(ctx, cfg, f)...)
 	r.Checks = append(r.Checks, CheckCNIConfig(cfg, f))
+	r.Checks = append(r.Checks, CheckCNIServer(cfg, f, to))
 
 	r.Checks = append(r.Checks, CheckFirewalld(f))
 	r.Checks = append(r.Checks, firewallChecks(cfg, r.EncapIP, f)...)
@@ -283,4 +284,20 @@ func duplicateAddress(encapIP string, f Facts, wait time.Duration) (preflight.Ch
 		}
 	}
 	return preflight.Check{}, false
+}
+
+// CheckCNIServer checks the node daemon's CNI socket, which the plugin
+// forwards every request to: without it pods stay in ContainerCreating.
+func CheckCNIServer(cfg *config.Config, f Facts, timeout time.Duration) preflight.Check {
+	const name = "cni-server"
+	if cfg.CNISocket == "" {
+		return preflight.Check{Name: name, Status: preflight.Pass, Found: "no CNI socket configured"}
+	}
+	if _, err := f.Stat(cfg.CNISocket); err != nil {
+		return preflight.Check{Name: name, Status: preflight.Warn, Found: cfg.CNISocket + " does not exist: the ovnhost CNI server is not running, pod sandboxes cannot be created", Fix: "start ovnhost"}
+	}
+	if err := f.DialUnix(cfg.CNISocket, timeout); err != nil {
+		return preflight.Check{Name: name, Status: preflight.Fail, Found: fmt.Sprintf("%s exists but refuses connections (%v): the CNI plugin fails every request", cfg.CNISocket, err), Fix: "restart ovnhost (a stale socket is replaced on start)"}
+	}
+	return preflight.Check{Name: name, Status: preflight.Pass, Found: cfg.CNISocket + " accepts connections"}
 }

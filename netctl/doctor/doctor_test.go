@@ -50,6 +50,7 @@ type fake struct {
 	unixctlErr   error
 	vswitchdDead bool
 	arpMACs      []string
+	dialErr      error
 }
 
 func (f *fake) GenlFamily(string) (bool, error) { return f.genlOVS, nil }
@@ -118,6 +119,12 @@ func (f *fake) Unixctl(context.Context, string, string) (string, error) {
 	return f.ctlStatus, f.unixctlErr
 }
 func (f *fake) Pidfile(string, string) (int, bool) { return 77, !f.vswitchdDead }
+func (f *fake) DialUnix(p string, _ time.Duration) error {
+	if f.dialErr != nil {
+		return f.dialErr
+	}
+	return nil
+}
 func (f *fake) ARPProbe(string, netip.Addr, time.Duration) ([]string, error) {
 	return f.arpMACs, nil
 }
@@ -141,7 +148,7 @@ func raw(s string) json.RawMessage { return json.RawMessage(s) }
 func healthy() *fake {
 	return &fake{
 		genlOVS:   true,
-		stats:     map[string]fs.FileMode{"/opt/cni/bin/ovnhost-cni": 0o755, "/run/openvswitch/db.sock": fs.ModeSocket, "/run/ovn/ovnnb_db.sock": fs.ModeSocket, "/run/ovn/ovnsb_db.sock": fs.ModeSocket},
+		stats:     map[string]fs.FileMode{"/opt/cni/bin/ovnhost-cni": 0o755, "/run/ovnhost/cni.sock": fs.ModeSocket, "/run/openvswitch/db.sock": fs.ModeSocket, "/run/ovn/ovnnb_db.sock": fs.ModeSocket, "/run/ovn/ovnsb_db.sock": fs.ModeSocket},
 		stamp:     version.Version,
 		cniFiles:  map[string]string{"00-ovnhost.conflist": `{"name":"ovnhost","plugins":[{"type":"ovnhost-cni"}]}`},
 		saves:     map[string]string{"legacy": "", "nft": "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p udp --dport 6081 -j ACCEPT\nCOMMIT\n"},
@@ -481,6 +488,20 @@ func TestSBOnlyRemote(t *testing.T) {
 	f.dbs["tcp:10.1.0.1:6642"] = []string{"OVN_Southbound"}
 	r = Run(context.Background(), cfgOf(t, "OVN_DB_IPS=10.1.0.1"), Options{Facts: f})
 	if c := check(t, r, "nb-reachable"); c.Status != preflight.Warn {
+		t.Fatal(c)
+	}
+}
+
+func TestCNIServer(t *testing.T) {
+	f := healthy()
+	f.dialErr = errors.New("connection refused")
+	r := Run(context.Background(), cfgOf(t), Options{Facts: f})
+	if c := check(t, r, "cni-server"); c.Status != preflight.Fail || !strings.Contains(c.Found, "refuses connections") {
+		t.Fatal(c)
+	}
+	delete(f.stats, "/run/ovnhost/cni.sock")
+	r = Run(context.Background(), cfgOf(t), Options{Facts: f})
+	if c := check(t, r, "cni-server"); c.Status != preflight.Warn {
 		t.Fatal(c)
 	}
 }

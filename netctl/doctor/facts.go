@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -55,6 +56,8 @@ type Facts interface {
 	// Pidfile returns the pid in pidfile and whether that process is alive
 	// and named name (pids are reused: the command line is checked).
 	Pidfile(pidfile, name string) (int, bool)
+	// DialUnix connects to a unix stream socket and closes it.
+	DialUnix(path string, timeout time.Duration) error
 	// ARPProbe returns the MACs of other hosts answering ARP for ip on iface.
 	ARPProbe(iface string, ip netip.Addr, wait time.Duration) ([]string, error)
 }
@@ -289,4 +292,13 @@ func (*Host) Pidfile(pidfile, name string) (int, bool) {
 // ARPProbe sends one ARP probe in the current network namespace.
 func (*Host) ARPProbe(iface string, ip netip.Addr, wait time.Duration) ([]string, error) {
 	return ARPProbeIn(netns.None(), iface, ip, wait)
+}
+
+// DialUnix checks that something accepts connections on a unix socket.
+func (*Host) DialUnix(path string, timeout time.Duration) error {
+	c, err := net.DialTimeout("unix", path, timeout)
+	if err != nil {
+		return err
+	}
+	return c.Close()
 }

@@ -185,7 +185,8 @@ func TestNetctlDoctorBinary(t *testing.T) {
 	for _, c := range rep.Checks {
 		got[c.Name] = c.Status
 	}
-	if got["cni-plugin"] != preflight.Fail || got["cni-config"] != preflight.Fail || got["ovsdb:Open_vSwitch"] != preflight.Warn || got["ovn-controller"] != preflight.Warn {
+	if got["cni-plugin"] != preflight.Fail || got["cni-config"] != preflight.Fail || got["cni-server"] != preflight.Warn ||
+		got["ovsdb:Open_vSwitch"] != preflight.Warn || got["ovn-controller"] != preflight.Warn {
 		t.Errorf("%v", got)
 	}
 	table, code2 := run()
