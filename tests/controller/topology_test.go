@@ -1,0 +1,149 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ovnhost/ovnhost/controller/annotations"
+	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
+)
+
+// TestDefaultTopologyNodesAndSubnetValidation: after start the NB holds
+// router ovn-cluster with switches join and ovn-default attached the Kube-OVN
+// way, the default Subnets are Ready with counts; nodes get node-<name> ports,
+// annotations and routes; a restart changes nothing; Subnets with fields
+// ovnhost cannot honour are Validated=False with the reason.
+func TestDefaultTopologyNodesAndSubnetValidation(t *testing.T) {
+	e := newEnv(t)
+	e.createNode("node-a", "192.168.10.11")
+	stop := e.startController()
+	e.waitSubnetReady("ovn-default")
+	e.waitSubnetReady("join")
+
+	topology := func() (bool, string) {
+		var rs []nbdb.LogicalRouter
+		_ = e.nb.Raw().List(context.Background(), &rs)
+		var ls []nbdb.LogicalSwitch
+		_ = e.nb.Raw().List(context.Background(), &ls)
+		var lrps []nbdb.LogicalRouterPort
+		_ = e.nb.Raw().List(context.Background(), &lrps)
+		var got []string
+		for _, r := range rs {
+			got = append(got, fmt.Sprintf("router %s ports=%d vendor=%s", r.Name, len(r.Ports), r.ExternalIDs["vendor"]))
+		}
+		for _, s := range ls {
+			got = append(got, fmt.Sprintf("switch %s vendor=%s", s.Name, s.ExternalIDs["vendor"]))
+		}
+		for _, p := range lrps {
+			got = append(got, fmt.Sprintf("lrp %s %v", p.Name, p.Networks))
+		}
+		for _, p := range e.lsps() {
+			if p.Type == "router" {
+				got = append(got, fmt.Sprintf("lsp %s router-port=%s", p.Name, p.Options["router-port"]))
+			}
+		}
+		sort.Strings(got)
+		want := []string{
+			"lrp ovn-cluster-join [100.64.0.1/16]",
+			"lrp ovn-cluster-ovn-default [10.16.0.1/16]",
+			"lsp join-ovn-cluster router-port=ovn-cluster-join",
+			"lsp ovn-default-ovn-cluster router-port=ovn-cluster-ovn-default",
+			"router ovn-cluster ports=2 vendor=ovnhost",
+			"switch join vendor=ovnhost",
+			"switch ovn-default vendor=ovnhost",
+		}
+		return slices.Equal(got, want), strings.Join(got, "; ")
+	}
+	e.waitFor(30*time.Second, "default topology in the NB", topology)
+
+	def := e.subnet("ovn-default")
+	if def.Spec.CIDRBlock != "10.16.0.0/16" || !def.Spec.Default || !def.Spec.NatOutgoing || def.Status.V4AvailableIPs != 65533 {
+		t.Fatalf("ovn-default spec/status: %+v", def)
+	}
+
+	// Node port, annotations and route.
+	var nodeIP string
+	e.waitFor(30*time.Second, "node-a annotated with its join port", func() (bool, string) {
+		n, err := e.kc.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		a := n.Annotations
+		nodeIP = a[annotations.IPAddress]
+		ok := inCIDR(nodeIP, "100.64.0.0/16") && a[annotations.CIDR] == "100.64.0.0/16" && a[annotations.Gateway] == "100.64.0.1" &&
+			a[annotations.PortName] == "node-node-a" && a[annotations.MACAddress] != ""
+		if ok {
+			l, found := e.lsp("node-node-a")
+			ok = found && len(l.Addresses) == 1 && l.Addresses[0] == a[annotations.MACAddress]+" "+nodeIP
+		}
+		return ok, fmt.Sprint(a)
+	})
+	routes := func() (bool, string) {
+		var rs []nbdb.LogicalRouterStaticRoute
+		_ = e.nb.Raw().List(context.Background(), &rs)
+		var got []string
+		for _, r := range rs {
+			got = append(got, r.IPPrefix+" via "+r.Nexthop+" node="+r.ExternalIDs["node"])
+		}
+		return slices.Equal(got, []string{"192.168.10.11 via " + nodeIP + " node=node-a"}), strings.Join(got, "; ")
+	}
+	e.waitFor(30*time.Second, "route to node-a's internal IP via its join address", routes)
+
+	// Restart: same topology, same node address, nothing duplicated.
+	stop()
+	e.startController()
+	e.waitFor(30*time.Second, "default topology unchanged after restart", topology)
+	e.waitFor(30*time.Second, "node route unchanged after restart", routes)
+
+	// Subnets that are accepted by admission but cannot be honoured.
+	ctx := context.Background()
+	for name, spec := range map[string]map[string]any{
+		"unknown-field": {"cidrBlock": "10.30.0.0/24", "colour": "blue"},
+		"vlan":          {"cidrBlock": "10.31.0.0/24", "vlan": "vlan10"},
+		"mismatch":      {"cidrBlock": "10.32.0.0/24", "protocol": "IPv6"},
+		"overlap":       {"cidrBlock": "10.16.5.0/24"},
+	} {
+		if _, err := e.dc.Resource(subnetGVR).Create(ctx, subnetObj(name, spec), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+	}
+	want := map[string]string{"unknown-field": "UnknownField:spec.colour", "vlan": "UnsupportedField:spec.vlan",
+		"mismatch": "ProtocolMismatch:protocol IPv6", "overlap": "InvalidField:overlaps 10.16.0.0/16"}
+	for name, w := range want {
+		reason, text, _ := strings.Cut(w, ":")
+		e.waitFor(30*time.Second, "Subnet "+name+" Validated=False "+w, func() (bool, string) {
+			c := cond(e.subnet(name), "Validated")
+			if c == nil {
+				return false, "no Validated condition"
+			}
+			r := cond(e.subnet(name), "Ready")
+			return c.Status == "False" && c.Reason == reason && strings.Contains(c.Message, text) && r != nil && r.Status == "False", fmt.Sprintf("%+v", *c)
+		})
+	}
+	// A good extra subnet gets its switch and router port.
+	if _, err := e.dc.Resource(subnetGVR).Create(ctx, subnetObj("extra", map[string]any{"cidrBlock": "10.40.0.0/24", "gateway": "10.40.0.254", "excludeIps": []any{"10.40.0.1..10.40.0.9"}}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitSubnetReady("extra")
+	e.waitFor(30*time.Second, "router port ovn-cluster-extra 10.40.0.254/24", func() (bool, string) {
+		p := &nbdb.LogicalRouterPort{Name: "ovn-cluster-extra"}
+		if err := e.nb.Raw().Get(ctx, p); err != nil {
+			return false, err.Error()
+		}
+		return slices.Equal(p.Networks, []string{"10.40.0.254/24"}), fmt.Sprint(p.Networks)
+	})
+	s := e.subnet("extra")
+	if s.Status.V4AvailableIPs != 244 || s.Status.V4AvailableIPRange != "10.40.0.10-10.40.0.253" {
+		t.Fatalf("extra status: %+v", s.Status)
+	}
+	if err := e.central.WaitNorthd(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
