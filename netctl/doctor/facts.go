@@ -111,8 +111,8 @@ func (h *Host) DaemonStamp() (string, error) {
 // ScanCNIConf reads the CNI conf dir.
 func (*Host) ScanCNIConf(dir, ours string) (*cniconf.Report, error) { return cniconf.Scan(dir, ours) }
 
-// Firewalld looks for firewalld through its pid file, then among the
-// processes (doctor runs in the host PID namespace or on the host).
+// Firewalld looks for firewalld through its pid file, then its D-Bus name
+// on the system bus, then among the processes.
 func (*Host) Firewalld() (bool, string, error) {
 	for _, pf := range []string{"/run/firewalld/firewalld.pid", "/var/run/firewalld/firewalld.pid"} {
 		b, err := os.ReadFile(pf)
@@ -126,6 +126,13 @@ func (*Host) Firewalld() (bool, string, error) {
 		if isFirewalld(pid) {
 			return true, fmt.Sprintf("pid %d from %s", pid, pf), nil
 		}
+	}
+	addr := SystemBusAddress()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	owned, berr := nameHasOwner(ctx, addr, FirewalldBusName)
+	cancel()
+	if berr == nil && owned {
+		return true, FirewalldBusName + " is owned on the system bus", nil
 	}
 	ents, err := os.ReadDir("/proc")
 	if err != nil {

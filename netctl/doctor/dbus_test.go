@@ -1,0 +1,62 @@
+package doctor
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ovnhost/ovnhost/tests/testenv"
+)
+
+// A private dbus-daemon: one connection takes firewalld's name, another
+// asks whether it is owned.
+func TestNameHasOwnerRealBus(t *testing.T) {
+	testenv.RequireCommands(t, "dbus-daemon")
+	p, _ := testenv.LookPath("dbus-daemon")
+	dir := t.TempDir()
+	addr := "unix:path=" + filepath.Join(dir, "bus")
+	cmd := exec.Command(p, "--config-file=/usr/share/dbus-1/session.conf", "--address="+addr, "--nofork", "--nopidfile", "--print-address=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	// The daemon prints its address once it listens.
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "unix:") {
+		t.Fatalf("dbus-daemon: %q %v", line, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if owned, err := nameHasOwner(ctx, addr, FirewalldBusName); err != nil || owned {
+		t.Fatalf("before: %v %v", owned, err)
+	}
+	owner, err := dbusDial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Close()
+	body, err := owner.call("RequestName", "su", FirewalldBusName, uint32(0))
+	if err != nil || len(body) < 4 || binary.LittleEndian.Uint32(body) != 1 {
+		t.Fatalf("RequestName: %v %v", body, err)
+	}
+	if owned, err := nameHasOwner(ctx, addr, FirewalldBusName); err != nil || !owned {
+		t.Fatalf("after: %v %v", owned, err)
+	}
+	if _, err := owner.call("NoSuchMethod", ""); err == nil || !strings.Contains(err.Error(), "UnknownMethod") {
+		t.Fatalf("error reply: %v", err)
+	}
+	if _, err := nameHasOwner(ctx, "tcp:host=x", FirewalldBusName); err == nil {
+		t.Fatal("tcp address accepted")
+	}
+}
