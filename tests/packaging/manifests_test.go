@@ -1,0 +1,179 @@
+package packaging
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/ovnhost/ovnhost/tests/harness/kubeapi"
+	"github.com/ovnhost/ovnhost/tests/testenv"
+)
+
+type kube struct {
+	t          *testing.T
+	bin        string
+	kubeconfig string
+}
+
+func (k kube) run(stdin string, args ...string) (string, error) {
+	cmd := exec.Command(k.bin, append([]string{"--kubeconfig", k.kubeconfig}, args...)...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func (k kube) must(stdin string, args ...string) string {
+	k.t.Helper()
+	out, err := k.run(stdin, args...)
+	if err != nil {
+		k.t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// TestManifestsServerDryRun renders the kustomize base with kubectl and has
+// a real kube-apiserver validate all of it (kubectl apply --dry-run=server:
+// schema, strict field validation, admission); broken variants must fail.
+// Then it applies the base for real and asks the API server what each
+// service account may do: least privilege, as the authorizer sees it.
+func TestManifestsServerDryRun(t *testing.T) {
+	srv := kubeapi.Start(t)
+	k := kube{t: t, bin: kubectl(t), kubeconfig: srv.Kubeconfig}
+	base := filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base")
+	rendered := k.must("", "kustomize", base)
+	for _, kind := range []string{"Namespace", "CustomResourceDefinition", "ConfigMap", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DaemonSet", "Deployment"} {
+		if !strings.Contains(rendered, "\nkind: "+kind+"\n") {
+			t.Errorf("rendered base has no %s", kind)
+		}
+	}
+	// Namespaced objects cannot be dry-run into a namespace that does not
+	// exist yet: create the namespace as `kubectl apply` would first.
+	k.must("", "apply", "-f", filepath.Join(base, "namespace.yaml"))
+	if out, err := k.run(rendered, "apply", "--dry-run=server", "--validate=strict", "-f", "-"); err != nil {
+		t.Fatalf("the API server rejects the manifests:\n%s", out)
+	}
+
+	broken := map[string][2]string{
+		"misspelled field":      {"\n        readinessProbe:\n", "\n        readinesProbe:\n"},
+		"bad probe port":        {"path: /readyz\n            port: 10665\n", "path: /readyz\n            port: 70000\n"},
+		"unknown hostPath type": {"type: CharDevice\n", "type: CharDev\n"},
+		"RBAC verbs not a list": {"  verbs:\n  - create\n", "  verbs: create\n"},
+	}
+	for name, r := range broken {
+		bad := strings.Replace(rendered, r[0], r[1], 1)
+		if bad == rendered {
+			t.Errorf("%s: pattern %q not in the manifests", name, r[0])
+			continue
+		}
+		if out, err := k.run(bad, "apply", "--dry-run=server", "--validate=strict", "-f", "-"); err == nil {
+			t.Errorf("%s: the API server accepted a broken manifest:\n%s", name, out)
+		}
+	}
+
+	// Apply for real and check the authorizer's answers.
+	k.must(rendered, "apply", "--validate=strict", "-f", "-")
+	can := func(sa, verb, resource string, extra ...string) bool {
+		args := append([]string{"auth", "can-i", verb, resource, "--as=system:serviceaccount:ovnhost:" + sa}, extra...)
+		out, err := k.run("", args...)
+		if err != nil && !strings.HasSuffix(strings.TrimSpace(out), "no") {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return err == nil
+	}
+	for _, c := range []struct {
+		sa, verb, resource string
+		extra              []string
+		want               bool
+	}{
+		{"ovnhost-node", "list", "pods", nil, true},
+		{"ovnhost-node", "watch", "pods", nil, true},
+		{"ovnhost-node", "patch", "pods", nil, false},
+		{"ovnhost-node", "delete", "pods", nil, false},
+		{"ovnhost-node", "patch", "nodes", nil, true},
+		{"ovnhost-node", "delete", "nodes", nil, false},
+		{"ovnhost-node", "list", "subnets.kubeovn.io", nil, true},
+		{"ovnhost-node", "update", "subnets.kubeovn.io", nil, false},
+		{"ovnhost-node", "get", "secrets", []string{"-A"}, false},
+		{"ovnhost-node", "create", "leases.coordination.k8s.io", []string{"-n", "ovnhost"}, false},
+		{"ovnhost-controller", "patch", "pods", nil, true},
+		{"ovnhost-controller", "delete", "pods", nil, false},
+		{"ovnhost-controller", "create", "pods", nil, false},
+		{"ovnhost-controller", "patch", "nodes", nil, true},
+		{"ovnhost-controller", "list", "namespaces", nil, true},
+		{"ovnhost-controller", "create", "subnets.kubeovn.io", nil, true},
+		{"ovnhost-controller", "patch", "subnets.kubeovn.io/status", nil, true},
+		{"ovnhost-controller", "delete", "subnets.kubeovn.io", nil, false},
+		{"ovnhost-controller", "get", "secrets", []string{"-A"}, false},
+		{"ovnhost-controller", "update", "leases.coordination.k8s.io/ovnhost-controller", []string{"-n", "ovnhost"}, true},
+		{"ovnhost-controller", "update", "leases.coordination.k8s.io/other", []string{"-n", "ovnhost"}, false},
+		{"ovnhost-controller", "create", "leases.coordination.k8s.io", []string{"-n", "kube-system"}, false},
+	} {
+		if got := can(c.sa, c.verb, c.resource, c.extra...); got != c.want {
+			t.Errorf("%s can %s %s %v: %v, want %v", c.sa, c.verb, c.resource, c.extra, got, c.want)
+		}
+	}
+	checkOwnNodePolicy(t, srv)
+}
+
+// checkOwnNodePolicy impersonates the node daemon's service account with
+// the node name a pod-bound token carries and checks the admission policy:
+// its own node's ovn.kubernetes.io/ annotations only.
+func checkOwnNodePolicy(t *testing.T, srv *kubeapi.Server) {
+	admin := kubernetes.NewForConfigOrDie(srv.Config)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, n := range []string{"node-a", "node-b"} {
+		if _, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := rest.CopyConfig(srv.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:ovnhost:ovnhost-node",
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:ovnhost", "system:authenticated"},
+		Extra:    map[string][]string{"authentication.kubernetes.io/node-name": {"node-a"}},
+	}
+	as := kubernetes.NewForConfigOrDie(cfg)
+	patch := func(node, body string) error {
+		_, err := as.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(body), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	const own = `{"metadata":{"annotations":{"ovn.kubernetes.io/chassis":"c1"}}}`
+	// The API server loads a new policy asynchronously: retry the request
+	// that the policy must deny until it is denied (each try is a real
+	// request; the deadline bounds it).
+	deadline := time.Now().Add(30 * time.Second)
+	for patch("node-b", own) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("ovnhost-node may annotate another node: the admission policy is not enforced")
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if err := patch("node-a", own); err != nil {
+		t.Errorf("ovnhost-node may not annotate its own node: %v", err)
+	}
+	if err := patch("node-a", `{"metadata":{"labels":{"evil":"true"}}}`); err == nil {
+		t.Error("ovnhost-node may label its own node")
+	}
+	if err := patch("node-a", `{"metadata":{"annotations":{"other.io/x":"y"}}}`); err == nil {
+		t.Error("ovnhost-node may write annotations outside ovn.kubernetes.io/")
+	}
+	if err := patch("node-a", `{"spec":{"unschedulable":true}}`); err == nil {
+		t.Error("ovnhost-node may change its node's spec")
+	}
+}
