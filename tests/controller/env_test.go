@@ -95,7 +95,7 @@ func newEnv(t testing.TB) *env {
 
 type pokeHandler struct{ e *env }
 
-func (p *pokeHandler) OnAdd(string, model.Model)                { p.e.poke() }
+func (p *pokeHandler) OnAdd(string, model.Model)                 { p.e.poke() }
 func (p *pokeHandler) OnUpdate(string, model.Model, model.Model) { p.e.poke() }
 func (p *pokeHandler) OnDelete(string, model.Model)              { p.e.poke() }
 
@@ -161,7 +161,10 @@ func (e *env) startController(opts ...func(*kube.Options)) context.CancelFunc {
 
 type testWriter struct{ t testing.TB }
 
-func (w testWriter) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
 
 // controllerBinary builds ovnhost-controller once per test binary.
 var (
