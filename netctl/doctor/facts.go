@@ -156,10 +156,27 @@ func isFirewalld(pid int) bool {
 	if err != nil {
 		return false
 	}
-	for _, arg := range bytes.Split(b, []byte{0}) {
-		if filepath.Base(string(arg)) == "firewalld" {
-			return true
+	return firewalldCmdline(strings.Split(strings.TrimRight(string(b), "\x00"), "\x00"))
+}
+
+// firewalldCmdline recognises firewalld itself ("/usr/sbin/firewalld ..."
+// or "python3 -s /usr/sbin/firewalld ..."), not a command that merely
+// names it (grep firewalld, systemctl status firewalld).
+func firewalldCmdline(args []string) bool {
+	if len(args) == 0 {
+		return false
+	}
+	if filepath.Base(args[0]) == "firewalld" {
+		return true
+	}
+	if !strings.HasPrefix(filepath.Base(args[0]), "python") {
+		return false
+	}
+	for _, a := range args[1:] {
+		if strings.HasPrefix(a, "-") {
+			continue
 		}
+		return filepath.Base(a) == "firewalld"
 	}
 	return false
 }

@@ -66,3 +66,21 @@ func TestOVSDBDecoding(t *testing.T) {
 		t.Fatal(u)
 	}
 }
+
+func TestFirewalldCmdline(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"/usr/bin/python3", "-s", "/usr/sbin/firewalld", "--nofork", "--nopid"}, true},
+		{[]string{"/usr/sbin/firewalld", "--nofork"}, true},
+		{[]string{"grep", "firewalld"}, false},
+		{[]string{"systemctl", "is-active", "firewalld"}, false},
+		{[]string{"/usr/bin/python3", "/usr/bin/firewall-cmd", "--state"}, false},
+		{nil, false},
+	} {
+		if got := firewalldCmdline(tc.args); got != tc.want {
+			t.Errorf("%q: %v", tc.args, got)
+		}
+	}
+}
