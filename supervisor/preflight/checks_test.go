@@ -495,3 +495,15 @@ func TestSSLFiles(t *testing.T) {
 		t.Fatalf("%+v", cs)
 	}
 }
+
+// Talos: no CAP_SYS_MODULE, module management left on: modprobe is not
+// tried and the message says what to set.
+func TestDatapathWithoutSysModule(t *testing.T) {
+	f := healthyFake()
+	f.genl["ovs_datapath"] = false
+	f.caps.Effective &^= CapMask(capability.CAP_SYS_MODULE)
+	dp, cs := CheckDatapath(defaultConfig(t), f, Options{})
+	if dp != DatapathNetdev || len(f.loads) != 0 || !strings.Contains(cs[0].Found, "lacks CAP_SYS_MODULE") {
+		t.Fatalf("%s %+v %v", dp, cs, f.loads)
+	}
+}

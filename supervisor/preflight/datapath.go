@@ -3,6 +3,8 @@ package preflight
 import (
 	"fmt"
 
+	"github.com/moby/sys/capability"
+
 	"github.com/ovnhost/ovnhost/supervisor/config"
 )
 
@@ -33,6 +35,8 @@ func CheckDatapath(cfg *config.Config, f DatapathFacts, opts Options) (string, [
 			note += "; module loading is disabled (DISABLE_MODULES_MANAGEMENT=true)"
 		case opts.NoModuleLoad:
 			note += "; not loading modules (diagnostics only look)"
+		case lacksSysModule(f):
+			note += "; cannot load the openvswitch module: this process lacks CAP_SYS_MODULE (Talos drops it; set DISABLE_MODULES_MANAGEMENT=true there)"
 		default:
 			if lerr := f.LoadModule("openvswitch"); lerr != nil {
 				note += fmt.Sprintf("; loading module openvswitch failed: %v", lerr)
@@ -101,4 +105,16 @@ func CheckTunnelSupport(cfg *config.Config, datapath string, f DatapathFacts) Ch
 		return Check{Name: name, Status: Fail, Found: "the kernel cannot create " + tt + " tunnel devices (probed in a throwaway network namespace), which the kernel datapath needs for TUNNEL_TYPE=" + tt, Fix: fix}
 	}
 	return Check{Name: name, Status: Pass, Found: "kernel supports " + tt + " tunnel devices"}
+}
+
+// lacksSysModule reports whether f can tell that this process may not load
+// modules (no CAP_SYS_MODULE in its effective set), so modprobe is not
+// even tried.
+func lacksSysModule(f DatapathFacts) bool {
+	cf, ok := f.(CapFacts)
+	if !ok {
+		return false
+	}
+	pc, err := cf.ProcessCaps()
+	return err == nil && pc.Effective&CapMask(capability.CAP_SYS_MODULE) == 0
 }
