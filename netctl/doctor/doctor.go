@@ -2,9 +2,23 @@
 // anything on the host) plus what needs running daemons or outside state:
 // the CNI plugin and configuration, the host firewall, the OVSDB sockets,
 // ovn-controller's SB connection, reachability of remote NB/SB, duplicate
-// chassis in the SB database, and clock and certificate validity. It works
-// on a node where ovnhost is not running: what depends on the daemons is
-// then reported as a warning that says so.
+// chassis in the SB database and of the encap IP on the wire (one ARP
+// probe), and clock and certificate validity. It works on a node where
+// ovnhost is not running: what depends on the daemons is then reported as a
+// warning that says so.
+//
+// Doctor changes nothing: it loads no module, writes no file, and only
+// reads the packet filter (iptables-{legacy,nft}-save). The only side
+// effects are a throwaway network namespace for the tunnel-device probe
+// (kernel datapath only) and one broadcast ARP probe for the encap IP.
+//
+// Checks, in order: the preflight checks (datapath, tunnel-support,
+// capabilities, exec:<binary>, path:<setting>, tunnel-interface, encap-ip,
+// mtu, system-id, ssl:*), cni-plugin, cni-config, cni-server, firewalld,
+// iptables-backends, tunnel-port:{legacy,nft}, duplicate-address,
+// ovsdb:Open_vSwitch, ovs-vswitchd, ovn-controller, the NB/SB checks
+// (ovsdb:OVN_Northbound/OVN_Southbound all-in-one, nb-reachable and
+// sb-reachable remote), chassis, clock.
 package doctor
 
 import (
