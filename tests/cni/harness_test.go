@@ -9,6 +9,7 @@ package cni_test
 
 import (
 	"bytes"
+	"flag"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,6 +35,7 @@ import (
 	"github.com/ovnhost/ovnhost/netctl/podnet"
 	"github.com/ovnhost/ovnhost/netctl/podnet/podnettest"
 	"github.com/ovnhost/ovnhost/supervisor/config"
+	"github.com/ovnhost/ovnhost/tests/harness/kubeapi"
 	"github.com/ovnhost/ovnhost/tests/harness/ovncentral"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
@@ -44,7 +46,13 @@ const envInNetns = "OVNHOST_CNI_TEST_NETNS"
 var pluginPath string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
 	if os.Geteuid() == 0 && os.Getenv(envInNetns) == "" {
+		if !testing.Short() {
+			// The private netns has no route to the module proxy: build
+			// (or find cached) kube-apiserver and etcd out here.
+			testing.Benchmark(func(b *testing.B) { kubeapi.Binaries(b) })
+		}
 		os.Exit(reexecInNetns())
 	}
 	if os.Getenv(envInNetns) != "" {

@@ -1,0 +1,210 @@
+package cni_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ovnhost/ovnhost/cni/server"
+	"github.com/ovnhost/ovnhost/controller/kube"
+	"github.com/ovnhost/ovnhost/controller/ovnnb"
+	"github.com/ovnhost/ovnhost/netctl/podnet/podnettest"
+	"github.com/ovnhost/ovnhost/tests/harness/kubeapi"
+	"github.com/ovnhost/ovnhost/tests/testenv"
+)
+
+// kubeNode is a node plus a real kube-apiserver, the real controller (in
+// process, the library the Deployment runs) and the CNI server in
+// Kubernetes mode through a kubeconfig file.
+type kubeNode struct {
+	*node
+	api *kubeapi.Server
+	cs  kubernetes.Interface
+}
+
+func startKubeNode(t *testing.T, annWait time.Duration) *kubeNode {
+	t.Helper()
+	n := startNode(t, nodeOpts{noServer: true})
+	api := kubeapi.Start(t)
+	api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "packaging/kubernetes/base/crd-subnets.yaml"))
+	cs := kubernetes.NewForConfigOrDie(api.Config)
+	ctx, cancel := context.WithCancel(context.Background())
+	nb, err := ovnnb.Connect(ctx, ovnnb.Options{Endpoints: n.central.NB()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	c, err := kube.New(kube.Config{Rest: api.Config, NBEndpoints: n.central.NB(), Logger: log, Registry: prometheus.NewRegistry()}, nb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		nb.Close()
+	})
+	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node1"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.cfg.Kubeconfig = api.Kubeconfig
+	n.startServer(server.WithTimeouts(annWait, 30*time.Second))
+	return &kubeNode{node: n, api: api, cs: cs}
+}
+
+func (k *kubeNode) createPod(t *testing.T, name string, ann map[string]string) {
+	t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: ann},
+		Spec: corev1.PodSpec{NodeName: "node1", Containers: []corev1.Container{{Name: "c", Image: "none"}}},
+	}
+	if _, err := k.cs.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (k *kubeNode) addPod(t *testing.T, name string, ann map[string]string) *pod {
+	t.Helper()
+	k.createPod(t, name, ann)
+	return k.add(t, name, "")
+}
+
+func TestKubePodsPingTCPAndHost(t *testing.T) {
+	k := startKubeNode(t, 60*time.Second)
+	a := k.addPod(t, "kube-a", nil)
+	b := k.addPod(t, "kube-b", nil)
+	// The pod got the address the controller annotated.
+	got, err := k.cs.CoreV1().Pods("default").Get(context.Background(), "kube-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Annotations["ovn.kubernetes.io/ip_address"] != a.ip {
+		t.Fatalf("pod has %s, annotation says %s", a.ip, got.Annotations["ovn.kubernetes.io/ip_address"])
+	}
+	if err := ping(t, a.netns, b.ip); err != nil {
+		t.Fatal(err)
+	}
+	ln := listen(t, b.netns, net.JoinHostPort(b.ip, "8080"))
+	transfer(t, a.netns, ln, net.JoinHostPort(b.ip, "8080"), 4<<20)
+	// The host reaches the pod through ovn0 (kubelet probes).
+	waitOVN0(t)
+	ln2 := listen(t, a.netns, net.JoinHostPort(a.ip, "8081"))
+	transfer(t, "", ln2, net.JoinHostPort(a.ip, "8081"), 256<<10)
+	for _, p := range []*pod{a, b} {
+		for i := 0; i < 2; i++ {
+			if out := k.del(t, p); out.Code != 0 {
+				t.Fatalf("DEL %s #%d: %s", p.name, i+1, out.Err.Msg)
+			}
+		}
+	}
+	k.assertClean(t)
+}
+
+func TestKubeStaticIPAndRateChange(t *testing.T) {
+	k := startKubeNode(t, 60*time.Second)
+	srv := k.addPod(t, "limited", map[string]string{"ovn.kubernetes.io/ip_address": "10.16.0.150", "ovn.kubernetes.io/ingress_rate": "10"})
+	if srv.ip != "10.16.0.150" {
+		t.Fatalf("static IP pod got %s", srv.ip)
+	}
+	cl := k.addPod(t, "sender", nil)
+	addr := net.JoinHostPort(srv.ip, "9000")
+	ln := listen(t, srv.netns, addr)
+	mbps := transfer(t, cl.netns, ln, addr, 4<<20)
+	t.Logf("ingress_rate=10: %.1f Mbit/s", mbps)
+	if mbps < 5 || mbps > 14 {
+		t.Fatalf("ingress_rate=10: measured %.1f Mbit/s", mbps)
+	}
+	// Change the annotation on the running pod: the QoS row follows.
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{"ovn.kubernetes.io/ingress_rate": "30"}}})
+	if _, err := k.cs.CoreV1().Pods("default").Patch(context.Background(), "limited", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	k.waitQoSRate(t, "limited.default", 30)
+	mbps = transfer(t, cl.netns, ln, addr, 8<<20)
+	t.Logf("ingress_rate=30: %.1f Mbit/s", mbps)
+	if mbps < 18 || mbps > 40 {
+		t.Fatalf("ingress_rate=30: measured %.1f Mbit/s", mbps)
+	}
+	for _, p := range []*pod{srv, cl} {
+		if out := k.del(t, p); out.Code != 0 {
+			t.Fatal(out.Err.Msg)
+		}
+	}
+	k.assertClean(t)
+}
+
+// waitQoSRate waits inside ovsdb-server until the pod's QoS has max-rate mbps.
+func (k *kubeNode) waitQoSRate(t *testing.T, ifaceID string, mbps int) {
+	t.Helper()
+	ms := 20000
+	rate := strconv.Itoa(mbps * 1_000_000)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	k.transact(ctx, ovsdb.Operation{Op: ovsdb.OperationWait, Table: "QoS", Timeout: &ms,
+		Where: []ovsdb.Condition{ovsdb.NewCondition("external_ids", ovsdb.ConditionIncludes, ovsdb.OvsMap{GoMap: map[any]any{"iface-id": ifaceID}})},
+		Columns: []string{"other_config"}, Until: "==",
+		Rows: []ovsdb.Row{{"other_config": ovsdb.OvsMap{GoMap: map[any]any{"max-rate": rate}}}}})
+}
+
+func TestKubeBadAnnotationsFailThatPod(t *testing.T) {
+	k := startKubeNode(t, 5*time.Second)
+	// A rate that is not a number: the controller allocates, the CNI refuses precisely.
+	k.createPod(t, "badrate", map[string]string{"ovn.kubernetes.io/ingress_rate": "fast"})
+	ns := podnettest.NewNetNS(t, "ovht-badrate")
+	out := runPlugin(t, k.installedPlugin(), cniCall{Command: "ADD", ContainerID: "cid-badrate", Netns: ns, IfName: "eth0",
+		Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=badrate", Conf: k.netconf(t, "", nil)})
+	if out.Code == 0 || !strings.Contains(out.Err.Msg, `ovn.kubernetes.io/ingress_rate="fast"`) {
+		t.Fatalf("bad ingress_rate: exit %d: %q", out.Code, out.Err.Msg)
+	}
+	// An address outside every subnet: the controller refuses it; ADD
+	// times out naming the missing annotation and the controller's event.
+	k.createPod(t, "outside", map[string]string{"ovn.kubernetes.io/ip_address": "192.168.200.5"})
+	ns2 := podnettest.NewNetNS(t, "ovht-outside")
+	out = runPlugin(t, k.installedPlugin(), cniCall{Command: "ADD", ContainerID: "cid-outside", Netns: ns2, IfName: "eth0",
+		Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=outside", Conf: k.netconf(t, "", nil)})
+	if out.Code == 0 || !strings.Contains(out.Err.Msg, "missing ovn.kubernetes.io/allocated") || !strings.Contains(out.Err.Msg, "192.168.200.5") {
+		t.Fatalf("refused static IP: exit %d: %q", out.Code, out.Err.Msg)
+	}
+	t.Logf("ADD error: %s", out.Err.Msg)
+	// Neither failure left anything behind; the good path still works.
+	k.assertClean(t)
+	p := k.addPod(t, "fine", nil)
+	if out := k.del(t, p); out.Code != 0 {
+		t.Fatal(out.Err.Msg)
+	}
+	// Metrics: errors counted by reason.
+	mfs, err := k.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "ovnhost_cni_errors_total" {
+			continue
+		}
+		for _, m := range mf.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "reason" {
+					reasons[l.GetValue()] += m.Counter.GetValue()
+				}
+			}
+		}
+	}
+	if reasons["invalid_annotation"] != 1 || reasons["annotation_timeout"] != 1 {
+		t.Fatalf("error metrics by reason: %v", reasons)
+	}
+}
