@@ -9,10 +9,10 @@ package cni_test
 
 import (
 	"bytes"
-	"flag"
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 
 	"log/slog"

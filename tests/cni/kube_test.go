@@ -70,7 +70,7 @@ func (k *kubeNode) createPod(t *testing.T, name string, ann map[string]string) {
 	t.Helper()
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: ann},
-		Spec: corev1.PodSpec{NodeName: "node1", Containers: []corev1.Container{{Name: "c", Image: "none"}}},
+		Spec:       corev1.PodSpec{NodeName: "node1", Containers: []corev1.Container{{Name: "c", Image: "none"}}},
 	}
 	if _, err := k.cs.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -155,7 +155,7 @@ func (k *kubeNode) waitQoSRate(t *testing.T, ifaceID string, mbps int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	k.transact(ctx, ovsdb.Operation{Op: ovsdb.OperationWait, Table: "QoS", Timeout: &ms,
-		Where: []ovsdb.Condition{ovsdb.NewCondition("external_ids", ovsdb.ConditionIncludes, ovsdb.OvsMap{GoMap: map[any]any{"iface-id": ifaceID}})},
+		Where:   []ovsdb.Condition{ovsdb.NewCondition("external_ids", ovsdb.ConditionIncludes, ovsdb.OvsMap{GoMap: map[any]any{"iface-id": ifaceID}})},
 		Columns: []string{"other_config"}, Until: "==",
 		Rows: []ovsdb.Row{{"other_config": ovsdb.OvsMap{GoMap: map[any]any{"max-rate": rate}}}}})
 }
