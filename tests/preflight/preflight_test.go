@@ -58,7 +58,7 @@ func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
 // EPERM is explained the same way.
 func TestFileCapsOutsideBoundingSet(t *testing.T) {
 	testenv.RequireRoot(t)
-	dir := t.TempDir()
+	dir := capsDir(t)
 	copyFile(t, "/bin/true", filepath.Join(dir, "ovsdb-server"), 0o755)
 	vswitchd := filepath.Join(dir, "ovs-vswitchd")
 	copyFile(t, "/bin/true", vswitchd, 0o755)
@@ -274,4 +274,25 @@ func TestLinkKindProbe(t *testing.T) {
 	if len(after) != len(before) {
 		t.Errorf("links changed: %d -> %d", len(before), len(after))
 	}
+}
+
+// capsDir is a temporary directory on a filesystem that honours file
+// capabilities: on a nosuid mount (often /tmp) the kernel ignores them and
+// the exec would succeed.
+func capsDir(t *testing.T) string {
+	t.Helper()
+	for _, base := range []string{os.TempDir(), "/var/tmp", testenv.RepoRoot()} {
+		var st unix.Statfs_t
+		if err := unix.Statfs(base, &st); err != nil || st.Flags&unix.ST_NOSUID != 0 {
+			continue
+		}
+		dir, err := os.MkdirTemp(base, "pfcaps")
+		if err != nil {
+			continue
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		return dir
+	}
+	t.Fatal("no directory on a filesystem without nosuid for the file-capability test")
+	return ""
 }
