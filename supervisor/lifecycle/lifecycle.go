@@ -70,3 +70,79 @@ func (g *Group) Stop(ctx context.Context) error {
 	g.started = nil
 	return errors.Join(errs...)
 }
+
+// Parallel is a unit made of independent chains: each chain starts in
+// order on its own goroutine, all chains at once; it is ready when every
+// chain is. A failing chain cancels the others; Stop stops every chain in
+// reverse order, the chains concurrently.
+type Parallel struct {
+	Label  string
+	Chains [][]Unit
+	Log    *slog.Logger
+	groups []*Group
+}
+
+func (p *Parallel) Name() string { return p.Label }
+
+func (p *Parallel) Start(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	p.groups = make([]*Group, len(p.Chains))
+	errs := make(chan error, len(p.Chains))
+	for i, chain := range p.Chains {
+		g := &Group{Units: chain, Log: p.Log}
+		p.groups[i] = g
+		go func() {
+			err := g.startNoRollback(ctx)
+			if err != nil {
+				cancel()
+			}
+			errs <- err
+		}()
+	}
+	var all []error
+	for range p.Chains {
+		if err := <-errs; err != nil && !errors.Is(err, context.Canceled) {
+			all = append(all, err)
+		}
+	}
+	if len(all) == 0 {
+		// Every chain ended cleanly or was cancelled from outside.
+		return ctx.Err()
+	}
+	return errors.Join(all...)
+}
+
+func (p *Parallel) Stop(ctx context.Context) error {
+	errs := make(chan error, len(p.groups))
+	for _, g := range p.groups {
+		go func() { errs <- g.Stop(ctx) }()
+	}
+	var all []error
+	for range p.groups {
+		all = append(all, <-errs)
+	}
+	return errors.Join(all...)
+}
+
+// startNoRollback starts units in order and leaves the started ones for
+// the caller's Stop.
+func (g *Group) startNoRollback(ctx context.Context) error {
+	for _, u := range g.Units {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if g.Observer != nil {
+			g.Observer.Starting(u.Name())
+		}
+		t0 := time.Now()
+		g.started = append(g.started, u)
+		if err := u.Start(ctx); err != nil {
+			return fmt.Errorf("start %s: %w", u.Name(), err)
+		}
+		if g.Log != nil {
+			g.Log.Info("unit ready", "unit", u.Name(), "took", time.Since(t0).Round(time.Millisecond))
+		}
+	}
+	return nil
+}

@@ -159,17 +159,22 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.lay.PrepareDirs(!n.cfg.Remote(), n.cfg.RunOwner); err != nil {
 		return err
 	}
-	var units []lifecycle.Unit
-	if !n.cfg.Remote() {
-		units = append(units, n.nbDaemon(), n.sbDaemon(), n.northdDaemon())
-	}
 	vswitchd := n.vswitchdDaemon()
 	controller := n.controllerDaemon()
 	vswitchd.dependants = []*daemon{controller}
 	// One recovery at a time within the chain, so ovn-controller restarted
 	// by ovs-vswitchd's recovery is not also recovered as a crash of its own.
 	controller.restarts = vswitchd.restarts
-	units = append(units, n.ovsdbDaemon(), &ovsConfigUnit{n: n}, vswitchd, controller)
+	local := []lifecycle.Unit{n.ovsdbDaemon(), &ovsConfigUnit{n: n}, vswitchd}
+	var units []lifecycle.Unit
+	if n.cfg.Remote() {
+		units = append(local, controller)
+	} else {
+		// The OVN databases and the local switch do not need each other;
+		// only ovn-controller needs both.
+		central := []lifecycle.Unit{n.nbDaemon(), n.sbDaemon(), n.northdDaemon()}
+		units = []lifecycle.Unit{&lifecycle.Parallel{Label: "ovn-central+ovs", Chains: [][]lifecycle.Unit{central, local}, Log: n.log}, controller}
+	}
 	units = append(units, n.extra...)
 	n.group = lifecycle.Group{Units: units, Log: n.log}
 	return n.group.Start(ctx, n.cfg.StopTimeout)

@@ -1,0 +1,57 @@
+package health
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestReadyOnlyWhenEveryChildIsReady(t *testing.T) {
+	r := New()
+	var sent []string
+	r.SetNotifier(func(s string) error { sent = append(sent, s); return nil })
+	r.Register("ovsdb-server")
+	r.Register("ovs-vswitchd")
+	r.Started("ovsdb-server", 10, false)
+	r.Ready("ovsdb-server", time.Millisecond, time.Millisecond)
+	r.Waiting("ovs-vswitchd", "cur_cfg to reach 1")
+	if ok, msg := r.Status(); ok || msg != "ovs-vswitchd: waiting for cur_cfg to reach 1" {
+		t.Fatalf("Status = %v %q", ok, msg)
+	}
+	for _, s := range sent {
+		if strings.HasPrefix(s, "READY=1") {
+			t.Fatalf("READY=1 sent before every child was ready: %q", sent)
+		}
+	}
+	r.Started("ovs-vswitchd", 11, false)
+	r.Ready("ovs-vswitchd", time.Millisecond, time.Millisecond)
+	last := sent[len(sent)-1]
+	if !strings.HasPrefix(last, "READY=1\nSTATUS=ready: ovsdb-server pid 10, ovs-vswitchd pid 11") {
+		t.Fatalf("last notification %q", last)
+	}
+	srv := httptest.NewServer(r.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/readyz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/readyz: %v %v", resp, err)
+	}
+	r.Exited("ovs-vswitchd", "signal: killed", false)
+	resp, _ = http.Get(srv.URL + "/readyz")
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz after a death = %d", resp.StatusCode)
+	}
+	resp, _ = http.Get(srv.URL + "/healthz")
+	if resp.StatusCode != 200 {
+		t.Fatalf("/healthz after a single death = %d; only a crash loop is unhealthy", resp.StatusCode)
+	}
+	r.Exited("ovs-vswitchd", "exit status 1", true)
+	resp, _ = http.Get(srv.URL + "/healthz")
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("/healthz in a crash loop = %d", resp.StatusCode)
+	}
+	if !strings.Contains(sent[len(sent)-1], "STATUS=ovs-vswitchd is crash-looping: exit status 1") {
+		t.Fatalf("crash loop status %q", sent[len(sent)-1])
+	}
+}
