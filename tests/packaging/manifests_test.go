@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -126,54 +127,83 @@ func TestManifestsServerDryRun(t *testing.T) {
 	checkOwnNodePolicy(t, srv)
 }
 
-// checkOwnNodePolicy impersonates the node daemon's service account with
-// the node name a pod-bound token carries and checks the admission policy:
-// its own node's ovn.kubernetes.io/ annotations only.
+// checkOwnNodePolicy uses real service-account tokens of ovnhost-node, as
+// the DaemonSet pod (token bound to its Pod) and a systemd or Talos node
+// (token bound to its Node, docs/install.md) hold them, and checks the
+// admission policy: its own node's ovn.kubernetes.io/ annotations only.
 func checkOwnNodePolicy(t *testing.T, srv *kubeapi.Server) {
 	admin := kubernetes.NewForConfigOrDie(srv.Config)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	uids := map[string]types.UID{}
 	for _, n := range []string{"node-a", "node-b"} {
-		if _, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
+		node, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
+		if err != nil {
 			t.Fatal(err)
 		}
+		uids[n] = node.UID
 	}
-	cfg := rest.CopyConfig(srv.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{
-		UserName: "system:serviceaccount:ovnhost:ovnhost-node",
-		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:ovnhost", "system:authenticated"},
-		Extra:    map[string][]string{"authentication.kubernetes.io/node-name": {"node-a"}},
+	pod, err := admin.CoreV1().Pods("ovnhost").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "ovnhost-node-test"},
+		Spec: corev1.PodSpec{
+			NodeName: "node-a", ServiceAccountName: "ovnhost-node",
+			Containers: []corev1.Container{{Name: "c", Image: "ovnhost"}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	as := kubernetes.NewForConfigOrDie(cfg)
-	patch := func(node, body string) error {
-		_, err := as.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(body), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
-		return err
-	}
-	const own = `{"metadata":{"annotations":{"ovn.kubernetes.io/chassis":"c1"}}}`
-	// The API server loads a new policy asynchronously: retry the request
-	// that the policy must deny until it is denied (each try is a real
-	// request; the deadline bounds it).
-	deadline := time.Now().Add(30 * time.Second)
-	for patch("node-b", own) == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("ovnhost-node may annotate another node: the admission policy is not enforced")
+	token := func(kind, name string, uid types.UID) *kubernetes.Clientset {
+		tr, err := admin.CoreV1().ServiceAccounts("ovnhost").CreateToken(ctx, "ovnhost-node", &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: kind, APIVersion: "v1", Name: name, UID: uid}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("token bound to %s %s: %v", kind, name, err)
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatal(ctx.Err())
-		case <-time.After(50 * time.Millisecond):
+		cfg := rest.AnonymousClientConfig(srv.Config)
+		cfg.BearerToken = tr.Status.Token
+		return kubernetes.NewForConfigOrDie(cfg)
+	}
+	for _, c := range []struct {
+		how string
+		cs  *kubernetes.Clientset
+	}{
+		{"token bound to its Pod", token("Pod", pod.Name, pod.UID)},
+		{"token bound to its Node", token("Node", "node-a", uids["node-a"])},
+	} {
+		patch := func(node, body string) error {
+			_, err := c.cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(body), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
 		}
-	}
-	if err := patch("node-a", own); err != nil {
-		t.Errorf("ovnhost-node may not annotate its own node: %v", err)
-	}
-	if err := patch("node-a", `{"metadata":{"labels":{"evil":"true"}}}`); err == nil {
-		t.Error("ovnhost-node may label its own node")
-	}
-	if err := patch("node-a", `{"metadata":{"annotations":{"other.io/x":"y"}}}`); err == nil {
-		t.Error("ovnhost-node may write annotations outside ovn.kubernetes.io/")
-	}
-	if err := patch("node-a", `{"spec":{"unschedulable":true}}`); err == nil {
-		t.Error("ovnhost-node may change its node's spec")
+		const own = `{"metadata":{"annotations":{"ovn.kubernetes.io/chassis":"c1"}}}`
+		// The API server loads a new policy asynchronously: retry the request
+		// that the policy must deny until it is denied (each try is a real
+		// request; the deadline bounds it).
+		deadline := time.Now().Add(30 * time.Second)
+		for patch("node-b", own) == nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: ovnhost-node may annotate another node: the admission policy is not enforced", c.how)
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatal(ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		if err := patch("node-a", own); err != nil {
+			t.Errorf("%s: ovnhost-node may not annotate its own node: %v", c.how, err)
+		}
+		if err := patch("node-a", `{"metadata":{"labels":{"evil":"true"}}}`); err == nil {
+			t.Errorf("%s: ovnhost-node may label its own node", c.how)
+		}
+		if err := patch("node-a", `{"metadata":{"annotations":{"other.io/x":"y"}}}`); err == nil {
+			t.Errorf("%s: ovnhost-node may write annotations outside ovn.kubernetes.io/", c.how)
+		}
+		if err := patch("node-a", `{"spec":{"unschedulable":true}}`); err == nil {
+			t.Errorf("%s: ovnhost-node may change its node's spec", c.how)
+		}
+		if _, err := c.cs.CoreV1().Pods("ovnhost").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=node-a"}); err != nil {
+			t.Errorf("%s: ovnhost-node may not list the pods of its node: %v", c.how, err)
+		}
 	}
 }
