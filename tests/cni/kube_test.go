@@ -63,6 +63,9 @@ func startKubeNode(t *testing.T, annWait time.Duration) *kubeNode {
 	}
 	n.cfg.Kubeconfig = api.Kubeconfig
 	n.startServer(server.WithTimeouts(annWait, 30*time.Second))
+	// The CNI server's watches end before the API server stops, which
+	// otherwise waits for them.
+	t.Cleanup(n.stopServer)
 	return &kubeNode{node: n, api: api, cs: cs}
 }
 
