@@ -135,8 +135,12 @@ func (k *kubeSource) podChanged(old, obj any) {
 	}
 	if c := p.Annotations[AnnCIDR]; c != "" {
 		k.mu.Lock()
+		_, known := k.podCIDR[c]
 		k.podCIDR[c] = struct{}{}
 		k.mu.Unlock()
+		if !known {
+			k.signal(cidrKey)
+		}
 	}
 	k.signal(key)
 	if old == nil || k.onQoS == nil {
@@ -158,6 +162,13 @@ func (k *kubeSource) podChanged(old, obj any) {
 		}
 	}
 }
+
+// cidrKey is signalled when a pod CIDR not seen before shows up, so that
+// ovn0's routes follow new subnets.
+const cidrKey = "\x00cidr"
+
+// CIDRChanges returns a channel signalled on new pod CIDRs and its cancel.
+func (k *kubeSource) CIDRChanges() (<-chan struct{}, func()) { return k.subscribe(cidrKey) }
 
 func (k *kubeSource) signal(key string) {
 	k.mu.Lock()

@@ -15,8 +15,21 @@ import (
 // so that the host (kubelet probes) reaches pods. It runs in the background
 // because in Kubernetes mode it waits for the controller's node annotations.
 func (s *Server) nodePortLoop(ctx context.Context) {
-	if err := s.ensureNodePort(ctx); err != nil && ctx.Err() == nil {
-		s.log.Error("node port "+NodePortName+" not configured; the host cannot reach pods", "err", err)
+	var changes <-chan struct{}
+	if ks, ok := s.src.(*kubeSource); ok {
+		ch, cancel := ks.CIDRChanges()
+		defer cancel()
+		changes = ch
+	}
+	for {
+		if err := s.ensureNodePort(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("node port "+NodePortName+" not configured; the host cannot reach pods", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changes: // a new pod CIDR: add its route
+		}
 	}
 }
 

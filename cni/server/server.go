@@ -187,6 +187,15 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if ks, ok := s.src.(*kubeSource); ok {
 		ks.onQoS = s.updateQoS
 	}
+	// Pods wired before a restart keep following their rate annotations.
+	if owned, err := s.ovs.OwnedInterfaces(ctx); err == nil {
+		s.mu.Lock()
+		for _, o := range owned {
+			key := o.ExternalIDs[extPodNamespace] + "/" + o.ExternalIDs[extPodName]
+			s.wired[key] = wiredPod{port: o.Name, ids: o.ExternalIDs}
+		}
+		s.mu.Unlock()
+	}
 	if err := s.listen(); err != nil {
 		return err
 	}

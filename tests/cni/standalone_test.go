@@ -378,3 +378,33 @@ func TestMirror(t *testing.T) {
 	}
 	n.assertClean(t)
 }
+
+func TestVersionStatusGC(t *testing.T) {
+	n := startNode(t, nodeOpts{})
+	out := runPlugin(t, n.installedPlugin(), cniCall{Command: "VERSION", Conf: []byte(`{"cniVersion":"1.1.0"}`)})
+	if out.Code != 0 || !strings.Contains(string(out.Stdout), `"1.1.0"`) || !strings.Contains(string(out.Stdout), `"0.3.1"`) {
+		t.Fatalf("VERSION: exit %d %s", out.Code, out.Stdout)
+	}
+	if out := runPlugin(t, n.installedPlugin(), cniCall{Command: "STATUS", Conf: n.netconf(t, "1.1.0", nil)}); out.Code != 0 {
+		t.Fatalf("STATUS: %s", out.Err.Msg)
+	}
+	keep := n.add(t, "keep", "")
+	drop := n.add(t, "drop", "")
+	gc := n.netconf(t, "1.1.0", map[string]any{"cni.dev/valid-attachments": []map[string]string{{"containerID": keep.id, "ifname": "eth0"}}})
+	if out := runPlugin(t, n.installedPlugin(), cniCall{Command: "GC", Conf: gc}); out.Code != 0 {
+		t.Fatalf("GC: %s", out.Err.Msg)
+	}
+	if rows := n.selectRows(t, "Port", ovsdb.NewCondition("name", ovsdb.ConditionEqual, podnet.HostIfName(drop.id, "eth0"))); len(rows) != 0 {
+		t.Fatal("GC kept the port of an attachment the runtime no longer has")
+	}
+	if _, err := netlink.LinkByName(podnet.HostIfName(drop.id, "eth0")); err == nil {
+		t.Fatal("GC kept the veth of an attachment the runtime no longer has")
+	}
+	if err := ping(t, keep.netns, "10.16.0.1"); err != nil {
+		t.Fatalf("the kept pod lost its network: %v", err)
+	}
+	if out := n.del(t, keep); out.Code != 0 {
+		t.Fatal(out.Err.Msg)
+	}
+	n.assertClean(t)
+}

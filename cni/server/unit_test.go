@@ -1,0 +1,144 @@
+package server
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func good() map[string]string {
+	return map[string]string{
+		AnnAllocated: "true", AnnRouted: "true", AnnIPAddress: "10.16.0.5", AnnMACAddress: "0a:58:0a:10:00:05",
+		AnnCIDR: "10.16.0.0/16", AnnGateway: "10.16.0.1", AnnLogicalSwith: "ovn-default",
+	}
+}
+
+func TestParseAnnotations(t *testing.T) {
+	ann := good()
+	ann[AnnIngressRate] = "10"
+	ann[AnnEgressRate] = "5"
+	ann[AnnMirror] = "true"
+	ann[AnnRoutes] = `[{"dst":"192.168.0.0/24","gw":"10.16.0.254"},{"gw":"10.16.0.253"}]`
+	n, err := ParseAnnotations(ann)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Addrs[0].String() != "10.16.0.5/16" || n.Gateways[0].String() != "10.16.0.1" || n.MAC.String() != "0a:58:0a:10:00:05" {
+		t.Fatalf("parsed %+v", n)
+	}
+	if n.IngressMbps != 10 || n.EgressMbps != 5 || !n.Mirror || len(n.Routes) != 2 {
+		t.Fatalf("optional fields %+v", n)
+	}
+	// The annotated default route replaces the gateway's.
+	rs := n.podRoutes()
+	if len(rs) != 2 || rs[1].Dst.String() != "0.0.0.0/0" || rs[1].GW.String() != "10.16.0.253" {
+		t.Fatalf("routes %+v", rs)
+	}
+	dual := good()
+	dual[AnnIPAddress], dual[AnnCIDR], dual[AnnGateway] = "10.16.0.5,fd00:10:16::5", "10.16.0.0/16,fd00:10:16::/64", "10.16.0.1,fd00:10:16::1"
+	n, err = ParseAnnotations(dual)
+	if err != nil || len(n.Addrs) != 2 || n.Addrs[1].String() != "fd00:10:16::5/64" || len(n.podRoutes()) != 2 {
+		t.Fatalf("dual stack: %+v %v", n, err)
+	}
+}
+
+func TestBadAnnotationsArePrecise(t *testing.T) {
+	for key, c := range map[string]struct{ val, want string }{
+		AnnIPAddress:   {"10.17.0.5", "outside the pod's CIDR"},
+		AnnMACAddress:  {"01:00:5e:00:00:01", "not a unicast Ethernet MAC"},
+		AnnCIDR:        {"10.16.0.0", "not a CIDR"},
+		AnnIngressRate: {"fast", "whole number of Mbit/s"},
+		AnnEgressRate:  {"-3", "whole number of Mbit/s"},
+		AnnMirror:      {"yes please", "not a boolean"},
+		AnnRoutes:      {`[{"dst":"x"}]`, `dst "x" is not a CIDR`},
+	} {
+		ann := good()
+		ann[key] = c.val
+		_, err := ParseAnnotations(ann)
+		if err == nil || !strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s=%q: got %v, want an error naming the key and %q", key, c.val, err, c.want)
+		}
+	}
+	ann := good()
+	delete(ann, AnnRouted)
+	ann[AnnAllocated] = "false"
+	miss := missingAnnotations(ann)
+	if strings.Join(miss, ",") != AnnAllocated+"=true,"+AnnRouted {
+		t.Fatalf("missing %v", miss)
+	}
+}
+
+func TestKeyedMutexSerialisesPerKey(t *testing.T) {
+	var k keyedMutex
+	var inA, maxA atomic.Int32
+	var wg sync.WaitGroup
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			un := k.lock("a")
+			if v := inA.Add(1); v > maxA.Load() {
+				maxA.Store(v)
+			}
+			time.Sleep(time.Millisecond) // hold the lock: overlap would show
+			inA.Add(-1)
+			un()
+		}()
+	}
+	// A different key is not blocked by "a".
+	un := k.lock("b")
+	un()
+	wg.Wait()
+	if maxA.Load() != 1 {
+		t.Fatalf("%d requests for the same container ran at once", maxA.Load())
+	}
+	if len(k.m) != 0 {
+		t.Fatalf("lock entries leaked: %d", len(k.m))
+	}
+}
+
+func TestWriteAtomicAndConflist(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "sub", "ovnhost-cni")
+	changed, err := writeAtomic(p, []byte("v1"), 0o755)
+	if err != nil || !changed {
+		t.Fatal(changed, err)
+	}
+	if changed, _ := writeAtomic(p, []byte("v1"), 0o755); changed {
+		t.Fatal("same content rewritten")
+	}
+	_ = os.Chmod(p, 0o644)
+	if changed, _ := writeAtomic(p, []byte("v1"), 0o755); !changed {
+		t.Fatal("wrong mode not repaired")
+	}
+	st, _ := os.Stat(p)
+	if st.Mode().Perm() != 0o755 {
+		t.Fatalf("mode %v", st.Mode())
+	}
+	ents, _ := os.ReadDir(filepath.Dir(p))
+	if len(ents) != 1 {
+		t.Fatalf("temporary files left: %v", ents)
+	}
+	var c struct {
+		CNIVersion string           `json:"cniVersion"`
+		Plugins    []map[string]any `json:"plugins"`
+	}
+	if err := json.Unmarshal(Conflist("/run/x.sock"), &c); err != nil || c.CNIVersion != "1.1.0" || c.Plugins[0]["type"] != "ovnhost-cni" || c.Plugins[0]["socket"] != "/run/x.sock" {
+		t.Fatalf("conflist %+v %v", c, err)
+	}
+}
+
+func TestParseArgs(t *testing.T) {
+	a, err := parseArgs("IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p")
+	if err != nil || a["K8S_POD_NAME"] != "p" || a["K8S_POD_NAMESPACE"] != "ns" {
+		t.Fatal(a, err)
+	}
+	if _, err := parseArgs("novalue"); err == nil || !strings.Contains(err.Error(), "KEY=VALUE") {
+		t.Fatal(err)
+	}
+}
