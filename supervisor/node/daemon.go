@@ -25,8 +25,9 @@ type daemon struct {
 	prepare func(ctx context.Context, restart bool) error
 	// gate blocks until the running child is ready, or fails.
 	gate func(ctx context.Context, c *process.Child) error
-	// graceful asks the child to exit (nil: SIGTERM).
-	graceful func(ctx context.Context, c *process.Child) error
+	// graceful asks the child to exit (nil: SIGTERM); final is false when
+	// it is stopped only to be started again.
+	graceful func(ctx context.Context, c *process.Child, final bool) error
 	// dependants are restarted, in order, after this daemon restarts.
 	dependants []*daemon
 	// beforeStop and afterStop run around the final stop (not restarts).
@@ -186,7 +187,7 @@ func (d *daemon) stopChild(ctx context.Context, c *process.Child) {
 	defer cancel()
 	var g func() error
 	if d.graceful != nil {
-		g = func() error { return d.graceful(sctx, c) }
+		g = func() error { return d.graceful(sctx, c, false) }
 	}
 	if err := c.Stop(sctx, g); err != nil {
 		d.log.Warn("stop", "child", d.name, "err", err)
@@ -206,7 +207,7 @@ func (d *daemon) Stop(ctx context.Context) error {
 	if c != nil {
 		var g func() error
 		if d.graceful != nil {
-			g = func() error { return d.graceful(ctx, c) }
+			g = func() error { return d.graceful(ctx, c, true) }
 		}
 		if err := c.Stop(ctx, g); err != nil {
 			errs = append(errs, err)

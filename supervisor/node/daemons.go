@@ -33,7 +33,7 @@ func (n *Node) dbServerDaemon(s dbServer, slot **ovsdbconn.Conn, connect func(ct
 	d := n.newDaemon(s.name)
 	// Our client goes first, or it logs reconnect failures as the server leaves.
 	d.beforeStop = func() { n.closeConn(slot) }
-	d.graceful = func(ctx context.Context, _ *process.Child) error {
+	d.graceful = func(ctx context.Context, _ *process.Child, _ bool) error {
 		_, err := unixctl.Call(ctx, s.ctl, "exit")
 		return err
 	}
@@ -239,7 +239,7 @@ func (n *Node) northdDaemon() *daemon {
 			return len(rows) == 1 && rows[0].SbCfg >= target
 		}, c.Exited())
 	}
-	d.graceful = func(ctx context.Context, _ *process.Child) error {
+	d.graceful = func(ctx context.Context, _ *process.Child, _ bool) error {
 		_, err := unixctl.Call(ctx, l.NorthdCtl, "exit")
 		return err
 	}
@@ -290,9 +290,9 @@ func (n *Node) vswitchdDaemon() *daemon {
 			return len(rows) == 1 && rows[0].CurCfg >= target
 		}, c.Exited())
 	}
-	d.graceful = func(ctx context.Context, _ *process.Child) error {
+	d.graceful = func(ctx context.Context, _ *process.Child, final bool) error {
 		args := []string{"--cleanup"}
-		if n.cfg.KeepDatapath {
+		if n.cfg.KeepDatapath || !final {
 			args = nil
 		}
 		_, err := unixctl.Call(ctx, l.VSwitchdCtl, "exit", args...)
@@ -374,10 +374,11 @@ func (n *Node) controllerDaemon() *daemon {
 		n.health.Waiting("ovn-controller", what)
 		return n.waitFlows(ctx, sb, c)
 	}
-	d.graceful = func(ctx context.Context, c *process.Child) error {
-		// "exit" removes our Chassis row; "--restart" keeps it (upgrade).
+	d.graceful = func(ctx context.Context, c *process.Child, final bool) error {
+		// "exit" removes our Chassis row and releases the ports bound to
+		// it; "--restart" keeps them, for a restart or an upgrade.
 		var args []string
-		if n.cfg.KeepDatapath {
+		if n.cfg.KeepDatapath || !final {
 			args = []string{"--restart"}
 		}
 		_, err := unixctl.Call(ctx, l.ControllerCtl(c.Pid()), "exit", args...)

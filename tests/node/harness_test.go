@@ -31,7 +31,7 @@ import (
 var nsSeq atomic.Int32
 
 // newNetns creates a network namespace with lo up, removed at cleanup.
-func newNetns(t *testing.T, prefix string) string {
+func newNetns(t testing.TB, prefix string) string {
 	t.Helper()
 	name := fmt.Sprintf("%s%d-%d", prefix, os.Getpid()%10000, nsSeq.Add(1))
 	run(t, "ip", "netns", "add", name)
@@ -40,7 +40,7 @@ func newNetns(t *testing.T, prefix string) string {
 	return name
 }
 
-func run(t *testing.T, name string, args ...string) string {
+func run(t testing.TB, name string, args ...string) string {
 	t.Helper()
 	out, err := exec.Command(name, args...).CombinedOutput()
 	if err != nil {
@@ -58,7 +58,7 @@ type notifyListener struct {
 	cond chan struct{}
 }
 
-func listenNotify(t *testing.T, dir string) *notifyListener {
+func listenNotify(t testing.TB, dir string) *notifyListener {
 	t.Helper()
 	p := filepath.Join(dir, "notify.sock")
 	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: p, Net: "unixgram"})
@@ -127,7 +127,7 @@ func (l *notifyListener) all() []string {
 
 // node is one ovnhost process under test.
 type node struct {
-	t      *testing.T
+	t      testing.TB
 	dir    string
 	ns     string
 	args   []string
@@ -142,7 +142,7 @@ type node struct {
 func (n *node) path(p ...string) string { return filepath.Join(append([]string{n.dir}, p...)...) }
 
 // newNode plans a node with every directory under a fresh temp dir.
-func newNode(t *testing.T) *node {
+func newNode(t testing.TB) *node {
 	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "ovsdb-server", "ovs-vswitchd", "ovn-controller", "ovn-northd", "ovsdb-tool", "ip", "ping", "ethtool")
@@ -150,7 +150,11 @@ func newNode(t *testing.T) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		if os.Getenv("OVNHOST_BENCH_KEEP") == "" {
+			os.RemoveAll(dir)
+		}
+	})
 	n := &node{t: t, dir: dir, ns: newNetns(t, "ohn")}
 	n.args = []string{
 		"--ovs-db-dir=" + n.path("ovs-db"), "--ovs-run-dir=" + n.path("ovs-run"), "--ovs-log-dir=" + n.path("log"),

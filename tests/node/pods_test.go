@@ -23,7 +23,7 @@ type pod struct {
 	ns, hostIf, lsp, mac, ip string
 }
 
-func dial(t *testing.T, m func() (model.ClientDBModel, error), endpoint string) *ovsdbconn.Conn {
+func dial(t testing.TB, m func() (model.ClientDBModel, error), endpoint string) *ovsdbconn.Conn {
 	t.Helper()
 	dbm, err := m()
 	if err != nil {
@@ -39,7 +39,7 @@ func dial(t *testing.T, m func() (model.ClientDBModel, error), endpoint string) 
 	return c
 }
 
-func transact(t *testing.T, c *ovsdbconn.Conn, ops []ovsdb.Operation, err error) {
+func transact(t testing.TB, c *ovsdbconn.Conn, ops []ovsdb.Operation, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -59,8 +59,15 @@ func transact(t *testing.T, c *ovsdbconn.Conn, ops []ovsdb.Operation, err error)
 // pod's namespace to br-int, waiting for ovn-installed.
 func addPods(t *testing.T, n *node, pods ...pod) {
 	t.Helper()
-	nb := dial(t, nbdb.FullDatabaseModel, "unix:"+n.path("ovn-run", "ovnnb_db.sock"))
-	ovs := dial(t, vswitch.FullDatabaseModel, "unix:"+n.path("ovs-run", "db.sock"))
+	wirePods(t, "unix:"+n.path("ovn-run", "ovnnb_db.sock"), "unix:"+n.path("ovs-run", "db.sock"), n.ns, n.logTail, pods)
+}
+
+// wirePods does addPods for any node: its NB and conf.db endpoints and the
+// namespace its datapath lives in.
+func wirePods(t testing.TB, nbEndpoint, ovsEndpoint, nodeNS string, logTail func() string, pods []pod) {
+	t.Helper()
+	nb := dial(t, nbdb.FullDatabaseModel, nbEndpoint)
+	ovs := dial(t, vswitch.FullDatabaseModel, ovsEndpoint)
 	ls := &nbdb.LogicalSwitch{UUID: "ls", Name: "ls1", OtherConfig: map[string]string{"subnet": "10.16.0.0/24"}}
 	var ops []ovsdb.Operation
 	for i, p := range pods {
@@ -77,7 +84,7 @@ func addPods(t *testing.T, n *node, pods ...pod) {
 
 	for _, p := range pods {
 		p.ns = newNetns(t, "ohp")
-		plumb(t, n, p)
+		plumb(t, nodeNS, p)
 		iface := &vswitch.Interface{UUID: "iface", Name: p.hostIf, ExternalIDs: map[string]string{"iface-id": p.lsp}}
 		port := &vswitch.Port{UUID: "port", Name: p.hostIf, Interfaces: []string{"iface"}}
 		br := &vswitch.Bridge{Name: "br-int"}
@@ -102,7 +109,7 @@ func addPods(t *testing.T, n *node, pods ...pod) {
 		}, nil)
 		cancel()
 		if err != nil {
-			t.Fatalf("%v\n%s", err, n.logTail())
+			t.Fatalf("%v\n%s", err, logTail())
 		}
 		pods[indexOf(pods, p.lsp)].ns = p.ns
 	}
@@ -117,13 +124,13 @@ func indexOf(pods []pod, lsp string) int {
 	return -1
 }
 
-func plumb(t *testing.T, n *node, p pod) {
+func plumb(t testing.TB, nodeNS string, p pod) {
 	t.Helper()
-	run(t, "ip", "link", "add", "name", p.hostIf, "netns", n.ns, "type", "veth", "peer", "name", "eth0", "netns", p.ns)
+	run(t, "ip", "link", "add", "name", p.hostIf, "netns", nodeNS, "type", "veth", "peer", "name", "eth0", "netns", p.ns)
 	run(t, "ip", "-n", p.ns, "link", "set", "eth0", "address", p.mac, "mtu", "1400")
 	run(t, "ip", "-n", p.ns, "addr", "add", p.ip+"/24", "dev", "eth0")
 	run(t, "ip", "-n", p.ns, "link", "set", "eth0", "up")
-	run(t, "ip", "-n", n.ns, "link", "set", p.hostIf, "up")
+	run(t, "ip", "-n", nodeNS, "link", "set", p.hostIf, "up")
 	// Userspace datapath: checksum offload would leave bad L4 checksums.
 	run(t, "ip", "netns", "exec", p.ns, "ethtool", "-K", "eth0", "tx", "off")
 }

@@ -1,0 +1,278 @@
+package node_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
+	"github.com/ovnhost/ovnhost/tests/harness/ovncentral"
+)
+
+// Benchmarks of the node daemon against Debian's own start-up scripts,
+// alternated on the same machine with the same kind of directories. They
+// report medians as custom metrics; `make bench` runs them once each.
+
+const coldStartRuns = 10
+
+func median(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// BenchmarkColdStart: from exec to flows on br-int, with the OVN central
+// already running, ovnhost versus ovs-ctl start + ovs-vsctl (external ids,
+// br-int) + ovn-ctl start_controller.
+func BenchmarkColdStart(b *testing.B) {
+	central := ovncentral.Start(b)
+	if err := central.WaitNorthd(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	var ours, ref []time.Duration
+	for i := 0; i < coldStartRuns; i++ {
+		ours = append(ours, ovnhostColdStart(b, central.SB()))
+		ref = append(ref, scriptsColdStart(b, central.SB()))
+	}
+	mo, mr := median(ours), median(ref)
+	b.ReportMetric(ms(mo), "ovnhost-ms")
+	b.ReportMetric(ms(mr), "ovs-ctl+ovn-ctl-ms")
+	b.ReportMetric(float64(mo)/float64(mr), "ratio")
+	b.Logf("cold start to flows on br-int, median of %d: ovnhost %.1f ms, ovs-ctl+ovn-ctl %.1f ms, ratio %.2f (ovnhost runs %v; scripts %v)",
+		coldStartRuns, ms(mo), ms(mr), float64(mo)/float64(mr), ours, ref)
+}
+
+func ovnhostColdStart(b *testing.B, sb string) time.Duration {
+	n := newNode(b)
+	n.env = []string{"OVN_SB_ADDR=" + sb}
+	t0 := time.Now()
+	if err := n.startNoWait(); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := n.notify.waitFor(0, "READY=1", 60*time.Second, n.exited); err != nil {
+		b.Fatalf("%v\n%s", err, n.logTail())
+	}
+	d := time.Since(t0)
+	n.stop()
+	return d
+}
+
+// refNode is a node started by Debian's ovs-ctl and ovn-ctl.
+type refNode struct {
+	dir, ns string
+	env     []string
+}
+
+func newRefNode(b testing.TB) *refNode {
+	dir, err := os.MkdirTemp("", "ovnhost-ref-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if os.Getenv("OVNHOST_BENCH_KEEP") == "" {
+			os.RemoveAll(dir)
+		}
+	})
+	r := &refNode{dir: dir, ns: newNetns(b, "ohr")}
+	if os.Getenv("OVNHOST_BENCH_KEEP") != "" {
+		b.Logf("keeping %s", dir)
+	}
+	for _, d := range []string{"run", "db", "log", "etc", "shim"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// The kernel here has no OVS module and no module loading: a fake
+	// modprobe lets ovs-ctl go on to the userspace datapath, as it would
+	// on a host where the module is built in.
+	if err := os.WriteFile(filepath.Join(dir, "shim", "modprobe"), []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	r.env = []string{"PATH=" + filepath.Join(dir, "shim") + ":" + os.Getenv("PATH"),
+		"OVS_RUNDIR=" + r.path("run"), "OVS_LOGDIR=" + r.path("log"), "OVS_DBDIR=" + r.path("db"), "OVS_SYSCONFDIR=" + r.path("etc"),
+		"OVN_RUNDIR=" + r.path("run"), "OVN_LOGDIR=" + r.path("log")}
+	b.Cleanup(r.stop)
+	return r
+}
+
+func (r *refNode) path(p ...string) string { return filepath.Join(append([]string{r.dir}, p...)...) }
+
+func (r *refNode) sh(b testing.TB, args ...string) {
+	b.Helper()
+	cmd := exec.Command("ip", append([]string{"netns", "exec", r.ns}, args...)...)
+	cmd.Env = r.env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+func (r *refNode) stop() {
+	for _, args := range [][]string{{"/usr/share/ovn/scripts/ovn-ctl", "stop_controller"}, {"/usr/share/openvswitch/scripts/ovs-ctl", "stop"}} {
+		cmd := exec.Command("ip", append([]string{"netns", "exec", r.ns}, args...)...)
+		cmd.Env = r.env
+		_ = cmd.Run()
+	}
+}
+
+// start runs the scripts the way their documentation does and returns
+// when ovn-controller's flows are on br-int.
+func (r *refNode) start(b testing.TB, sb string) {
+	b.Helper()
+	vsctl := []string{"ovs-vsctl", "--db=unix:" + r.path("run", "db.sock"), "--timeout=30"}
+	r.sh(b, "/usr/share/openvswitch/scripts/ovs-ctl", "start", "--system-id=random")
+	r.sh(b, append(vsctl, "set", "Open_vSwitch", ".", "external_ids:ovn-remote="+sb, "external_ids:ovn-encap-type=geneve",
+		"external_ids:ovn-encap-ip=127.0.0.1", "external_ids:ovn-bridge-datapath-type=netdev")...)
+	r.sh(b, append(vsctl, "add-br", "br-int", "--", "set", "Bridge", "br-int", "datapath_type=netdev", "fail-mode=secure", "other_config:disable-in-band=true")...)
+	r.sh(b, "/usr/share/ovn/scripts/ovn-ctl", "start_controller")
+	ovs := dial(b, vswitch.FullDatabaseModel, "unix:"+r.path("run", "db.sock"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := ovs.WaitUntil(ctx, "flows on br-int of the script-started node", func() bool {
+		br := &vswitch.Bridge{Name: "br-int"}
+		if ovs.Get(ctx, br) != nil {
+			return false
+		}
+		_, ok := br.ExternalIDs["ovn-nb-cfg-ts"]
+		return ok
+	}, nil); err != nil {
+		b.Fatal(err)
+	}
+	ovs.Close()
+}
+
+func scriptsColdStart(b *testing.B, sb string) time.Duration {
+	r := newRefNode(b)
+	t0 := time.Now()
+	r.start(b, sb)
+	d := time.Since(t0)
+	r.stop()
+	return d
+}
+
+// BenchmarkVswitchdKillGap: the longest interval without ping replies
+// between two pods on one node (ping every 10 ms) around a kill -9 of
+// ovs-vswitchd, under ovnhost and with ovs-vswitchd alone restarted at once.
+func BenchmarkVswitchdKillGap(b *testing.B) {
+	n := newNode(b)
+	n.start()
+	pods := []pod{
+		{hostIf: "veth-g1", lsp: "g1.default", mac: "0a:58:0a:10:00:21", ip: "10.16.0.21"},
+		{hostIf: "veth-g2", lsp: "g2.default", mac: "0a:58:0a:10:00:22", ip: "10.16.0.22"},
+	}
+	wirePods(b, "unix:"+n.path("ovn-run", "ovnnb_db.sock"), "unix:"+n.path("ovs-run", "db.sock"), n.ns, n.logTail, pods)
+	ours := pingGap(b, "ovnhost", pods, func() { _ = syscall.Kill(n.pid(n.path("ovs-run", "ovs-vswitchd.pid")), syscall.SIGKILL) })
+	rss := rssOf(n.cmd.Process.Pid)
+	n.stop()
+
+	central := ovncentral.Start(b)
+	if err := central.WaitNorthd(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	r := newRefNode(b)
+	r.start(b, central.SB())
+	rpods := []pod{
+		{hostIf: "veth-r1", lsp: "r1.default", mac: "0a:58:0a:10:00:31", ip: "10.16.0.31"},
+		{hostIf: "veth-r2", lsp: "r2.default", mac: "0a:58:0a:10:00:32", ip: "10.16.0.32"},
+	}
+	wirePods(b, central.NB(), "unix:"+r.path("run", "db.sock"), r.ns, func() string { return "" }, rpods)
+	// OVS's own --monitor does not restart a daemon killed by SIGKILL, so
+	// the reference restarts ovs-vswitchd at once with its previous command
+	// line, as a shell supervisor would, and leaves ovn-controller to
+	// reconnect by itself.
+	ref := pingGap(b, "restart-only", rpods, func() {
+		raw, _ := os.ReadFile(r.path("run", "ovs-vswitchd.pid"))
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			b.Fatal(err)
+		}
+		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		for syscall.Kill(pid, 0) == nil && !zombie(pid) {
+			runtime.Gosched()
+		}
+		r.sh(b, args...)
+	})
+	b.ReportMetric(ms(ours), "ovnhost-gap-ms")
+	b.ReportMetric(ms(ref), "restart-only-gap-ms")
+	b.ReportMetric(float64(rss)/(1<<20), "ovnhost-rss-MiB")
+	b.Logf("data-plane gap after kill -9 of ovs-vswitchd: ovnhost %.0f ms, restart of ovs-vswitchd alone (ovn-controller untouched) %.0f ms; ovnhost idle RSS %.1f MiB", ms(ours), ms(ref), float64(rss)/(1<<20))
+}
+
+// pingGap pings from the first pod to the second every 10 ms for 8 s,
+// runs kill after 1 s, and returns the longest gap between replies.
+func pingGap(b testing.TB, label string, pods []pod, kill func()) time.Duration {
+	cmd := exec.Command("ip", "netns", "exec", pods[0].ns, "ping", "-D", "-n", "-i", "0.01", "-W", "1", "-w", "8", pods[1].ip)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	var stamps []float64
+	killed := false
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.Contains(line, "bytes from") || !strings.HasPrefix(line, "[") {
+			continue
+		}
+		ts, err := strconv.ParseFloat(line[1:strings.IndexByte(line, ']')], 64)
+		if err != nil {
+			continue
+		}
+		stamps = append(stamps, ts)
+		if !killed && ts-stamps[0] > 1 {
+			killed = true
+			kill()
+		}
+	}
+	_ = cmd.Wait()
+	if !killed || len(stamps) < 10 {
+		b.Fatalf("ping produced %d replies; kill done: %v", len(stamps), killed)
+	}
+	var gap float64
+	for i := 1; i < len(stamps); i++ {
+		gap = max(gap, stamps[i]-stamps[i-1])
+	}
+	if last := stamps[len(stamps)-1]; last-stamps[0] < 6 {
+		b.Fatalf("%s: replies stopped %.1f s into the run: connectivity did not come back (%d replies)", label, last-stamps[0], len(stamps))
+	}
+	return time.Duration(gap * float64(time.Second))
+}
+
+func rssOf(pid int) int64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+func zombie(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(stat), ')')
+	return i > 0 && i+2 < len(stat) && stat[i+2] == 'Z'
+}
