@@ -544,6 +544,11 @@ func (s *Server) add(ctx context.Context, q *request) (_ []byte, cerr *cniError)
 			}
 		}
 	}()
+	if s.dpType == "netdev" && n.EgressMbps > 0 {
+		if err := podnet.SetEgressLimit(q.Netns, q.IfName, n.EgressMbps); err != nil {
+			return nil, fail(types.ErrInternal, "plumbing", "pod %s: %v", q.pod.Key(), err)
+		}
+	}
 	if err := s.ovs.WaitInstalled(ctx, q.host, s.installWait); err != nil {
 		if errors.Is(err, errInstallTimeout) {
 			return nil, fail(types.ErrTryAgainLater, "ovn_install_timeout",
@@ -796,6 +801,14 @@ func (s *Server) updateQoS(key string, n *PodNetwork) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	// The pod-side limit first: once the OVS rows show the new rates,
+	// everything is in place.
+	if s.dpType == "netdev" && w.ids[extPodNetns] != "" {
+		if err := podnet.SetEgressLimit(w.ids[extPodNetns], w.ids[extIfName], n.EgressMbps); err != nil {
+			s.log.Warn("cannot update the pod's egress limit", "pod", key, "err", err)
+			return
+		}
+	}
 	if err := s.ovs.SetQoS(ctx, w.port, w.ids, n.IngressMbps, n.EgressMbps); err != nil {
 		s.log.Warn("cannot update the pod's QoS", "pod", key, "port", w.port, "err", err)
 		return

@@ -132,7 +132,7 @@ func TestKubeStaticIPAndRateChange(t *testing.T) {
 		t.Fatalf("ingress_rate=10: measured %.1f Mbit/s", mbps)
 	}
 	// Change the annotation on the running pod: the QoS row follows.
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{"ovn.kubernetes.io/ingress_rate": "30"}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{"ovn.kubernetes.io/ingress_rate": "30", "ovn.kubernetes.io/egress_rate": "10"}}})
 	if _, err := k.cs.CoreV1().Pods("default").Patch(context.Background(), "limited", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -141,6 +141,14 @@ func TestKubeStaticIPAndRateChange(t *testing.T) {
 	t.Logf("ingress_rate=30: %.1f Mbit/s", mbps)
 	if mbps < 18 || mbps > 40 {
 		t.Fatalf("ingress_rate=30: measured %.1f Mbit/s", mbps)
+	}
+	// egress_rate=10 added at the same time limits what the pod sends.
+	back := net.JoinHostPort(cl.ip, "9002")
+	lnb := listen(t, cl.netns, back)
+	mbps = transfer(t, srv.netns, lnb, back, 4<<20)
+	t.Logf("egress_rate=10 set on the running pod: %.1f Mbit/s", mbps)
+	if mbps < 5 || mbps > 14 {
+		t.Fatalf("egress_rate=10: measured %.1f Mbit/s", mbps)
 	}
 	for _, p := range []*pod{srv, cl} {
 		if out := k.del(t, p); out.Code != 0 {

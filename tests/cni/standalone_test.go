@@ -183,7 +183,7 @@ func waitOVN0(t testing.TB) {
 	}
 }
 
-func TestStaticIPAndIngressRate(t *testing.T) {
+func TestStaticIPAndRates(t *testing.T) {
 	n := startNode(t, nodeOpts{})
 	srv := n.add(t, "fixed", "IP=10.16.0.200;INGRESS_RATE=10")
 	if srv.ip != "10.16.0.200" {
@@ -205,7 +205,14 @@ func TestStaticIPAndIngressRate(t *testing.T) {
 	if free := transfer(t, srv.netns, ln2, net.JoinHostPort(cl.ip, "9001"), 4<<20); free < 30 {
 		t.Fatalf("unlimited direction measured only %.1f Mbit/s", free)
 	}
-	for _, p := range []*pod{srv, cl} {
+	// egress_rate limits what a pod sends.
+	eg := n.add(t, "sender", "EGRESS_RATE=10")
+	mbps = transfer(t, eg.netns, ln2, net.JoinHostPort(cl.ip, "9001"), 4<<20)
+	t.Logf("transfer from a pod limited to 10 Mbit/s: %.1f Mbit/s", mbps)
+	if mbps < 5 || mbps > 14 {
+		t.Fatalf("egress_rate=10: measured %.1f Mbit/s, want about 10", mbps)
+	}
+	for _, p := range []*pod{srv, cl, eg} {
 		if out := n.del(t, p); out.Code != 0 {
 			t.Fatal(out.Err.Msg)
 		}
