@@ -38,7 +38,7 @@ func SetEgressLimit(netnsPath, ifName string, mbps int) error {
 		}
 		return nil
 	}
-	rate := uint64(mbps) * 1_000_000 / 8 // bytes per second
+	rate := uint64(mbps) * 1_000_000 / 8  // bytes per second
 	burst := max(uint32(rate/50), 32<<10) // 20 ms, at least 32 KiB
 	q := &netlink.Tbf{QdiscAttrs: attrs, Rate: rate, Buffer: netlink.Xmittime(rate, burst), Limit: max(uint32(rate/10), 64<<10)}
 	if err := h.QdiscReplace(q); err != nil {
