@@ -18,6 +18,8 @@ import (
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ovnhost/ovnhost/internal/version"
 )
 
 // Child is the reported state of one supervised daemon (or unit).
@@ -74,7 +76,9 @@ func New() *Reporter {
 	r.gateWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ovnhost_readiness_wait_seconds", Help: "Time spent waiting on each readiness gate.",
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"child"})
 	r.allReady = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovnhost_ready", Help: "1 while every child is ready."})
-	r.registry.MustRegister(r.up, r.ready, r.restarts, r.toReady, r.gateWait, r.allReady,
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ovnhost_build_info", Help: "The running build; netctl doctor compares the installed CNI plugin with it."}, []string{"version"})
+	build.WithLabelValues(version.Version).Set(1)
+	r.registry.MustRegister(build, r.up, r.ready, r.restarts, r.toReady, r.gateWait, r.allReady,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}), &rssCollector{r: r})
 	return r
 }

@@ -1,6 +1,7 @@
 package health
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -36,6 +37,14 @@ func TestReadyOnlyWhenEveryChildIsReady(t *testing.T) {
 	resp, err := http.Get(srv.URL + "/readyz")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("/readyz: %v %v", resp, err)
+	}
+	resp, err = http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(body), `ovnhost_build_info{version="dev"} 1`) {
+		t.Fatalf("no build info in /metrics:\n%.1500s", body)
 	}
 	r.Exited("ovs-vswitchd", "signal: killed", false)
 	resp, _ = http.Get(srv.URL + "/readyz")
