@@ -3,9 +3,11 @@ package node_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -329,4 +331,67 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+func TestLeftoversOfACrashedRunAreClearedButALiveDaemonIsNot(t *testing.T) {
+	n := newNode(t)
+	for _, d := range []string{"ovs-run", "ovs-db"} {
+		if err := os.MkdirAll(n.path(d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A pidfile naming a live process that is not ovsdb-server (a reused
+	// pid), a dead socket and a lock file: what a crash leaves.
+	other := exec.Command("sleep", "60")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Process.Kill(); _ = other.Wait() })
+	pidfile := n.path("ovs-run", "ovsdb-server.pid")
+	if err := os.WriteFile(pidfile, []byte(strconv.Itoa(other.Process.Pid)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{n.path("ovs-run", "db.sock"), n.path("ovs-run", "ovsdb-server.ctl")} {
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.start()
+	if got := n.pid(pidfile); got == other.Process.Pid {
+		t.Fatal("the stale pidfile was not replaced")
+	}
+	n.stop()
+
+	// Now a live process that really is an ovsdb-server by name holds the
+	// pidfile: ovnhost must refuse, naming it, and touch nothing.
+	fake := filepath.Join(t.TempDir(), "ovsdb-server")
+	if err := os.Link("/bin/sleep", fake); err != nil {
+		raw, _ := os.ReadFile("/bin/sleep")
+		if err := os.WriteFile(fake, raw, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	live := exec.Command(fake, "60")
+	if err := live.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = live.Process.Kill(); _ = live.Wait() })
+	if err := os.WriteFile(pidfile, []byte(strconv.Itoa(live.Process.Pid)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.notify = listenNotifyAgain(t, n)
+	if err := n.startNoWait(); err != nil {
+		t.Fatal(err)
+	}
+	<-n.exited
+	if code := n.cmd.ProcessState.ExitCode(); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	log := n.logTail()
+	if !strings.Contains(log, fmt.Sprintf("still running as pid %d", live.Process.Pid)) {
+		t.Fatalf("the refusal does not name the live pid:\n%s", log)
+	}
+	if got := n.pid(pidfile); got != live.Process.Pid {
+		t.Fatal("the live daemon's pidfile was removed")
+	}
 }
