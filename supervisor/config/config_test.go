@@ -148,3 +148,10 @@ func TestSBAddressAloneMeansRemote(t *testing.T) {
 		t.Fatalf("%+v %v", c, err)
 	}
 }
+
+func TestBooleanFlagsTakeNoValue(t *testing.T) {
+	c, err := load(t, []string{"--keep-datapath", "--hw-offload=false"}, []string{"NODE_NAME=n"})
+	if err != nil || !c.KeepDatapath || c.HWOffload {
+		t.Fatalf("%+v %v", c, err)
+	}
+}

@@ -30,7 +30,9 @@ func Load(args, environ []string, usage io.Writer) (*Config, error) {
 		if len(s.Env) > 0 {
 			help += " [env " + strings.Join(s.Env, ", ") + "]"
 		}
-		flagVals[s.Name] = fs.String(s.Name, s.Default, help)
+		v := &flagValue{val: s.Default, isBool: s.Bool}
+		flagVals[s.Name] = &v.val
+		fs.Var(v, s.Name, help)
 	}
 	file := fs.String("config", "", "YAML file whose keys are these flag names [env "+ConfigEnv+"]")
 	if err := fs.Parse(args); err != nil {
@@ -220,3 +222,14 @@ func distance(a, b string) int {
 	}
 	return prev[len(b)]
 }
+
+// flagValue keeps a flag's text for the setter to validate later, so a bad
+// flag is reported like a bad environment variable, with its fix.
+type flagValue struct {
+	val    string
+	isBool bool
+}
+
+func (f *flagValue) String() string     { return f.val }
+func (f *flagValue) Set(v string) error { f.val = v; return nil }
+func (f *flagValue) IsBoolFlag() bool   { return f.isBool }

@@ -21,6 +21,8 @@ type setting struct {
 	Default string
 	Help    string
 	Set     func(c *Config, v string) error
+	// Bool settings are flags that may be given without a value.
+	Bool bool
 }
 
 // problem is what a setter returns: the reason and the fix.
@@ -162,18 +164,18 @@ func settings() []setting {
 				c.EncapIP = v
 				return nil
 			}},
-		{Name: "enable-ssl", Env: []string{"ENABLE_SSL"}, Default: "false", Help: "talk to the OVN databases over SSL", Set: func(c *Config, v string) error { return parseBool(&c.EnableSSL)(c, v) }},
+		{Name: "enable-ssl", Bool: true, Env: []string{"ENABLE_SSL"}, Default: "false", Help: "talk to the OVN databases over SSL", Set: func(c *Config, v string) error { return parseBool(&c.EnableSSL)(c, v) }},
 		{Name: "ssl-key", Env: nil, Help: "private key for SSL (default <ssl-dir>/ovn-privkey.pem when enable-ssl)", Set: func(c *Config, v string) error { return optAbsPath(&c.SSLKey)(c, v) }},
 		{Name: "ssl-cert", Env: nil, Help: "certificate for SSL (default <ssl-dir>/ovn-cert.pem when enable-ssl)", Set: func(c *Config, v string) error { return optAbsPath(&c.SSLCert)(c, v) }},
 		{Name: "ssl-ca-cert", Env: nil, Help: "CA certificate for SSL (default <ssl-dir>/cacert.pem when enable-ssl)", Set: func(c *Config, v string) error { return optAbsPath(&c.SSLCACert)(c, v) }},
 		{Name: "ssl-dir", Env: nil, Default: "/var/lib/ovn/pki", Help: "directory of ovn-privkey.pem, ovn-cert.pem and cacert.pem", Set: func(c *Config, v string) error { return absPath(&c.SSLDir)(c, v) }},
-		{Name: "hw-offload", Env: []string{"HW_OFFLOAD"}, Default: "false", Help: "enable OVS hardware offload", Set: func(c *Config, v string) error { return parseBool(&c.HWOffload)(c, v) }},
+		{Name: "hw-offload", Bool: true, Env: []string{"HW_OFFLOAD"}, Default: "false", Help: "enable OVS hardware offload", Set: func(c *Config, v string) error { return parseBool(&c.HWOffload)(c, v) }},
 		{Name: "datapath", Env: nil, Default: DatapathAuto, Help: "auto (kernel when present, else userspace), kernel, or netdev (userspace)",
 			Set: func(c *Config, v string) error {
 				return oneOf(&c.Datapath, DatapathAuto, DatapathKernel, DatapathNetdev)(c, v)
 			}},
-		{Name: "disable-modules-management", Env: []string{"DISABLE_MODULES_MANAGEMENT"}, Default: "false", Help: "never try to load kernel modules (Talos)", Set: func(c *Config, v string) error { return parseBool(&c.DisableMod)(c, v) }},
-		{Name: "mlockall", Env: nil, Default: "false", Help: "run ovs-vswitchd with --mlockall (needs CAP_IPC_LOCK)", Set: func(c *Config, v string) error { return parseBool(&c.MLockAll)(c, v) }},
+		{Name: "disable-modules-management", Bool: true, Env: []string{"DISABLE_MODULES_MANAGEMENT"}, Default: "false", Help: "never try to load kernel modules (Talos)", Set: func(c *Config, v string) error { return parseBool(&c.DisableMod)(c, v) }},
+		{Name: "mlockall", Bool: true, Env: nil, Default: "false", Help: "run ovs-vswitchd with --mlockall (needs CAP_IPC_LOCK)", Set: func(c *Config, v string) error { return parseBool(&c.MLockAll)(c, v) }},
 		{Name: "ovn-remote-probe-interval", Env: []string{"OVN_REMOTE_PROBE_INTERVAL"}, Default: "10000", Help: "ovn-controller's SB probe interval in milliseconds",
 			Set: func(c *Config, v string) error {
 				return positiveDuration(&c.ProbeInterval, time.Millisecond, "milliseconds")(c, v)
@@ -208,7 +210,7 @@ func settings() []setting {
 				c.HealthAddr = v
 				return nil
 			}},
-		{Name: "keep-datapath", Env: nil, Default: "false", Help: "on stop, leave the datapath and its ports in place (for an upgrade)", Set: func(c *Config, v string) error { return parseBool(&c.KeepDatapath)(c, v) }},
+		{Name: "keep-datapath", Bool: true, Env: nil, Default: "false", Help: "on stop, leave the datapath and its ports in place (for an upgrade)", Set: func(c *Config, v string) error { return parseBool(&c.KeepDatapath)(c, v) }},
 		{Name: "start-timeout", Env: nil, Default: "60s", Help: "deadline for each readiness gate",
 			Set: func(c *Config, v string) error {
 				return positiveDuration(&c.StartTimeout, time.Second, "seconds")(c, v)
