@@ -41,9 +41,17 @@ func (Host) GenlFamily(name string) (bool, error) {
 
 // LoadModule runs modprobe (only called when module management is on).
 func (Host) LoadModule(name string) error {
-	mp, err := Host{}.LookPath("modprobe", []string{"/usr/sbin", "/sbin", "/usr/bin", "/bin"})
-	if err != nil {
-		return fmt.Errorf("modprobe not found: %w", err)
+	// Run it by its own name: modprobe is usually a link to kmod, which
+	// picks its behaviour from argv[0] (LookPath resolves links).
+	mp := ""
+	for _, d := range []string{"/usr/sbin", "/sbin", "/usr/bin", "/bin"} {
+		if st, err := os.Stat(filepath.Join(d, "modprobe")); err == nil && st.Mode()&0o111 != 0 {
+			mp = filepath.Join(d, "modprobe")
+			break
+		}
+	}
+	if mp == "" {
+		return errors.New("modprobe not found in /usr/sbin, /sbin, /usr/bin or /bin")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
