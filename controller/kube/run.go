@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"sync/atomic"
 	"time"
@@ -65,6 +66,7 @@ func newMetrics(r prometheus.Registerer, nb *ovnnb.Client) *metrics {
 type Options struct {
 	Config
 	HealthAddr string // ":10660"; "" = no HTTP server
+	Profiling  bool   // serve /debug/pprof on HealthAddr
 	// Leader election: off when LeaseName is "".
 	LeaseNamespace, LeaseName, Identity       string
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
@@ -109,6 +111,10 @@ func Run(ctx context.Context, o Options) error {
 			_, _ = w.Write([]byte("ok\n"))
 		})
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		if o.Profiling {
+			mux.HandleFunc("/debug/pprof/", pprof.Index)
+			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		}
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()

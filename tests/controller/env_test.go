@@ -205,6 +205,9 @@ func (e *env) startControllerProcess(extra ...string) *proc {
 	bin := controllerBinary(e.t)
 	args := append([]string{"--kubeconfig", e.srv.Kubeconfig, "--ovn-nb-addr", e.central.NB(), "--health-addr", "",
 		"--leader-elect=true", "--lease-namespace", "kube-system", "--identity", "test-controller"}, extra...)
+	if x := os.Getenv("OVNHOST_CONTROLLER_ARGS"); x != "" { // e.g. "--health-addr=127.0.0.1:10660 --profiling" when profiling a benchmark
+		args = append(args, strings.Fields(x)...)
+	}
 	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, _ := cmd.StderrPipe()

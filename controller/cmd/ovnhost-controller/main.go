@@ -58,6 +58,7 @@ func main() {
 	fs.StringVar(&o.JoinCIDR, "node-switch-cidr", "100.64.0.0/16", "CIDR of the join subnet (node ports)")
 	fs.IntVar(&o.Workers, "workers", 32, "concurrent pod workers")
 	fs.StringVar(&o.HealthAddr, "health-addr", ":10660", "address of /healthz, /readyz and /metrics (empty: off)")
+	fs.BoolVar(&o.Profiling, "profiling", false, "serve /debug/pprof on --health-addr")
 	fs.BoolVar(&leaderElect, "leader-elect", true, "elect a leader among replicas through a Lease")
 	fs.StringVar(&o.LeaseNamespace, "lease-namespace", env("POD_NAMESPACE", "kube-system"), "namespace of the leader Lease")
 	fs.StringVar(&o.LeaseName, "lease-name", "ovnhost-controller", "name of the leader Lease")
