@@ -217,6 +217,18 @@ func TestRPMInstallUpgradeErase(t *testing.T) {
 			t.Errorf("%s has mode %v, want %v", path, fi.Mode(), mode)
 		}
 	}
+	for dst, src := range map[string]string{
+		"/usr/lib/systemd/system/ovnhost.service": "systemd/ovnhost.service",
+		"/etc/sysconfig/ovnhost":                  "systemd/ovnhost.sysconfig",
+		"/usr/lib/modules-load.d/ovnhost.conf":    "systemd/ovnhost-modules.conf",
+	} {
+		if b, err := os.ReadFile(filepath.Join(root, dst)); err != nil || string(b) != readRepo(t, src) {
+			t.Errorf("installed %s differs from %s (%v)", dst, src, err)
+		}
+	}
+	if out, err := exec.Command(filepath.Join(root, "usr/bin/ovnhost"), "--version").CombinedOutput(); err != nil {
+		t.Errorf("installed ovnhost --version: %v\n%s", err, out)
+	}
 	// rpm's own verification of the installed files against its database.
 	rpmRoot("-V", "--nodeps", "ovnhost")
 	if c := calls(); !strings.Contains(c, "systemctl --no-reload preset ovnhost.service") || !strings.Contains(c, "modprobe openvswitch") {
