@@ -418,25 +418,44 @@ func (n *node) netconf(t testing.TB, version string, extra map[string]any) []byt
 	if err != nil {
 		t.Fatalf("installed conflist: %v", err)
 	}
+	return confFromList(t, b, version, extra)
+}
+
+// confFromList turns a conflist into the configuration of its first plugin,
+// the way libcni does (cniVersion and name copied in).
+func confFromList(t testing.TB, b []byte, opt ...any) []byte {
+	t.Helper()
 	var list struct {
 		CNIVersion string           `json:"cniVersion"`
 		Name       string           `json:"name"`
 		Plugins    []map[string]any `json:"plugins"`
 	}
-	if err := json.Unmarshal(b, &list); err != nil {
-		t.Fatal(err)
+	if err := json.Unmarshal(b, &list); err != nil || len(list.Plugins) == 0 {
+		t.Fatalf("conflist %s: %v", b, err)
 	}
 	conf := list.Plugins[0]
 	conf["cniVersion"] = list.CNIVersion
-	if version != "" {
-		conf["cniVersion"] = version
+	if len(opt) > 0 && opt[0].(string) != "" {
+		conf["cniVersion"] = opt[0].(string)
 	}
 	conf["name"] = list.Name
-	for k, v := range extra {
-		conf[k] = v
+	if len(opt) > 1 {
+		for k, v := range opt[1].(map[string]any) {
+			conf[k] = v
+		}
 	}
 	out, _ := json.Marshal(conf)
 	return out
+}
+
+// resultIP is the first address of an ADD result.
+func resultIP(t testing.TB, b []byte) string {
+	t.Helper()
+	var r addResult
+	if err := json.Unmarshal(b, &r); err != nil || len(r.IPs) == 0 {
+		t.Fatalf("ADD result %s: %v", b, err)
+	}
+	return strings.Split(r.IPs[0].Address, "/")[0]
 }
 
 func (n *node) installedPlugin() string { return filepath.Join(n.cfg.CNIBinDir, "ovnhost-cni") }
@@ -503,11 +522,7 @@ func (n *node) add(t testing.TB, name, args string) *pod {
 	if out.Code != 0 {
 		t.Fatalf("ADD %s: exit %d: code %d: %s", name, out.Code, out.Err.Code, out.Err.Msg)
 	}
-	var r addResult
-	if err := json.Unmarshal(out.Stdout, &r); err != nil || len(r.IPs) == 0 {
-		t.Fatalf("ADD %s result %s: %v", name, out.Stdout, err)
-	}
-	p.ip = strings.Split(r.IPs[0].Address, "/")[0]
+	p.ip = resultIP(t, out.Stdout)
 	p.raw = out.Stdout
 	return p
 }
