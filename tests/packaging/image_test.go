@@ -2,11 +2,15 @@ package packaging
 
 import (
 	"archive/tar"
+	"crypto/sha256"
+	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/ovnhost/ovnhost/packaging/build"
 	"github.com/ovnhost/ovnhost/packaging/ociimage"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
@@ -64,5 +68,26 @@ func TestImageIsDistrolessAndRuns(t *testing.T) {
 		if out, err := runChrooted(t, root, p, "--version"); err != nil || !strings.Contains(out, filepath.Base(p)) {
 			t.Errorf("chroot <image> %s --version: %v\n%s", p, err, out)
 		}
+	}
+}
+
+// TestImageReproducible builds the image a second time from the same bundle
+// and version: the archive must be byte-identical (fixed owners, modes and
+// times; no build-time randomness).
+func TestImageReproducible(t *testing.T) {
+	first := imageFile(t)
+	second := filepath.Join(t.TempDir(), "again.tar")
+	if err := build.Image(bundleDir(t), second, "ovnhost:"+build.Tag(testVersion), testVersion); err != nil {
+		t.Fatal(err)
+	}
+	sum := func(p string) string {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("%x", sha256.Sum256(b))
+	}
+	if a, b := sum(first), sum(second); a != b {
+		t.Errorf("two builds differ: %s vs %s", a, b)
 	}
 }
