@@ -143,6 +143,9 @@ func TestSIGTERMLeavesNothingBehind(t *testing.T) {
 			t.Errorf("left in %s: %s", d, e.Name())
 		}
 	}
+	if _, err := os.Stat(n.path("cni.sock")); err == nil {
+		t.Error("the CNI socket was left behind")
+	}
 }
 
 func TestOldSchemaDatabaseIsConvertedKeepingItsRows(t *testing.T) {
@@ -313,7 +316,10 @@ func TestRemoteModeJoinsAnExistingCentral(t *testing.T) {
 	id := strings.TrimSpace(string(must(os.ReadFile(n.path("ovs-db", "system-id.conf")))))
 	sb := dial(t, sbdb.FullDatabaseModel, central.SB())
 	if err := sb.Get(context.Background(), &sbdb.Chassis{Name: id}); err != nil {
-		t.Fatalf("chassis %q not registered in the cluster's SB: %v", id, err)
+		var all []sbdb.Chassis
+		_ = sb.List(context.Background(), &all)
+
+		t.Fatalf("chassis %q not registered in the cluster's SB: %v (chassis there: %+v)\n%s", id, err, all, n.logTail())
 	}
 	if code := n.stop(); code != 0 {
 		t.Fatalf("exit %d", code)

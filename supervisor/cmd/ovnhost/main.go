@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -95,7 +96,17 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 			log.Warn("preflight", "check", c.Name, "found", c.Found, "fix", c.Fix)
 		}
 	}
-	return runNode(ctx, cfg, pre, log)
+	return runNode(ctx, cfg, pre, log, environ)
+}
+
+func envMap(environ []string) map[string]string {
+	m := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
 }
 
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
@@ -108,7 +119,7 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-func runNode(ctx context.Context, cfg *config.Config, pre *preflight.Result, log *slog.Logger) int {
+func runNode(ctx context.Context, cfg *config.Config, pre *preflight.Result, log *slog.Logger, environ []string) int {
 	h := health.New()
 	log.Info("starting", "version", version.Version, "node", cfg.NodeName, "mode", cfg.Mode, "datapath", pre.Datapath,
 		"encap_ip", pre.EncapIP, "sb", cfg.SBRemote)
@@ -132,10 +143,16 @@ func runNode(ctx context.Context, cfg *config.Config, pre *preflight.Result, log
 		log.Error("cannot run the node", "err", err)
 		return exitFailure
 	}
+	if cniPossible(cfg, envMap(environ)) {
+		n.AddUnit(newCNIUnit(n, cfg, log, h, pre.Datapath))
+	} else {
+		log.Warn("CNI server disabled: no Kubernetes configuration and no northbound database to allocate pod addresses from", "fix", "set KUBECONFIG (or run in-cluster), or OVN_DB_IPS for standalone allocation")
+	}
 	t0 := time.Now()
 	if err := n.Start(ctx); err != nil {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			log.Info("stopped while starting")
+			h.Stopping()
 			return exitOK
 		}
 		log.Error("start failed; everything started was stopped", "err", err)
