@@ -37,6 +37,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/ovn-kubernetes/libovsdb/client"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vishvananda/netlink"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ovnhost/ovnhost/cni/protocol"
@@ -217,6 +218,23 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		}
 		s.bg.Add(1)
 		go func() { defer s.bg.Done(); s.inst.watch(bctx, w) }()
+	}
+	if s.cfg.MirrorOutput != "" {
+		// The mirror's output port is an internal port: bring it up so that
+		// tcpdump -i <port> sees the mirrored traffic.
+		s.bg.Add(1)
+		go func() {
+			defer s.bg.Done()
+			wctx, cancel := context.WithTimeout(bctx, 30*time.Second)
+			defer cancel()
+			if l, err := podnet.WaitLink(wctx, s.cfg.MirrorOutput); err == nil {
+				if err := netlink.LinkSetUp(l); err != nil {
+					s.log.Warn("cannot bring the mirror output port up", "port", s.cfg.MirrorOutput, "err", err)
+				}
+			} else if bctx.Err() == nil {
+				s.log.Warn("mirror output port did not appear", "port", s.cfg.MirrorOutput, "err", err)
+			}
+		}()
 	}
 	if !s.noNodePort {
 		s.bg.Add(1)

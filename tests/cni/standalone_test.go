@@ -17,6 +17,7 @@ import (
 
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/ovnhost/ovnhost/netctl/podnet"
 )
@@ -378,12 +379,51 @@ func TestMirror(t *testing.T) {
 	if len(members) != 1 || members[0] != u {
 		t.Fatalf("mirror selects %v, want only %v", members, u)
 	}
+	// The output port comes up and carries the mirrored pod's traffic (what
+	// tcpdump -i mirror0 shows), not the other pod's.
+	waitLinkUp(t, "mirror0")
+	seen := capture(t, "mirror0", func() {
+		if err := ping(t, p.netns, "10.16.0.1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := ping(t, q.netns, "10.16.0.1"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if !bytes.Contains(seen, net.ParseIP(p.ip).To4()) {
+		t.Fatalf("no packet of the mirrored pod %s on mirror0", p.ip)
+	}
+	if bytes.Contains(seen, net.ParseIP(q.ip).To4()) {
+		t.Fatalf("packets of the unmirrored pod %s on mirror0", q.ip)
+	}
 	for _, x := range []*pod{p, q} {
 		if out := n.del(t, x); out.Code != 0 {
 			t.Fatal(out.Err.Msg)
 		}
 	}
 	n.assertClean(t)
+}
+
+// waitLinkUp waits (link events) until the interface exists and is up.
+func waitLinkUp(t testing.TB, name string) {
+	t.Helper()
+	ch := make(chan netlink.LinkUpdate, 64)
+	done := make(chan struct{})
+	defer close(done)
+	if err := netlink.LinkSubscribe(ch, done); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(30 * time.Second)
+	for {
+		if l, err := netlink.LinkByName(name); err == nil && l.Attrs().Flags&net.FlagUp != 0 {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("%s not up after 30 s", name)
+		}
+	}
 }
 
 func TestVersionStatusGC(t *testing.T) {
@@ -415,3 +455,34 @@ func TestVersionStatusGC(t *testing.T) {
 	}
 	n.assertClean(t)
 }
+
+// capture returns the frames seen on ifName (AF_PACKET) while fn runs.
+func capture(t testing.TB, ifName string, fn func()) []byte {
+	t.Helper()
+	l, err := netlink.LinkByName(ifName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: l.Attrs().Index}); err != nil {
+		t.Fatal(err)
+	}
+	fn()
+	// Everything sent while fn ran is queued on the socket: drain it.
+	var all []byte
+	buf := make([]byte, 65536)
+	for {
+		n, _, err := unix.Recvfrom(fd, buf, unix.MSG_DONTWAIT)
+		if err != nil {
+			break
+		}
+		all = append(all, buf[:n]...)
+	}
+	return all
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
