@@ -66,7 +66,7 @@ var systemd219 = map[string][]string{
 		"DeviceAllow", "DevicePolicy", "BlockIOAccounting", "BlockIOWeight", "StartupBlockIOWeight",
 		"BlockIODeviceWeight", "BlockIOReadBandwidth", "BlockIOWriteBandwidth", "Delegate",
 		// backported into RHEL/CentOS 7's systemd 219
-		"AmbientCapabilities", "TasksMax", "TasksAccounting",
+		"AmbientCapabilities", "TasksMax",
 	},
 	"Install": {"Alias", "WantedBy", "RequiredBy", "Also", "DefaultInstance"},
 }
