@@ -512,9 +512,11 @@ func (s *Server) add(ctx context.Context, q *request) (_ []byte, cerr *cniError)
 	if _, err := os.Stat(q.Netns); err != nil {
 		return nil, fail(types.ErrInvalidNetNS, "netns", "network namespace %s: %v", q.Netns, err)
 	}
+	t0 := time.Now()
 	actx, cancel := context.WithTimeout(ctx, s.annWait)
 	n, err := s.src.PodNetwork(actx, q.pod)
 	cancel()
+	tNet := time.Now()
 	if err != nil {
 		return nil, s.sourceError(q, err)
 	}
@@ -536,6 +538,7 @@ func (s *Server) add(ctx context.Context, q *request) (_ []byte, cerr *cniError)
 	if err := pc.Validate(); err != nil {
 		return nil, fail(types.ErrInvalidNetworkConfig, "bad_request", "%v", err)
 	}
+	tStale := time.Now()
 	res, err := podnet.Setup(pc)
 	if err != nil {
 		return nil, fail(types.ErrInternal, "plumbing", "pod %s: %v", q.pod.Key(), err)
@@ -552,6 +555,7 @@ func (s *Server) add(ctx context.Context, q *request) (_ []byte, cerr *cniError)
 		extIP: joinPrefixes(n.Addrs), extAttachedMAC: n.MAC.String(), extVendor: vendor,
 		extContainerID: q.ContainerID, extIfName: q.IfName,
 	}
+	tVeth := time.Now()
 	if err := s.ovs.AddPort(ctx, portSpec{Name: q.host, ExternalIDs: ids, IngressMbps: n.IngressMbps, EgressMbps: n.EgressMbps, Mirror: n.Mirror}); err != nil {
 		return nil, fail(types.ErrInternal, "ovs", "pod %s: %v", q.pod.Key(), err)
 	}
@@ -567,6 +571,7 @@ func (s *Server) add(ctx context.Context, q *request) (_ []byte, cerr *cniError)
 			return nil, fail(types.ErrInternal, "plumbing", "pod %s: %v", q.pod.Key(), err)
 		}
 	}
+	tPort := time.Now()
 	if err := s.ovs.WaitInstalled(ctx, q.host, s.installWait); err != nil {
 		if errors.Is(err, errInstallTimeout) {
 			return nil, fail(types.ErrTryAgainLater, "ovn_install_timeout",
@@ -583,6 +588,11 @@ func (s *Server) add(ctx context.Context, q *request) (_ []byte, cerr *cniError)
 	s.mu.Lock()
 	s.wired[q.pod.Key()] = wiredPod{port: q.host, ids: ids}
 	s.mu.Unlock()
+	now := time.Now()
+	ms := func(a, b time.Time) float64 { return float64(b.Sub(a).Microseconds()) / 1000 }
+	s.log.Info("pod wired", "pod", q.pod.Key(), "container", shortID(q.ContainerID), "port", q.host, "ip", joinPrefixes(n.Addrs),
+		"ms_total", ms(t0, now), "ms_pod_network", ms(t0, tNet), "ms_stale", ms(tNet, tStale), "ms_veth", ms(tStale, tVeth),
+		"ms_ovs_port", ms(tVeth, tPort), "ms_ovn_installed", ms(tPort, now))
 	return out, nil
 }
 

@@ -270,7 +270,11 @@ func (n *node) startServer(opts ...server.Option) {
 	t := n.t
 	t.Helper()
 	n.reg = prometheus.NewRegistry()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	level := slog.LevelWarn
+	if os.Getenv("CNI_TEST_LOG") == "info" {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level}))
 	opts = append([]server.Option{server.WithRegisterer(n.reg), server.WithPluginSource(plugin(t))}, opts...)
 	srv, err := server.New(n.cfg, n.ovs, log, opts...)
 	if err != nil {
