@@ -168,14 +168,20 @@ func BenchmarkCNIAdd(b *testing.B) {
 	for _, a := range []*adder{ovn, brg} {
 		a.measure(b, 3, 1)
 	}
-	const serialN, concN, conc = 40, 100, 20
+	// The two plugins alternate (one serial sample each, then one wave of 20
+	// each) so that load from elsewhere on the machine hits both alike.
+	const serialN, waves, conc = 50, 5, 20
 	var ovnSerial, brSerial, ovnConc, brConc latencies
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		ovnSerial = append(ovnSerial, ovn.measure(b, serialN, 1)...)
-		brSerial = append(brSerial, brg.measure(b, serialN, 1)...)
-		ovnConc = append(ovnConc, ovn.measure(b, concN, conc)...)
-		brConc = append(brConc, brg.measure(b, concN, conc)...)
+		for j := 0; j < serialN; j++ {
+			ovnSerial = append(ovnSerial, ovn.measure(b, 1, 1)...)
+			brSerial = append(brSerial, brg.measure(b, 1, 1)...)
+		}
+		for j := 0; j < waves; j++ {
+			ovnConc = append(ovnConc, ovn.measure(b, conc, conc)...)
+			brConc = append(brConc, brg.measure(b, conc, conc)...)
+		}
 	}
 	b.StopTimer()
 	n.assertClean(b)
