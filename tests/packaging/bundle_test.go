@@ -168,12 +168,21 @@ func TestBundleDaemonReadyChrooted(t *testing.T) {
 	testenv.RequireCommands(t, "ip", "nsenter", "unshare", "chroot", "curl", "mount")
 	dir := bundleDir(t)
 
-	// A copy of the bundle by hard links: mounts go on the copy.
-	root := filepath.Join(t.TempDir(), "root")
-	if out, err := exec.Command("cp", "-al", dir, root).CombinedOutput(); err != nil {
-		t.Fatalf("cp -al: %v\n%s", err, out)
+	// The bundle itself is the root, read-only as Talos and the DaemonSet
+	// image mount it; all mounts happen in a private mount namespace.
+	root := dir
+	// The writable places, bound where the daemon's defaults point, as the
+	// Talos service and the DaemonSet mount the node's directories; /tmp is
+	// a tmpfs (ovsdb-server needs tmpfile(3)).
+	state := t.TempDir()
+	writable := []string{"var/lib/openvswitch", "var/lib/ovn", "var/log/openvswitch", "var/log/ovn", "opt/cni/bin", "etc/cni/net.d"}
+	for _, d := range writable {
+		if err := os.MkdirAll(filepath.Join(state, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
-	// State, sockets and logs under one private directory of the host's /run.
+	// Sockets under one private directory of the host's /run (bound in
+	// whole), so nothing meets the host's own /run/openvswitch.
 	run, err := os.MkdirTemp("/run", "ovnhost-pkgtest-")
 	if err != nil {
 		t.Fatal(err)
@@ -206,29 +215,30 @@ func TestBundleDaemonReadyChrooted(t *testing.T) {
 	defer notify.Close()
 
 	// The mounts live in a private mount namespace (unshare --mount) and go
-	// away with the daemon; nothing to unmount afterwards.
+	// away with the daemon; nothing to unmount afterwards. /sys is a fresh
+	// sysfs: the host's would show the host's interfaces, not those of the
+	// daemon's network namespace.
 	script := `set -e
+mount --bind "$ROOT" "$ROOT"
+mount -o remount,bind,ro "$ROOT"
 mount --rbind /dev "$ROOT/dev"
 mount --rbind /proc "$ROOT/proc"
 mount -t sysfs sysfs "$ROOT/sys"
 mount --rbind /run "$ROOT/run"
+mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$ROOT/tmp"
+for d in ` + strings.Join(writable, " ") + `; do mount --bind "$STATE/$d" "$ROOT/$d"; done
 exec chroot "$ROOT" /usr/bin/ovnhost run`
 	cmd := exec.Command("nsenter", "--net=/run/netns/"+ns, "--",
 		"unshare", "--mount", "--propagation", "slave", "--",
 		"/bin/sh", "-c", script)
 	cmd.Env = []string{
 		"ROOT=" + root,
+		"STATE=" + state,
 		"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
 		"NOTIFY_SOCKET=" + notifyPath,
 		"NODE_NAME=pkgtest",
-		"OPENVSWITCH_DIR=" + run + "/lib/openvswitch",
-		"OVN_DIR=" + run + "/lib/ovn",
 		"OVS_RUNDIR=" + run + "/openvswitch",
 		"OVN_RUNDIR=" + run + "/ovn",
-		"OVS_LOGDIR=" + run + "/log",
-		"OVN_LOGDIR=" + run + "/log",
-		"CNI_BIN_DIR=" + run + "/cni/bin",
-		"CNI_CONF_DIR=" + run + "/cni/net.d",
 		"OVNHOST_CNI_SOCKET=" + run + "/cni.sock",
 		"OVNHOST_HEALTH_ADDR=127.0.0.1:10665",
 		"OVNHOST_DATAPATH=netdev",
@@ -301,6 +311,14 @@ exec chroot "$ROOT" /usr/bin/ovnhost run`
 		"--max-time", "5", "http://127.0.0.1:10665/readyz").CombinedOutput()
 	if err != nil || string(out) != "200" {
 		t.Errorf("/readyz after READY=1: %q %v\n%s", out, err, logs.String())
+	}
+	// What the daemon wrote went to the node's directories, as on a node:
+	// its state database, and the CNI plugin (found next to /usr/bin/ovnhost
+	// in the bundle) with its configuration.
+	for _, p := range []string{"var/lib/openvswitch/conf.db", "opt/cni/bin/ovnhost-cni", "etc/cni/net.d/00-ovnhost.conflist"} {
+		if _, err := os.Stat(filepath.Join(state, p)); err != nil {
+			t.Errorf("after READY=1: %v", err)
+		}
 	}
 	stop()
 	if t.Failed() {

@@ -84,7 +84,7 @@ func TestDaemonSetMatchesDaemon(t *testing.T) {
 	}
 	mounts := map[string]bool{}
 	for _, m := range c.VolumeMounts {
-		if vols[m.Name] != m.MountPath {
+		if hp, ok := vols[m.Name]; ok && hp != m.MountPath {
 			t.Errorf("volume %s: host %s mounted at %s; keep the host's paths", m.Name, vols[m.Name], m.MountPath)
 		}
 		mounts[m.MountPath] = true
@@ -92,7 +92,7 @@ func TestDaemonSetMatchesDaemon(t *testing.T) {
 			t.Error("/var/run/netns needs HostToContainer propagation to see pod namespaces created later")
 		}
 	}
-	for _, d := range []string{"/var/lib/openvswitch", "/var/lib/ovn", "/run/openvswitch", "/run/ovn", "/run/ovnhost", "/var/run/netns", "/dev/net/tun", "/opt/cni/bin", "/etc/cni/net.d"} {
+	for _, d := range []string{"/var/lib/openvswitch", "/var/lib/ovn", "/run/openvswitch", "/run/ovn", "/run/ovnhost", "/var/run/netns", "/dev/net/tun", "/opt/cni/bin", "/etc/cni/net.d", "/tmp"} {
 		if !mounts[d] {
 			t.Errorf("no mount for %s", d)
 		}
@@ -109,6 +109,9 @@ func TestDaemonSetMatchesDaemon(t *testing.T) {
 	sort.Strings(want)
 	if strings.Join(caps, " ") != strings.Join(want, " ") {
 		t.Errorf("DaemonSet capabilities %v differ from the systemd unit's %v", caps, want)
+	}
+	if c.SecurityContext == nil || c.SecurityContext.ReadOnlyRootFilesystem == nil || !*c.SecurityContext.ReadOnlyRootFilesystem {
+		t.Error("the node container's root is writable; the daemon writes only to its mounts")
 	}
 	if c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged {
 		t.Error("the node container is privileged")
