@@ -243,6 +243,7 @@ exec chroot "$ROOT" /usr/bin/ovnhost run`
 		"OVNHOST_HEALTH_ADDR=127.0.0.1:10665",
 		"OVNHOST_DATAPATH=netdev",
 		"DISABLE_MODULES_MANAGEMENT=true",
+		"WATCHDOG_USEC=2000000",
 	}
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
@@ -252,6 +253,7 @@ exec chroot "$ROOT" /usr/bin/ovnhost run`
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	stopped := false
+	var exitErr error
 	stop := func() {
 		if stopped {
 			return
@@ -268,44 +270,63 @@ exec chroot "$ROOT" /usr/bin/ovnhost run`
 	}
 	t.Cleanup(stop)
 
-	// Wait for READY=1 (the daemon's own readiness), collecting STATUS=.
-	msgs := make(chan string, 64)
+	// The notify protocol as systemd (Type=notify, WatchdogSec=) sees it.
+	msgs := make(chan string, 1024)
 	go func() {
+		defer close(msgs)
 		buf := make([]byte, 4096)
 		for {
 			n, err := notify.Read(buf)
 			if err != nil {
-				close(msgs)
 				return
 			}
-			msgs <- string(buf[:n])
+			select {
+			case msgs <- string(buf[:n]):
+			default: // the test stopped listening
+			}
 		}
 	}()
-	deadline := time.After(90 * time.Second)
 	var statuses []string
-	ready := false
-	for !ready {
-		select {
-		case m, ok := <-msgs:
-			if !ok {
-				t.Fatalf("notify socket closed\n%s", logs.String())
-			}
-			for _, l := range strings.Split(m, "\n") {
-				if strings.HasPrefix(l, "STATUS=") {
-					statuses = append(statuses, strings.TrimPrefix(l, "STATUS="))
+	// waitFor consumes notifications until the line want arrives.
+	waitFor := func(want string, d time.Duration, exitOK bool) {
+		t.Helper()
+		deadline := time.After(d)
+		ex := exited
+		if stopped {
+			ex = nil
+		}
+		for {
+			select {
+			case m, ok := <-msgs:
+				if !ok {
+					t.Fatalf("notify socket closed before %s\n%s", want, logs.String())
 				}
-				if l == "READY=1" {
-					ready = true
+				found := false
+				for _, l := range strings.Split(m, "\n") {
+					if strings.HasPrefix(l, "STATUS=") {
+						statuses = append(statuses, strings.TrimPrefix(l, "STATUS="))
+					}
+					found = found || l == want
 				}
+				if found {
+					return
+				}
+			case err := <-ex:
+				stopped, exitErr = true, err // nothing left for stop() to wait for
+				if exitOK {
+					ex = nil // keep reading what it sent before it exited
+					continue
+				}
+				t.Fatalf("ovnhost exited before %s: %v\nstatus: %q\n%s", want, err, statuses, logs.String())
+			case <-deadline:
+				t.Fatalf("no %s within %v\nstatus: %q\n%s", want, d, statuses, logs.String())
 			}
-		case err := <-exited:
-			stopped = true
-			t.Fatalf("ovnhost exited before READY=1: %v\nstatus: %q\n%s", err, statuses, logs.String())
-		case <-deadline:
-			t.Fatalf("no READY=1 within 90 s\nstatus: %q\n%s", statuses, logs.String())
 		}
 	}
+	waitFor("READY=1", 90*time.Second, false)
 	t.Logf("READY=1; STATUS= messages: %q", statuses)
+	// WATCHDOG_USEC=2s: a ping is due every second.
+	waitFor("WATCHDOG=1", 3*time.Second, false)
 
 	out, err := exec.Command("ip", "netns", "exec", ns, "curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}",
 		"--max-time", "5", "http://127.0.0.1:10665/readyz").CombinedOutput()
@@ -320,7 +341,21 @@ exec chroot "$ROOT" /usr/bin/ovnhost run`
 			t.Errorf("after READY=1: %v", err)
 		}
 	}
-	stop()
+	// systemctl stop: SIGTERM, STOPPING=1, then a clean exit (status 0, or
+	// systemd would mark the unit failed).
+	cmd.Process.Signal(syscall.SIGTERM)
+	waitFor("STOPPING=1", 30*time.Second, true)
+	if !stopped {
+		select {
+		case exitErr = <-exited:
+			stopped = true
+		case <-time.After(30 * time.Second):
+			t.Errorf("ovnhost did not exit within 30 s of SIGTERM")
+		}
+	}
+	if stopped && exitErr != nil {
+		t.Errorf("ovnhost exited with %v after SIGTERM", exitErr)
+	}
 	if t.Failed() {
 		t.Logf("daemon output:\n%s", logs.String())
 	}
