@@ -265,6 +265,9 @@ func (k *kubeSource) lastEvent(p *corev1.Pod) string {
 		if e.Source.Component == "kubelet" || e.Source.Component == "default-scheduler" || e.ReportingController == "kubelet" {
 			continue
 		}
+		if strings.HasPrefix(e.Message, e.Reason) {
+			return e.Message
+		}
 		return e.Reason + ": " + e.Message
 	}
 	return ""

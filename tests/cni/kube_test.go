@@ -218,4 +218,21 @@ func TestKubeBadAnnotationsFailThatPod(t *testing.T) {
 	if reasons["invalid_annotation"] != 1 || reasons["annotation_timeout"] != 1 {
 		t.Fatalf("error metrics by reason: %v", reasons)
 	}
+	// Latency histogram per command and result.
+	counts := map[string]uint64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "ovnhost_cni_request_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.Metric {
+			key := ""
+			for _, l := range m.Label {
+				key += l.GetName() + "=" + l.GetValue() + ","
+			}
+			counts[key] = m.Histogram.GetSampleCount()
+		}
+	}
+	if counts["command=ADD,result=error,"] != 2 || counts["command=ADD,result=success,"] != 1 || counts["command=DEL,result=success,"] != 1 {
+		t.Fatalf("latency histogram sample counts: %v", counts)
+	}
 }

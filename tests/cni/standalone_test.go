@@ -203,7 +203,7 @@ func TestStaticIPAndRates(t *testing.T) {
 	}
 	// The same transfer the other way is not limited.
 	ln2 := listen(t, cl.netns, net.JoinHostPort(cl.ip, "9001"))
-	if free := transfer(t, srv.netns, ln2, net.JoinHostPort(cl.ip, "9001"), 4<<20); free < 30 {
+	if free := transfer(t, srv.netns, ln2, net.JoinHostPort(cl.ip, "9001"), 4<<20); free < 20 {
 		t.Fatalf("unlimited direction measured only %.1f Mbit/s", free)
 	}
 	// egress_rate limits what a pod sends.
