@@ -11,13 +11,13 @@ GOBUILD := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 
 # Debian packages the daemons, the tests and the packaging checks need.
 DEB_PKGS := openvswitch-switch openvswitch-common ovn-central ovn-host ovn-common \
-	iproute2 iputils-ping ethtool iptables rpm systemd curl openssl procps ca-certificates dbus-daemon
+	iproute2 iputils-ping ethtool iptables rpm systemd curl openssl procps ca-certificates dbus-daemon skopeo
 # A package is missing when dpkg does not report it installed.
 MISSING_PKGS = $(shell for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done)
 
 PROGRAMS := supervisor/cmd/ovnhost cni/cmd/ovnhost-cni controller/cmd/ovnhost-controller netctl/cmd/netctl
 
-.PHONY: all deps build run test test-unit bench clean
+.PHONY: all deps build run test test-unit bench clean bundle image talos-extension rpm package
 
 all: build
 
@@ -49,5 +49,23 @@ test-unit:
 bench: deps build
 	OVNHOST_TEST_STRICT=1 OVNHOST_BIN=$(BIN) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./tests/... 
 
+# Release artefacts (docs/install.md), built in Go by packaging/cmd/ovnhost-package.
+OUT := $(CURDIR)/_out
+PACKAGER := $(GO) run ./packaging/cmd/ovnhost-package
+
+bundle: deps build
+	$(PACKAGER) bundle --bin $(BIN) --out $(OUT)/bundle --version $(VERSION)
+
+image: bundle
+	$(PACKAGER) image --bin $(BIN) --bundle $(OUT)/bundle --out $(OUT)/ovnhost-image.tar --version $(VERSION)
+
+talos-extension: bundle
+	$(PACKAGER) talos-extension --bin $(BIN) --bundle $(OUT)/bundle --out $(OUT)/ovnhost-talos-extension.tar --version $(VERSION)
+
+rpm: deps build
+	$(PACKAGER) rpm --bin $(BIN) --out $(OUT) --version $(VERSION)
+
+package: image talos-extension rpm
+
 clean:
-	rm -rf $(BIN) _test.log
+	rm -rf $(BIN) $(OUT) _test.log
