@@ -2,6 +2,7 @@ package cni_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/ovnhost/ovnhost/controller/ovnnb"
 	"github.com/ovnhost/ovnhost/netctl/podnet"
 )
 
@@ -303,6 +305,31 @@ func TestConcurrentAddDelLeavesNothing(t *testing.T) {
 		t.Error(err)
 	}
 	n.assertClean(t)
+	// No address stays allocated: no pod port is left in NB, and the next
+	// pod gets the lowest address again.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nb, err := ovnnb.Connect(ctx, ovnnb.Options{Endpoints: n.central.NB()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nb.Close()
+	ports, err := nb.Ports(ctx, map[string]string{ovnnb.KeyVendor: ovnnb.Vendor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ports {
+		if p.ExternalIDs[ovnnb.KeyPod] != "" {
+			t.Errorf("logical switch port %s (%v) left behind", p.Name, p.IPs)
+		}
+	}
+	p := n.add(t, "after", "")
+	if p.ip != "10.16.0.2" {
+		t.Errorf("first pod after the load got %s, want 10.16.0.2 (addresses leaked)", p.ip)
+	}
+	if out := n.del(t, p); out.Code != 0 {
+		t.Fatal(out.Err.Msg)
+	}
 }
 
 // assertClean: no pod veth, no pod port, no QoS or Queue row.
