@@ -14,6 +14,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"sync"
 
 	"log/slog"
 	"os"
@@ -162,6 +164,24 @@ type node struct {
 	cfg     *config.Config
 	srv     *server.Server
 	reg     *prometheus.Registry
+	logs    lockedBuffer // everything the CNI server logged (warn and up)
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 type daemon struct {
@@ -172,6 +192,7 @@ type daemon struct {
 
 type nodeOpts struct {
 	mirrorOutput string
+	beforeServer func(cfg *config.Config) // runs before the CNI server starts
 	serverOpts   []server.Option
 	noServer     bool
 }
@@ -260,6 +281,9 @@ func startNode(t testing.TB, o nodeOpts) *node {
 	}
 	n.cfg.Paths.OVSRunDir = dir
 	n.cfg.MirrorOutput = o.mirrorOutput
+	if o.beforeServer != nil {
+		o.beforeServer(n.cfg)
+	}
 	if !o.noServer {
 		n.startServer(append([]server.Option{server.WithStandalone()}, o.serverOpts...)...)
 	}
@@ -274,7 +298,7 @@ func (n *node) startServer(opts ...server.Option) {
 	if os.Getenv("CNI_TEST_LOG") == "info" {
 		level = slog.LevelInfo
 	}
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level}))
+	log := slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{t}, &n.logs), &slog.HandlerOptions{Level: level}))
 	opts = append([]server.Option{server.WithRegisterer(n.reg), server.WithPluginSource(plugin(t))}, opts...)
 	srv, err := server.New(n.cfg, n.ovs, log, opts...)
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/ovnhost/ovnhost/controller/ovnnb"
 	"github.com/ovnhost/ovnhost/netctl/podnet"
+	"github.com/ovnhost/ovnhost/supervisor/config"
 )
 
 // listen opens a TCP listener inside netns (it stays there).
@@ -513,3 +514,19 @@ func capture(t testing.TB, ifName string, fn func()) []byte {
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+func TestConflictingConfigsReported(t *testing.T) {
+	n := startNode(t, nodeOpts{beforeServer: func(cfg *config.Config) {
+		// A stale flannel file that would win over ours, as on a converted node.
+		if err := os.MkdirAll(cfg.CNIConfDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(cfg.CNIConfDir, "00-flannel.conf"), []byte(`{"cniVersion":"0.3.1","name":"cbr0","type":"flannel"}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}})
+	logs := n.logs.String()
+	if !strings.Contains(logs, "conflicting CNI configuration") || !strings.Contains(logs, "00-flannel.conf") {
+		t.Fatalf("the outranking flannel file was not reported; server log:\n%s", logs)
+	}
+}
