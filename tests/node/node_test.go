@@ -401,3 +401,36 @@ func TestLeftoversOfACrashedRunAreClearedButALiveDaemonIsNot(t *testing.T) {
 		t.Fatal("the live daemon's pidfile was removed")
 	}
 }
+
+func TestFailingPreflightExits3BeforeAnyChildStarts(t *testing.T) {
+	n := newNode(t)
+	// These machines have no OVS kernel module and module loading is
+	// disabled: asking for the kernel datapath must stop the start. A
+	// read-only state directory is a second failure, reported as well.
+	ro := filepath.Join(n.dir, "ro")
+	if err := os.MkdirAll(ro, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "mount", "--bind", "-o", "ro", ro, ro)
+	t.Cleanup(func() { _ = exec.Command("umount", ro).Run() })
+	n.env = []string{"DISABLE_MODULES_MANAGEMENT=true", "OPENVSWITCH_DIR=" + ro + "/ovs"}
+	if err := n.startNoWait("--datapath=kernel", "--ovs-db-dir="+ro+"/ovs"); err != nil {
+		t.Fatal(err)
+	}
+	<-n.exited
+	if code := n.cmd.ProcessState.ExitCode(); code != 3 {
+		t.Fatalf("exit %d, want 3\n%s", code, n.logTail())
+	}
+	log := n.logTail()
+	for _, want := range []string{"FAIL  datapath", "ovs_datapath", "FAIL  path:", "read-only", "nothing was started"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("output lacks %q:\n%s", want, log)
+		}
+	}
+	if _, err := os.Stat(n.path("ovs-run")); err == nil {
+		t.Error("the run directory was created although preflight failed")
+	}
+	if left := processesUnder(n.dir); len(left) > 0 {
+		t.Fatalf("processes started despite the failed preflight: %v", left)
+	}
+}
