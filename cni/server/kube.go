@@ -79,6 +79,10 @@ func (k *kubeSource) Start(ctx context.Context) error {
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", k.node).String()
 		}))
 	k.pods = k.factory.Core().V1().Pods().Informer()
+	// Keep only what the server reads: a node's pods stay small in memory.
+	if err := k.pods.SetTransform(slimPod); err != nil {
+		return err
+	}
 	_, err := k.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { k.podChanged(nil, obj) },
 		UpdateFunc: func(old, obj any) {
@@ -115,6 +119,18 @@ func (k *kubeSource) Stop() {
 		k.factory.Shutdown()
 		k.stop = nil
 	}
+}
+
+func slimPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
+			Annotations: p.Annotations, DeletionTimestamp: p.DeletionTimestamp},
+		Spec: corev1.PodSpec{NodeName: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork},
+	}, nil
 }
 
 func podKey(obj any) (*corev1.Pod, string) {
