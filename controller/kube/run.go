@@ -119,10 +119,12 @@ func Run(ctx context.Context, o Options) error {
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 	}
+	tNB := time.Now()
 	nb, err := ovnnb.Connect(ctx, ovnnb.Options{Endpoints: o.NBEndpoints, Logger: o.Logger})
 	if err != nil {
 		return err
 	}
+	o.Logger.Info("connected to OVN northbound", "endpoints", o.NBEndpoints, "took", time.Since(tNB).Round(time.Millisecond).String())
 	defer nb.Close()
 	c, err := New(o.Config, nb)
 	if err != nil {

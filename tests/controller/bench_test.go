@@ -183,6 +183,7 @@ func BenchmarkController10k(b *testing.B) {
 		line := p2.waitReady(b, 120*time.Second)
 		wall = time.Since(t0)
 		f = readyFields(line)
+		b.Logf("restart with 10k pods: exec-to-ready %s; %s", wall.Round(time.Millisecond), line)
 		rss2, _ = rssMiB(p2.cmd.Process.Pid)
 		p2.kill()
 	}

@@ -49,6 +49,7 @@ type env struct {
 
 	pods    cache.SharedIndexInformer
 	evs     cache.SharedIndexInformer
+	nodes   cache.SharedIndexInformer
 	subnets cache.SharedIndexInformer
 	mu      sync.Mutex
 	subs    map[chan struct{}]bool
@@ -78,6 +79,8 @@ func newEnv(t testing.TB) *env {
 	_, _ = e.pods.AddEventHandler(h)
 	e.evs = f.Core().V1().Events().Informer()
 	_, _ = e.evs.AddEventHandler(h)
+	e.nodes = f.Core().V1().Nodes().Informer()
+	_, _ = e.nodes.AddEventHandler(h)
 	e.subnets = cache.NewSharedIndexInformer(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return e.dc.Resource(kubeovnv1.SubnetGVR).List(ctx, o)
@@ -87,7 +90,7 @@ func newEnv(t testing.TB) *env {
 	_, _ = e.subnets.AddEventHandler(h)
 	f.Start(ctx.Done())
 	go e.subnets.Run(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), e.pods.HasSynced, e.evs.HasSynced, e.subnets.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), e.pods.HasSynced, e.evs.HasSynced, e.nodes.HasSynced, e.subnets.HasSynced) {
 		t.Fatal("test informers did not sync")
 	}
 	return e
@@ -110,7 +113,7 @@ func (e *env) poke() {
 	}
 }
 
-// waitFor re-evaluates cond on every pod, subnet or NB change until it holds
+// waitFor re-evaluates cond on every pod, node, event, subnet or NB change until it holds
 // or the deadline passes; then it fails naming what was awaited and the last state.
 func (e *env) waitFor(d time.Duration, what string, cond func() (bool, string)) {
 	e.t.Helper()
@@ -198,6 +201,36 @@ type proc struct {
 	cmd   *exec.Cmd
 	done  chan struct{}
 	ready chan string // the "controller ready" log line
+	mu    sync.Mutex
+	lines []string
+	more  chan struct{} // closed and replaced whenever a line arrives
+}
+
+// waitLine waits for a log line containing s (already printed or to come).
+func (p *proc) waitLine(t testing.TB, s string, d time.Duration) string {
+	t.Helper()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	seen := 0
+	for {
+		p.mu.Lock()
+		for ; seen < len(p.lines); seen++ {
+			if strings.Contains(p.lines[seen], s) {
+				l := p.lines[seen]
+				p.mu.Unlock()
+				return l
+			}
+		}
+		more := p.more
+		p.mu.Unlock()
+		select {
+		case <-more:
+		case <-p.done:
+			t.Fatalf("controller exited before logging %q", s)
+		case <-timer.C:
+			t.Fatalf("controller did not log %q within %s", s, d)
+		}
+	}
 }
 
 func (e *env) startControllerProcess(extra ...string) *proc {
@@ -214,19 +247,24 @@ func (e *env) startControllerProcess(extra ...string) *proc {
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, done: make(chan struct{}), ready: make(chan string, 1)}
+	p := &proc{cmd: cmd, done: make(chan struct{}), ready: make(chan string, 1), more: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
 			line := sc.Text()
+			p.mu.Lock()
+			p.lines = append(p.lines, line)
+			close(p.more)
+			p.more = make(chan struct{})
+			p.mu.Unlock()
 			if strings.Contains(line, "controller ready") {
 				select {
 				case p.ready <- line:
 				default:
 				}
 			}
-			if strings.Contains(line, "level=ERROR") || strings.Contains(line, "level=WARN") {
+			if strings.Contains(line, "level=ERROR") || strings.Contains(line, "level=WARN") || strings.Contains(line, "connected to OVN") {
 				e.t.Log("controller: " + line)
 			}
 		}

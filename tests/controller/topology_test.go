@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ovnhost/ovnhost/controller/annotations"
@@ -71,13 +72,13 @@ func TestDefaultTopologyNodesAndSubnetValidation(t *testing.T) {
 	// Node port, annotations and route.
 	var nodeIP string
 	e.waitFor(30*time.Second, "node-a annotated with its join port", func() (bool, string) {
-		n, err := e.kc.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
+		o, ok, _ := e.nodes.GetStore().GetByKey("node-a")
+		if !ok {
+			return false, "no node"
 		}
-		a := n.Annotations
+		a := o.(*corev1.Node).Annotations
 		nodeIP = a[annotations.IPAddress]
-		ok := inCIDR(nodeIP, "100.64.0.0/16") && a[annotations.CIDR] == "100.64.0.0/16" && a[annotations.Gateway] == "100.64.0.1" &&
+		ok = inCIDR(nodeIP, "100.64.0.0/16") && a[annotations.CIDR] == "100.64.0.0/16" && a[annotations.Gateway] == "100.64.0.1" &&
 			a[annotations.PortName] == "node-node-a" && a[annotations.MACAddress] != ""
 		if ok {
 			l, found := e.lsp("node-node-a")

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -63,6 +64,9 @@ func main() {
 	fs.StringVar(&o.LeaseNamespace, "lease-namespace", env("POD_NAMESPACE", "kube-system"), "namespace of the leader Lease")
 	fs.StringVar(&o.LeaseName, "lease-name", "ovnhost-controller", "name of the leader Lease")
 	fs.StringVar(&o.Identity, "identity", os.Getenv("POD_NAME"), "leader election identity (default: POD_NAME, else host name)")
+	fs.DurationVar(&o.LeaseDuration, "lease-duration", 15*time.Second, "how long a standby waits before taking over a lease that is not renewed")
+	fs.DurationVar(&o.RenewDeadline, "renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up leadership")
+	fs.DurationVar(&o.RetryPeriod, "retry-period", 2*time.Second, "interval between lease acquire/renew attempts")
 	fs.Float64Var(&qps, "kube-api-qps", 1000, "client-side rate limit towards the API server")
 	fs.IntVar(&burst, "kube-api-burst", 2000, "client-side burst towards the API server")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
