@@ -285,3 +285,31 @@ func (n *Network) GarbageCollect(ctx context.Context, keep func(p ovnnb.Port) bo
 	}
 	return deleted, nil
 }
+
+// RestoreFromNB re-claims the addresses of every ovnhost pod and node port
+// in the NB (standalone restart: the NB is the record). Add the subnets
+// first. It returns how many ports were restored; ports that conflict or lie
+// outside every subnet are reported in the error but do not stop the others.
+func (n *Network) RestoreFromNB(ctx context.Context) (int, error) {
+	ports, err := n.NB.Ports(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	restored := 0
+	var errs []error
+	for _, p := range ports {
+		owner := p.ExternalIDs[ovnnb.KeyPod]
+		if node := p.ExternalIDs[ovnnb.KeyNode]; node != "" {
+			owner = NodeOwner(node)
+		}
+		if owner == "" || p.Switch == "" {
+			continue
+		}
+		if _, err := n.IPAM.Allocate(p.Switch, owner, ipam.Request{IPs: p.IPs, MAC: p.MAC}); err != nil {
+			errs = append(errs, fmt.Errorf("port %s: %w", p.Name, err))
+			continue
+		}
+		restored++
+	}
+	return restored, errors.Join(errs...)
+}
