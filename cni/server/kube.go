@@ -31,9 +31,11 @@ type kubeSource struct {
 	log  *slog.Logger
 
 	factory informers.SharedInformerFactory
+	nodeFac informers.SharedInformerFactory
 	pods    cache.SharedIndexInformer
 	nodes   cache.SharedIndexInformer
 	stop    chan struct{}
+	synced  chan struct{}
 
 	mu      sync.Mutex
 	waiters map[string]map[chan struct{}]struct{} // pod key or "node" -> waiters
@@ -93,11 +95,11 @@ func (k *kubeSource) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	nodeFactory := informers.NewSharedInformerFactoryWithOptions(k.cs, 0,
+	k.nodeFac = informers.NewSharedInformerFactoryWithOptions(k.cs, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", k.node).String()
 		}))
-	k.nodes = nodeFactory.Core().V1().Nodes().Informer()
+	k.nodes = k.nodeFac.Core().V1().Nodes().Informer()
 	if _, err := k.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { k.signal("node") },
 		UpdateFunc: func(any, any) { k.signal("node") },
@@ -105,18 +107,34 @@ func (k *kubeSource) Start(ctx context.Context) error {
 		return err
 	}
 	k.factory.Start(k.stop)
-	nodeFactory.Start(k.stop)
-	if !cache.WaitForCacheSync(ctx.Done(), k.pods.HasSynced, k.nodes.HasSynced) {
-		close(k.stop)
-		return fmt.Errorf("pod and node informers did not sync with the Kubernetes API: %w", context.Cause(ctx))
-	}
+	k.nodeFac.Start(k.stop)
+	// Start does not wait for the API server: OVS and the pods already
+	// wired must not depend on it. Requests wait for the sync instead.
+	k.synced = make(chan struct{})
+	stop := k.stop
+	go func() {
+		if cache.WaitForCacheSync(stop, k.pods.HasSynced, k.nodes.HasSynced) {
+			close(k.synced)
+		}
+	}()
 	return nil
+}
+
+// waitSynced waits until the informers have listed once.
+func (k *kubeSource) waitSynced(ctx context.Context) error {
+	select {
+	case <-k.synced:
+		return nil
+	case <-ctx.Done():
+		return &annotationTimeout{fmt.Sprintf("the Kubernetes API server has not answered the node-local pod informer of node %s yet; try again later", k.node)}
+	}
 }
 
 func (k *kubeSource) Stop() {
 	if k.stop != nil {
 		close(k.stop)
 		k.factory.Shutdown()
+		k.nodeFac.Shutdown()
 		k.stop = nil
 	}
 }
@@ -226,6 +244,9 @@ func (k *kubeSource) getPod(key string) *corev1.Pod {
 
 // PodNetwork waits until the controller has annotated the pod.
 func (k *kubeSource) PodNetwork(ctx context.Context, ref PodRef) (*PodNetwork, error) {
+	if err := k.waitSynced(ctx); err != nil {
+		return nil, err
+	}
 	key := ref.Key()
 	ch, cancel := k.subscribe(key)
 	defer cancel()
@@ -303,6 +324,9 @@ func (k *kubeSource) Release(context.Context, PodRef) error { return nil }
 
 // NodeNetwork waits for the controller's node annotations.
 func (k *kubeSource) NodeNetwork(ctx context.Context) (*NodeNetwork, error) {
+	if err := k.waitSynced(ctx); err != nil {
+		return nil, err
+	}
 	ch, cancel := k.subscribe("node")
 	defer cancel()
 	for {

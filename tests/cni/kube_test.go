@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -235,4 +236,31 @@ func TestKubeBadAnnotationsFailThatPod(t *testing.T) {
 	if counts["command=ADD,result=error,"] != 2 || counts["command=ADD,result=success,"] != 1 || counts["command=DEL,result=success,"] != 1 {
 		t.Fatalf("latency histogram sample counts: %v", counts)
 	}
+}
+
+// The API server is unreachable when the daemon starts: the CNI server still
+// starts (OVS and wired pods must not depend on Kubernetes) and ADD answers
+// "try again later" saying what it waits for.
+func TestKubeAPIUnreachable(t *testing.T) {
+	n := startNode(t, nodeOpts{noServer: true})
+	kc := filepath.Join(n.dir, "kubeconfig")
+	if err := os.WriteFile(kc, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: x}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n.cfg.Kubeconfig = kc
+	n.startServer(server.WithTimeouts(2*time.Second, 30*time.Second), server.WithoutNodePort())
+	t.Cleanup(n.stopServer)
+	ns := podnettest.NewNetNS(t, "ovht-noapi")
+	out := runPlugin(t, n.installedPlugin(), cniCall{Command: "ADD", ContainerID: "cid-noapi", Netns: ns, IfName: "eth0",
+		Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=noapi", Conf: n.netconf(t, "", nil)})
+	if out.Code == 0 || out.Err.Code != 11 || !strings.Contains(out.Err.Msg, "Kubernetes API server has not answered") {
+		t.Fatalf("ADD without an API server: exit %d code %d %q", out.Code, out.Err.Code, out.Err.Msg)
+	}
+	n.assertClean(t)
 }
