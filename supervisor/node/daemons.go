@@ -96,10 +96,10 @@ func (n *Node) keepConn(slot **ovsdbconn.Conn, dbModel func() (model.ClientDBMod
 }
 
 func (n *Node) tlsFor(endpoint string) *tls.Config {
-	if n.tls == nil || len(endpoint) < 4 || endpoint[:4] != "ssl:" {
+	if n.tls == nil || !strings.HasPrefix(endpoint, "ssl:") {
 		return nil
 	}
-	return n.tls
+	return n.tls.Config()
 }
 
 func (n *Node) nbDaemon() *daemon {

@@ -8,9 +8,6 @@ package node
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -42,7 +39,7 @@ type Node struct {
 
 	bins     map[string]string
 	systemID string
-	tls      *tls.Config
+	tls      *tlsFiles
 
 	mu     sync.Mutex
 	ovs    *ovsdbconn.Conn // conf.db, long-lived
@@ -74,7 +71,7 @@ func New(cfg *config.Config, pre *preflight.Result, log *slog.Logger, h *health.
 		return nil, fmt.Errorf("programs not found in %v: %v; install openvswitch-switch, ovn-host (and ovn-central for all-in-one) or set --bin-dirs", cfg.BinDirs, missing)
 	}
 	if cfg.EnableSSL {
-		t, err := loadTLS(cfg)
+		t, err := newTLSFiles(cfg.SSLKey, cfg.SSLCert, cfg.SSLCACert, log)
 		if err != nil {
 			return nil, err
 		}
@@ -91,47 +88,6 @@ func findProgram(dirs []string, name string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-func loadTLS(cfg *config.Config) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(cfg.SSLCert, cfg.SSLKey)
-	if err != nil {
-		return nil, fmt.Errorf("ENABLE_SSL: loading %s and %s: %w", cfg.SSLCert, cfg.SSLKey, err)
-	}
-	ca, err := os.ReadFile(cfg.SSLCACert)
-	if err != nil {
-		return nil, fmt.Errorf("ENABLE_SSL: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(ca) {
-		return nil, fmt.Errorf("ENABLE_SSL: %s holds no PEM certificate", cfg.SSLCACert)
-	}
-	// OVN certificates name the chassis, not the address we dial.
-	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, InsecureSkipVerify: true,
-		VerifyPeerCertificate: verifyAgainst(pool)}, nil
-}
-
-// verifyAgainst checks the chain against pool without matching host names.
-func verifyAgainst(pool *x509.CertPool) func([][]byte, [][]*x509.Certificate) error {
-	return func(raw [][]byte, _ [][]*x509.Certificate) error {
-		if len(raw) == 0 {
-			return errors.New("no server certificate")
-		}
-		certs := make([]*x509.Certificate, len(raw))
-		for i, r := range raw {
-			c, err := x509.ParseCertificate(r)
-			if err != nil {
-				return err
-			}
-			certs[i] = c
-		}
-		inter := x509.NewCertPool()
-		for _, c := range certs[1:] {
-			inter.AddCert(c)
-		}
-		_, err := certs[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter})
-		return err
-	}
 }
 
 // AddUnit appends a unit started after ovn-controller is ready and stopped
@@ -158,6 +114,11 @@ func (n *Node) Start(ctx context.Context) error {
 	n.ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if err := n.lay.PrepareDirs(!n.cfg.Remote(), n.cfg.RunOwner); err != nil {
 		return err
+	}
+	if n.tls != nil {
+		if err := n.tls.Watch(n.ctx); err != nil {
+			return err
+		}
 	}
 	vswitchd := n.vswitchdDaemon()
 	controller := n.controllerDaemon()
