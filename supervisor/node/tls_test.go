@@ -56,4 +56,3 @@ func TestBadCertificateFilesAreNamed(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
-
