@@ -6,6 +6,9 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
 	"github.com/ovnhost/ovnhost/netctl/podnet"
 )
 
@@ -21,14 +24,40 @@ func (s *Server) nodePortLoop(ctx context.Context) {
 		defer cancel()
 		changes = ch
 	}
+	// ovs-vswitchd recreates an internal port's device when it restarts
+	// (with the userspace datapath, a tap device): the new device has no
+	// address or route. Link events say when to configure it again.
+	links := make(chan netlink.LinkUpdate, 64)
+	done := make(chan struct{})
+	defer close(done)
+	if err := netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{}); err != nil {
+		s.log.Warn("no link events: "+NodePortName+" will not be reconfigured after an ovs-vswitchd restart", "err", err)
+		links = nil
+	}
 	for {
+		idx := 0
 		if err := s.ensureNodePort(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error("node port "+NodePortName+" not configured; the host cannot reach pods", "err", err)
+		} else if l, err := netlink.LinkByName(NodePortName); err == nil {
+			idx = l.Attrs().Index
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-changes: // a new pod CIDR: add its route
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changes: // a new pod CIDR: add its route
+				break wait
+			case u, ok := <-links:
+				if !ok {
+					links = nil
+					continue
+				}
+				if u.Attrs().Name == NodePortName && u.Header.Type == unix.RTM_NEWLINK && u.Attrs().Index != idx {
+					s.log.Info(NodePortName+" was recreated (ovs-vswitchd restart?); configuring it again", "ifindex", u.Attrs().Index)
+					break wait
+				}
+			}
 		}
 	}
 }

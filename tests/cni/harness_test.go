@@ -188,6 +188,9 @@ type daemon struct {
 	name string
 	cmd  *exec.Cmd
 	done chan struct{}
+	bin  string
+	args []string
+	env  []string
 }
 
 type nodeOpts struct {
@@ -357,9 +360,33 @@ func (n *node) start(name string, env []string, bin string, args ...string) {
 	if err := cmd.Start(); err != nil {
 		n.t.Fatalf("start %s: %v", name, err)
 	}
-	d := &daemon{name: name, cmd: cmd, done: make(chan struct{})}
+	d := &daemon{name: name, cmd: cmd, done: make(chan struct{}), bin: bin, args: args, env: env}
 	go func() { _ = cmd.Wait(); close(d.done) }()
 	n.procs = append(n.procs, d)
+}
+
+// crash kills a daemon with SIGKILL and starts it again with the same
+// arguments, as a supervisor would.
+func (n *node) crash(name string) {
+	n.t.Helper()
+	for i, d := range n.procs {
+		if d.name != name {
+			continue
+		}
+		_ = d.cmd.Process.Kill()
+		<-d.done
+		cmd := exec.Command(d.bin, d.args...)
+		cmd.Env = append(os.Environ(), d.env...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			n.t.Fatalf("restart %s: %v", name, err)
+		}
+		nd := &daemon{name: name, cmd: cmd, done: make(chan struct{}), bin: d.bin, args: d.args, env: d.env}
+		go func() { _ = cmd.Wait(); close(nd.done) }()
+		n.procs[i] = nd
+		return
+	}
+	n.t.Fatalf("no daemon %s", name)
 }
 
 func (n *node) stop() {

@@ -530,3 +530,29 @@ func TestConflictingConfigsReported(t *testing.T) {
 		t.Fatalf("the outranking flannel file was not reported; server log:\n%s", logs)
 	}
 }
+
+// After kill -9 of ovs-vswitchd and its restart, wired pods and the host's
+// path through ovn0 work again without any CNI call.
+func TestVswitchdCrash(t *testing.T) {
+	n := startNode(t, nodeOpts{})
+	a := n.add(t, "ca", "")
+	b := n.add(t, "cb", "")
+	waitOVN0(t)
+	n.crash("ovs-vswitchd")
+	if err := ping(t, a.netns, b.ip); err != nil {
+		// The first packets may be lost while vswitchd comes back: retry
+		// once, which waits for its own replies.
+		if err := ping(t, a.netns, b.ip); err != nil {
+			t.Fatalf("pods after the vswitchd restart: %v", err)
+		}
+	}
+	waitOVN0(t)
+	ln := listen(t, b.netns, net.JoinHostPort(b.ip, "8088"))
+	transfer(t, "", ln, net.JoinHostPort(b.ip, "8088"), 256<<10)
+	for _, p := range []*pod{a, b} {
+		if out := n.del(t, p); out.Code != 0 {
+			t.Fatal(out.Err.Msg)
+		}
+	}
+	n.assertClean(t)
+}
