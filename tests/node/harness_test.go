@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"github.com/vishvananda/netns"
 
 	"github.com/ovnhost/ovnhost/tests/testenv"
@@ -314,4 +315,31 @@ func processesUnder(dir string) []string {
 		out = append(out, fmt.Sprintf("%d %s", pid, bytes.ReplaceAll(raw, []byte{0}, []byte{' '})))
 	}
 	return out
+}
+
+// waitLog returns once the node's log contains sub, re-reading the file on
+// every write to it.
+func (n *node) waitLog(sub string, timeout time.Duration) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if err := w.Add(n.path("ovnhost.log")); err != nil {
+		return err
+	}
+	deadline := time.After(timeout)
+	for {
+		raw, _ := os.ReadFile(n.path("ovnhost.log"))
+		if bytes.Contains(raw, []byte(sub)) {
+			return nil
+		}
+		select {
+		case <-w.Events:
+		case err := <-w.Errors:
+			return err
+		case <-deadline:
+			return fmt.Errorf("%q not logged within %v", sub, timeout)
+		}
+	}
 }

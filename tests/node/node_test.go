@@ -434,3 +434,37 @@ func TestFailingPreflightExits3BeforeAnyChildStarts(t *testing.T) {
 		t.Fatalf("processes started despite the failed preflight: %v", left)
 	}
 }
+
+func TestConfigFileChangesAreAppliedOrReported(t *testing.T) {
+	n := newNode(t)
+	file := n.path("ovnhost.yaml")
+	if err := os.WriteFile(file, []byte("log-level: info\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.start("--config=" + file)
+	if err := os.WriteFile(file, []byte("log-level: debug\ntunnel-type: vxlan\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.waitLog("log level changed", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.waitLog("take effect at the next restart", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.waitLog("settings=TunnelType", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// A broken file is reported and the node keeps running.
+	if err := os.WriteFile(file, []byte("tunnel-type: gre\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.waitLog("is not valid; keeping the running configuration", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, err := n.httpGet("/readyz"); err != nil || code != 200 {
+		t.Fatalf("/readyz after a bad config edit: %d %v", code, err)
+	}
+	if code := n.stop(); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}

@@ -74,7 +74,8 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "ovnhost: configuration rejected; nothing was started")
 		return exitConfig
 	}
-	log := newLogger(cfg, stderr)
+	level := new(slog.LevelVar)
+	log := newLogger(cfg, level, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
@@ -96,6 +97,9 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 			log.Warn("preflight", "check", c.Name, "found", c.Found, "fix", c.Fix)
 		}
 	}
+	if err := watchConfigFile(ctx, cfg, args[1:], environ, level, log); err != nil {
+		log.Warn("cannot watch the config file; changes need a restart", "file", cfg.File, "err", err)
+	}
 	return runNode(ctx, cfg, pre, log, environ)
 }
 
@@ -109,10 +113,9 @@ func envMap(environ []string) map[string]string {
 	return m
 }
 
-func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
-	var lvl slog.Level
-	_ = lvl.UnmarshalText([]byte(cfg.LogLevel))
-	opts := &slog.HandlerOptions{Level: lvl}
+func newLogger(cfg *config.Config, level *slog.LevelVar, w io.Writer) *slog.Logger {
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	opts := &slog.HandlerOptions{Level: level}
 	if cfg.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
