@@ -108,6 +108,10 @@ func TestKubePodsPingTCPAndHost(t *testing.T) {
 	waitOVN0(t)
 	ln2 := listen(t, a.netns, net.JoinHostPort(a.ip, "8081"))
 	transfer(t, "", ln2, net.JoinHostPort(a.ip, "8081"), 256<<10)
+	// DEL works after the Pod object is gone from the API.
+	if err := k.cs.CoreV1().Pods("default").Delete(context.Background(), "kube-b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	for _, p := range []*pod{a, b} {
 		for i := 0; i < 2; i++ {
 			if out := k.del(t, p); out.Code != 0 {
