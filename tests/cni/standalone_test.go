@@ -556,3 +556,41 @@ func TestVswitchdCrash(t *testing.T) {
 	}
 	n.assertClean(t)
 }
+
+// ADD and DEL of the same container racing each other (a runtime retrying
+// while the pod is being deleted) end in a consistent state: after a final
+// DEL nothing is left.
+func TestSameContainerRaces(t *testing.T) {
+	n := startNode(t, nodeOpts{})
+	conf := n.netconf(t, "", nil)
+	ns := podnetNewNetNS(t)
+	c := cniCall{ContainerID: "cid-race", Netns: ns, IfName: "eth0", Args: "K8S_POD_NAMESPACE=default;K8S_POD_NAME=race", Conf: conf}
+	var wg sync.WaitGroup
+	for i := 0; i < 10; i++ {
+		for _, cmd := range []string{"ADD", "DEL"} {
+			wg.Add(1)
+			go func(cmd string) {
+				defer wg.Done()
+				cc := c
+				cc.Command = cmd
+				runPlugin(t, n.installedPlugin(), cc)
+			}(cmd)
+		}
+	}
+	wg.Wait()
+	c.Command = "DEL"
+	if out := runPlugin(t, n.installedPlugin(), c); out.Code != 0 {
+		t.Fatal(out.Err.Msg)
+	}
+	n.assertClean(t)
+	// And an ADD afterwards works.
+	c.Command = "ADD"
+	if out := runPlugin(t, n.installedPlugin(), c); out.Code != 0 {
+		t.Fatal(out.Err.Msg)
+	}
+	c.Command = "DEL"
+	if out := runPlugin(t, n.installedPlugin(), c); out.Code != 0 {
+		t.Fatal(out.Err.Msg)
+	}
+	n.assertClean(t)
+}
