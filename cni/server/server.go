@@ -117,10 +117,14 @@ type Server struct {
 	served  chan struct{}
 	bg      sync.WaitGroup
 	bgStop  context.CancelFunc
+	bgCtx   context.Context
 	inst    *installer
 
 	mu    sync.Mutex
 	wired map[string]wiredPod // pod key -> its port, for annotation changes
+
+	mirrorMu    sync.Mutex
+	mirrorReady bool
 }
 
 type wiredPod struct {
@@ -200,13 +204,9 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if err := s.listen(); err != nil {
 		return err
 	}
-	if s.cfg.MirrorOutput != "" {
-		if err := s.ovs.EnsureMirror(ctx, s.cfg.MirrorOutput); err != nil {
-			return fmt.Errorf("mirror output port %s: %w", s.cfg.MirrorOutput, err)
-		}
-	}
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.bgStop = cancel
+	s.bgCtx = bctx
 	if !s.noInstall {
 		s.inst = newInstaller(s.cfg, s.pluginSrc, s.log)
 		if err := s.inst.installAll(); err != nil {
@@ -219,28 +219,46 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		s.bg.Add(1)
 		go func() { defer s.bg.Done(); s.inst.watch(bctx, w) }()
 	}
-	if s.cfg.MirrorOutput != "" {
-		// The mirror's output port is an internal port: bring it up so that
-		// tcpdump -i <port> sees the mirrored traffic.
-		s.bg.Add(1)
-		go func() {
-			defer s.bg.Done()
-			wctx, cancel := context.WithTimeout(bctx, 30*time.Second)
-			defer cancel()
-			if l, err := podnet.WaitLink(wctx, s.cfg.MirrorOutput); err == nil {
-				if err := netlink.LinkSetUp(l); err != nil {
-					s.log.Warn("cannot bring the mirror output port up", "port", s.cfg.MirrorOutput, "err", err)
-				}
-			} else if bctx.Err() == nil {
-				s.log.Warn("mirror output port did not appear", "port", s.cfg.MirrorOutput, "err", err)
-			}
-		}()
-	}
 	if !s.noNodePort {
 		s.bg.Add(1)
 		go func() { defer s.bg.Done(); s.nodePortLoop(bctx) }()
 	}
 	s.log.Info("CNI server ready", "socket", s.cfg.CNISocket, "datapath", s.dpType, "mode", s.mode())
+	return nil
+}
+
+// ensureMirror creates the node's mirror and its output port the first time
+// a pod asks for mirroring (no unused port on nodes that never mirror).
+func (s *Server) ensureMirror(ctx context.Context) error {
+	s.mirrorMu.Lock()
+	defer s.mirrorMu.Unlock()
+	if s.mirrorReady {
+		return nil
+	}
+	out := s.cfg.MirrorOutput
+	if out == "" {
+		return fmt.Errorf("pod asks for traffic mirroring (%s=true) but no mirror output port is configured (--mirror-output)", AnnMirror)
+	}
+	if err := s.ovs.EnsureMirror(ctx, out); err != nil {
+		return fmt.Errorf("mirror output port %s: %w", out, err)
+	}
+	s.mirrorReady = true
+	// The output port is an internal port: bring it up so that
+	// tcpdump -i <port> shows the mirrored traffic.
+	bctx := s.bgCtx
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		wctx, cancel := context.WithTimeout(bctx, 30*time.Second)
+		defer cancel()
+		if l, err := podnet.WaitLink(wctx, out); err == nil {
+			if err := netlink.LinkSetUp(l); err != nil {
+				s.log.Warn("cannot bring the mirror output port up", "port", out, "err", err)
+			}
+		} else if bctx.Err() == nil {
+			s.log.Warn("mirror output port did not appear", "port", out, "err", err)
+		}
+	}()
 	return nil
 }
 
@@ -550,6 +568,11 @@ func (s *Server) add(ctx context.Context, q *request) (_ []byte, cerr *cniError)
 			}
 		}
 	}()
+	if n.Mirror {
+		if err := s.ensureMirror(ctx); err != nil {
+			return nil, fail(types.ErrInvalidNetworkConfig, "ovs", "pod %s: %v", q.pod.Key(), err)
+		}
+	}
 	ids := map[string]string{
 		extIfaceID: q.pod.LSP(), extPodName: q.pod.Name, extPodNamespace: q.pod.Namespace, extPodNetns: q.Netns,
 		extIP: joinPrefixes(n.Addrs), extAttachedMAC: n.MAC.String(), extVendor: vendor,

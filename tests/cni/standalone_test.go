@@ -385,8 +385,12 @@ func TestInstallRestoresConflist(t *testing.T) {
 
 func TestMirror(t *testing.T) {
 	n := startNode(t, nodeOpts{mirrorOutput: "mirror0"})
-	p := n.add(t, "mirrored", "MIRROR=true")
 	q := n.add(t, "plain", "")
+	// Nothing mirrors yet: no mirror, no output port.
+	if m := n.selectRows(t, "Mirror"); len(m) != 0 {
+		t.Fatalf("%d mirrors before any pod asked for one", len(m))
+	}
+	p := n.add(t, "mirrored", "MIRROR=true")
 	m := n.selectRows(t, "Mirror")
 	if len(m) != 1 {
 		t.Fatalf("%d mirrors", len(m))
