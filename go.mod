@@ -6,6 +6,7 @@ require (
 	github.com/cenkalti/backoff/v4 v4.3.0
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/go-logr/logr v1.4.4
+	github.com/godbus/dbus/v5 v5.1.0
 	github.com/moby/sys/capability v0.5.0
 	github.com/ovn-kubernetes/libovsdb v0.8.1
 	github.com/vishvananda/netlink v1.3.1

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ovnhost/ovnhost/internal/ovsdb/sbdb"
+	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
 	"github.com/ovnhost/ovnhost/internal/version"
 	"github.com/ovnhost/ovnhost/supervisor/config"
 	"github.com/ovnhost/ovnhost/supervisor/preflight"
@@ -42,7 +44,9 @@ type fake struct {
 	certs        map[string][2]time.Time
 	hostname     string
 	dbs          map[string][]string // remote -> databases
-	rows         map[string][]map[string]json.RawMessage
+	ovs          []vswitch.OpenvSwitch
+	chassis      []sbdb.Chassis
+	encaps       []sbdb.Encap
 	ctlSock      string
 	ctlStatus    string
 	files        map[string]string
@@ -109,11 +113,17 @@ func (f *fake) ListDBs(_ context.Context, r string) ([]string, error) {
 	}
 	return d, nil
 }
-func (f *fake) Select(_ context.Context, r, db, table string, _ ...string) ([]map[string]json.RawMessage, error) {
+func (f *fake) OpenvSwitch(_ context.Context, r string) ([]vswitch.OpenvSwitch, error) {
 	if _, ok := f.dbs[r]; !ok {
 		return nil, errors.New("connection refused")
 	}
-	return f.rows[db+"/"+table], nil
+	return f.ovs, nil
+}
+func (f *fake) SBChassis(_ context.Context, r string) ([]sbdb.Chassis, []sbdb.Encap, error) {
+	if _, ok := f.dbs[r]; !ok {
+		return nil, nil, errors.New("connection refused")
+	}
+	return f.chassis, f.encaps, nil
 }
 func (f *fake) Unixctl(context.Context, string, string) (string, error) {
 	return f.ctlStatus, f.unixctlErr
@@ -143,8 +153,6 @@ func analyzeMap(dir, ours string, files map[string]string) *cniconf.Report {
 	return cniconf.Analyze(dir, names, func(n string) ([]byte, error) { return []byte(files[n]), nil }, ours)
 }
 
-func raw(s string) json.RawMessage { return json.RawMessage(s) }
-
 func healthy() *fake {
 	return &fake{
 		genlOVS:   true,
@@ -162,17 +170,15 @@ func healthy() *fake {
 			"unix:/run/ovn/ovnnb_db.sock":   {"OVN_Northbound", "_Server"},
 			"unix:/run/ovn/ovnsb_db.sock":   {"OVN_Southbound", "_Server"},
 		},
-		rows: map[string][]map[string]json.RawMessage{
-			"Open_vSwitch/Open_vSwitch": {{"external_ids": raw(`["map",[["system-id","aaaa-1"],["hostname","node1"],["ovn-encap-ip","10.0.0.1"]]]`), "cur_cfg": raw("7"), "next_cfg": raw("7")}},
-			"OVN_Southbound/Chassis": {
-				{"name": raw(`"aaaa-1"`), "hostname": raw(`"node1"`), "encaps": raw(`["uuid","e1"]`)},
-				{"name": raw(`"bbbb-2"`), "hostname": raw(`"node2"`), "encaps": raw(`["set",[["uuid","e2"],["uuid","e3"]]]`)},
-			},
-			"OVN_Southbound/Encap": {
-				{"_uuid": raw(`["uuid","e1"]`), "ip": raw(`"10.0.0.1"`)},
-				{"_uuid": raw(`["uuid","e2"]`), "ip": raw(`"10.0.0.2"`)},
-				{"_uuid": raw(`["uuid","e3"]`), "ip": raw(`"10.0.0.2"`)},
-			},
+		ovs: []vswitch.OpenvSwitch{{ExternalIDs: map[string]string{"system-id": "aaaa-1", "hostname": "node1", "ovn-encap-ip": "10.0.0.1"}, CurCfg: 7, NextCfg: 7}},
+		chassis: []sbdb.Chassis{
+			{Name: "aaaa-1", Hostname: "node1", Encaps: []string{"e1"}},
+			{Name: "bbbb-2", Hostname: "node2", Encaps: []string{"e2", "e3"}},
+		},
+		encaps: []sbdb.Encap{
+			{UUID: "e1", IP: "10.0.0.1"},
+			{UUID: "e2", IP: "10.0.0.2"},
+			{UUID: "e3", IP: "10.0.0.2"},
 		},
 	}
 }
@@ -252,7 +258,7 @@ func TestRemoteReachability(t *testing.T) {
 	f := healthy()
 	f.dbs["tcp:10.1.0.1:6642"] = []string{"OVN_Southbound"}
 	f.dbs["tcp:10.1.0.1:6641"] = []string{"OVN_Northbound"}
-	f.rows["OVN_Southbound/Chassis"] = nil
+	f.chassis = nil
 	cfg := cfgOf(t, "OVN_DB_IPS=10.1.0.1,10.1.0.2")
 	r := Run(context.Background(), cfg, Options{Facts: f})
 	if c := check(t, r, "sb-reachable"); c.Status != preflight.Warn || !strings.Contains(c.Found, "tcp:10.1.0.2:6642: connection refused") {
@@ -299,7 +305,7 @@ func TestChassis(t *testing.T) {
 
 func TestDuplicateFromRows(t *testing.T) {
 	f := healthy()
-	f.rows["OVN_Southbound/Chassis"][0]["hostname"] = raw(`"node7"`)
+	f.chassis[0].Hostname = "node7"
 	r := Run(context.Background(), cfgOf(t), Options{Facts: f})
 	c := check(t, r, "chassis")
 	if c.Status != preflight.Fail || !strings.Contains(c.Found, "chassis aaaa-1") || !strings.Contains(c.Found, "node7") || !strings.Contains(c.Found, "Open_vSwitch external_ids:system-id") {
@@ -443,7 +449,7 @@ func TestJSON(t *testing.T) {
 
 func TestVswitchdBehind(t *testing.T) {
 	f := healthy()
-	f.rows["Open_vSwitch/Open_vSwitch"][0]["cur_cfg"] = raw("3")
+	f.ovs[0].CurCfg = 3
 	r := Run(context.Background(), cfgOf(t), Options{Facts: f})
 	if c := check(t, r, "ovs-vswitchd"); c.Status != preflight.Fail || !strings.Contains(c.Found, "cur_cfg 3 < next_cfg 7") {
 		t.Fatal(c)

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -24,6 +23,8 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/ovnhost/ovnhost/internal/ovsdb/sbdb"
+	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
 	"github.com/ovnhost/ovnhost/supervisor/config"
 	"github.com/ovnhost/ovnhost/supervisor/preflight"
 	"github.com/ovnhost/ovnhost/supervisor/preflight/cniconf"
@@ -48,8 +49,13 @@ type Facts interface {
 	CertValidity(path string) (notBefore, notAfter time.Time, err error)
 	Hostname() (string, error)
 	// OVSDB and unixctl questions.
+	// ListDBs returns the databases the OVSDB server at remote serves.
 	ListDBs(ctx context.Context, remote string) ([]string, error)
-	Select(ctx context.Context, remote, db, table string, columns ...string) ([]map[string]json.RawMessage, error)
+	// OpenvSwitch reads the Open_vSwitch table of the conf.db at remote.
+	OpenvSwitch(ctx context.Context, remote string) ([]vswitch.OpenvSwitch, error)
+	// SBChassis reads the Chassis and Encap tables of the SB database.
+	SBChassis(ctx context.Context, remote string) ([]sbdb.Chassis, []sbdb.Encap, error)
+	// Unixctl runs command on a daemon's control socket.
 	Unixctl(ctx context.Context, sock, command string) (string, error)
 	// ControllerSocket finds the control socket of a live ovn-controller.
 	ControllerSocket(dirs []string) (string, error)
@@ -251,21 +257,6 @@ func (*Host) CertValidity(path string) (time.Time, time.Time, error) {
 
 // Hostname is the kernel's host name.
 func (*Host) Hostname() (string, error) { return os.Hostname() }
-
-// ListDBs asks an ovsdb-server for its databases.
-func (h *Host) ListDBs(ctx context.Context, remote string) ([]string, error) {
-	return listDBs(ctx, remote, h.tls)
-}
-
-// Select reads rows of a table.
-func (h *Host) Select(ctx context.Context, remote, db, table string, columns ...string) ([]map[string]json.RawMessage, error) {
-	return selectRows(ctx, remote, h.tls, db, table, columns...)
-}
-
-// Unixctl calls a daemon's control socket.
-func (*Host) Unixctl(ctx context.Context, sock, command string) (string, error) {
-	return unixctl(ctx, sock, command)
-}
 
 // ControllerSocket finds ovn-controller's control socket: ovn-controller
 // 23.03 has no --unixctl flag and names it ovn-controller.<pid>.ctl in its

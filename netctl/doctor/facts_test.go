@@ -45,28 +45,6 @@ func TestCertValidity(t *testing.T) {
 	}
 }
 
-func TestOVSDBDecoding(t *testing.T) {
-	if s := ovsdbString(raw(`"x"`)); s != "x" {
-		t.Fatal(s)
-	}
-	if s := ovsdbString(raw(`["set",["y"]]`)); s != "y" {
-		t.Fatal(s)
-	}
-	if s := ovsdbString(raw(`["set",[]]`)); s != "" {
-		t.Fatal(s)
-	}
-	m := ovsdbMap(raw(`["map",[["a","1"],["b","2"]]]`))
-	if m["a"] != "1" || m["b"] != "2" {
-		t.Fatal(m)
-	}
-	if u := ovsdbUUIDs(raw(`["uuid","u1"]`)); len(u) != 1 || u[0] != "u1" {
-		t.Fatal(u)
-	}
-	if u := ovsdbUUIDs(raw(`["set",[["uuid","u1"],["uuid","u2"]]]`)); len(u) != 2 {
-		t.Fatal(u)
-	}
-}
-
 func TestFirewalldCmdline(t *testing.T) {
 	for _, tc := range []struct {
 		args []string

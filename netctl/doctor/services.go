@@ -2,7 +2,6 @@ package doctor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
 	"github.com/ovnhost/ovnhost/supervisor/config"
 	"github.com/ovnhost/ovnhost/supervisor/preflight"
 )
@@ -38,7 +38,7 @@ type services struct {
 }
 
 func (s *services) ctx(parent context.Context) (context.Context, context.CancelFunc) {
-	return withTimeout(parent, s.timeout)
+	return context.WithTimeout(parent, s.timeout)
 }
 
 func (s *services) run(ctx context.Context) []preflight.Check {
@@ -73,13 +73,13 @@ func (s *services) run(ctx context.Context) []preflight.Check {
 	// Identity: the running database wins over the state file.
 	if ovsUp {
 		cx, cancel := s.ctx(ctx)
-		rows, err := s.f.Select(cx, "unix:"+ovsSock, "Open_vSwitch", "Open_vSwitch", "external_ids", "cur_cfg", "next_cfg")
+		rows, err := s.f.OpenvSwitch(cx, "unix:"+ovsSock)
 		cancel()
 		pidfile := filepath.Join(s.cfg.Paths.OVSRunDir, "ovs-vswitchd.pid")
 		pid, alive := s.f.Pidfile(pidfile, "ovs-vswitchd")
 		out = append(out, checkVswitchd(pidfile, pid, alive, rows, err))
 		if err == nil && len(rows) == 1 {
-			ext := ovsdbMap(rows[0]["external_ids"])
+			ext := rows[0].ExternalIDs
 			if v := ext["system-id"]; v != "" {
 				id.SystemID, id.Source = v, "Open_vSwitch external_ids:system-id"
 			}
@@ -202,24 +202,18 @@ func (s *services) local(ctx context.Context, name, remote, db string) (prefligh
 }
 
 func readChassis(ctx context.Context, f Facts, remote string) ([]Chassis, error) {
-	rows, err := f.Select(ctx, remote, "OVN_Southbound", "Chassis", "name", "hostname", "encaps")
-	if err != nil {
-		return nil, err
-	}
-	encs, err := f.Select(ctx, remote, "OVN_Southbound", "Encap", "_uuid", "ip")
+	rows, encs, err := f.SBChassis(ctx, remote)
 	if err != nil {
 		return nil, err
 	}
 	ipOf := map[string]string{}
 	for _, e := range encs {
-		if u := ovsdbUUIDs(e["_uuid"]); len(u) == 1 {
-			ipOf[u[0]] = ovsdbString(e["ip"])
-		}
+		ipOf[e.UUID] = e.IP
 	}
 	var out []Chassis
 	for _, r := range rows {
-		c := Chassis{Name: ovsdbString(r["name"]), Hostname: ovsdbString(r["hostname"])}
-		for _, u := range ovsdbUUIDs(r["encaps"]) {
+		c := Chassis{Name: r.Name, Hostname: r.Hostname}
+		for _, u := range r.Encaps {
 			if ip := ipOf[u]; ip != "" && !contains(c.EncapIPs, ip) {
 				c.EncapIPs = append(c.EncapIPs, ip)
 			}
@@ -285,7 +279,7 @@ func contains(ss []string, s string) bool {
 
 // checkVswitchd compares cur_cfg with next_cfg: ovs-vswitchd sets cur_cfg
 // once it has applied the configuration numbered next_cfg.
-func checkVswitchd(pidfile string, pid int, alive bool, rows []map[string]json.RawMessage, err error) preflight.Check {
+func checkVswitchd(pidfile string, pid int, alive bool, rows []vswitch.OpenvSwitch, err error) preflight.Check {
 	const name = "ovs-vswitchd"
 	if !alive {
 		found := "ovsdb-server runs but ovs-vswitchd does not (no live process in " + pidfile + ")"
@@ -300,9 +294,7 @@ func checkVswitchd(pidfile string, pid int, alive bool, rows []map[string]json.R
 	if len(rows) != 1 {
 		return preflight.Check{Name: name, Status: preflight.Fail, Found: fmt.Sprintf("the Open_vSwitch table has %d rows, not 1", len(rows)), Fix: "restart ovnhost (it initialises conf.db)"}
 	}
-	var cur, next int64
-	_ = json.Unmarshal(rows[0]["cur_cfg"], &cur)
-	_ = json.Unmarshal(rows[0]["next_cfg"], &next)
+	cur, next := rows[0].CurCfg, rows[0].NextCfg
 	if cur < next {
 		return preflight.Check{Name: name, Status: preflight.Fail, Found: fmt.Sprintf("ovs-vswitchd has not applied the configuration (cur_cfg %d < next_cfg %d): it is not running or is stuck", cur, next),
 			Fix: "check ovs-vswitchd's log in --ovs-log-dir; restart ovnhost"}

@@ -1,0 +1,136 @@
+package doctor
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/ovn-kubernetes/libovsdb/model"
+	"github.com/ovn-kubernetes/libovsdb/ovsdb/serverdb"
+
+	"github.com/ovnhost/ovnhost/internal/ovsdb/sbdb"
+	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
+	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
+	"github.com/ovnhost/ovnhost/internal/unixctl"
+)
+
+// The real host's OVSDB and unixctl questions. Doctor's questions are
+// one-shot: each dials one remote through libovsdb within the check's
+// deadline, monitors only the tables it reads, reads the cache and closes.
+
+// TLSFiles are the SSL key, certificate and CA for ssl: remotes.
+type TLSFiles struct{ Key, Cert, CA string }
+
+// ListDBs returns the databases an ovsdb-server serves (what list_dbs
+// answers), read from the Database table of its _Server database, which
+// every ovsdb-server serves and which lists _Server itself.
+func (h *Host) ListDBs(ctx context.Context, remote string) ([]string, error) {
+	c, err := h.dial(ctx, serverdb.FullDatabaseModel, remote, "ovsdb-server", &serverdb.Database{})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	var rows []serverdb.Database
+	if err := c.List(ctx, &rows); err != nil {
+		return nil, fmt.Errorf("reading the databases served at %s: %w", remote, err)
+	}
+	dbs := make([]string, 0, len(rows))
+	for _, r := range rows {
+		dbs = append(dbs, r.Name)
+	}
+	sort.Strings(dbs)
+	return dbs, nil
+}
+
+// OpenvSwitch reads the rows of the Open_vSwitch table.
+func (h *Host) OpenvSwitch(ctx context.Context, remote string) ([]vswitch.OpenvSwitch, error) {
+	c, err := h.dial(ctx, vswitch.FullDatabaseModel, remote, "ovsdb-server (Open_vSwitch)", &vswitch.OpenvSwitch{})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	var rows []vswitch.OpenvSwitch
+	if err := c.List(ctx, &rows); err != nil {
+		return nil, fmt.Errorf("reading the Open_vSwitch table at %s: %w", remote, err)
+	}
+	return rows, nil
+}
+
+// SBChassis reads the Chassis and Encap tables of the SB database.
+func (h *Host) SBChassis(ctx context.Context, remote string) ([]sbdb.Chassis, []sbdb.Encap, error) {
+	c, err := h.dial(ctx, sbdb.FullDatabaseModel, remote, "ovsdb-server (OVN_Southbound)", &sbdb.Chassis{}, &sbdb.Encap{})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer c.Close()
+	var chassis []sbdb.Chassis
+	if err := c.List(ctx, &chassis); err != nil {
+		return nil, nil, fmt.Errorf("reading the Chassis table at %s: %w", remote, err)
+	}
+	var encaps []sbdb.Encap
+	if err := c.List(ctx, &encaps); err != nil {
+		return nil, nil, fmt.Errorf("reading the Encap table at %s: %w", remote, err)
+	}
+	return chassis, encaps, nil
+}
+
+// dial connects to one remote and monitors tables; ssl: remotes use the
+// configured key, certificate and CA.
+func (h *Host) dial(ctx context.Context, dbModel func() (model.ClientDBModel, error), remote, name string, tables ...model.Model) (*ovsdbconn.Conn, error) {
+	m, err := dbModel()
+	if err != nil {
+		return nil, fmt.Errorf("%s: building the client model: %w", name, err)
+	}
+	var tc *tls.Config
+	if strings.HasPrefix(strings.TrimSpace(remote), "ssl:") {
+		if tc, err = tlsConfig(h.tls); err != nil {
+			return nil, err
+		}
+	}
+	return ovsdbconn.Dial(ctx, m, remote, ovsdbconn.Options{Tables: tables, TLS: tc, Name: name})
+}
+
+// Unixctl calls a daemon's control socket.
+func (*Host) Unixctl(ctx context.Context, sock, command string) (string, error) {
+	return unixctl.Call(ctx, sock, command)
+}
+
+func tlsConfig(tf TLSFiles) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(tf.Cert, tf.Key)
+	if err != nil {
+		return nil, fmt.Errorf("loading the SSL key pair: %w", err)
+	}
+	ca, err := os.ReadFile(tf.CA)
+	if err != nil {
+		return nil, fmt.Errorf("reading the SSL CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", tf.CA)
+	}
+	// OVN certificates name the node or role (CN), not the address we dial:
+	// verify the chain against the CA and skip the host name, as OVS does.
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, InsecureSkipVerify: true,
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if len(raw) == 0 {
+				return errors.New("no peer certificate")
+			}
+			leaf, err := x509.ParseCertificate(raw[0])
+			if err != nil {
+				return err
+			}
+			inter := x509.NewCertPool()
+			for _, r := range raw[1:] {
+				if c, err := x509.ParseCertificate(r); err == nil {
+					inter.AddCert(c)
+				}
+			}
+			_, err = leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+			return err
+		}}, nil
+}
