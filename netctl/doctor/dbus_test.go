@@ -42,6 +42,16 @@ func TestNameHasOwnerRealBus(t *testing.T) {
 	if owned, err := nameHasOwner(ctx, addr, FirewalldBusName); err != nil || owned {
 		t.Fatalf("before: %v %v", owned, err)
 	}
+	// The collector asks the bus named by DBUS_SYSTEM_BUS_ADDRESS; a
+	// firewalld really running here would be found first by its pid file.
+	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", addr)
+	realFirewalld, how, err := (&Host{}).Firewalld()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if realFirewalld {
+		t.Logf("firewalld runs on this machine (%s): the collector is not checked against the private bus", how)
+	}
 	owner, err := dbus.Connect(addr, dbus.WithContext(ctx))
 	if err != nil {
 		t.Fatal(err)
@@ -53,6 +63,11 @@ func TestNameHasOwnerRealBus(t *testing.T) {
 	}
 	if owned, err := nameHasOwner(ctx, addr, FirewalldBusName); err != nil || !owned {
 		t.Fatalf("after: %v %v", owned, err)
+	}
+	if !realFirewalld {
+		if active, how, err := (&Host{}).Firewalld(); err != nil || !active || how != FirewalldBusName+" is owned on the system bus" {
+			t.Fatalf("Firewalld with the name owned: %v %q %v", active, how, err)
+		}
 	}
 	// A bus that is not there: the error names the address.
 	gone := "unix:path=" + filepath.Join(dir, "nobus")
