@@ -574,7 +574,7 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 	}
 	if err != nil {
 		if k := ipam.KindOf(err); k != "" {
-			c.fail(pod, req.Subnet, k, err.Error())
+			c.fail(pod, req.Subnet, k, ipamMessage(err))
 			return nil
 		}
 		if errors.Is(err, ovnnb.ErrNoSwitch) {
@@ -610,6 +610,15 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 	c.m.allocated.Inc()
 	c.statusQ.AddAfter(a.Subnet, c.cfg.StatusDelay)
 	return nil
+}
+
+// ipamMessage is an IPAM error without its kind prefix (the event reason carries it).
+func ipamMessage(err error) string {
+	var ie *ipam.Error
+	if errors.As(err, &ie) {
+		return ie.Msg
+	}
+	return err.Error()
 }
 
 // fail records why a pod got no address: an event on the pod, a metric,

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -67,6 +68,7 @@ type Options struct {
 	Config
 	HealthAddr string // ":10660"; "" = no HTTP server
 	Profiling  bool   // serve /debug/pprof on HealthAddr
+	NBTLS      *tls.Config
 	// Leader election: off when LeaseName is "".
 	LeaseNamespace, LeaseName, Identity       string
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
@@ -120,7 +122,7 @@ func Run(ctx context.Context, o Options) error {
 		defer srv.Close()
 	}
 	tNB := time.Now()
-	nb, err := ovnnb.Connect(ctx, ovnnb.Options{Endpoints: o.NBEndpoints, Logger: o.Logger})
+	nb, err := ovnnb.Connect(ctx, ovnnb.Options{Endpoints: o.NBEndpoints, Logger: o.Logger, TLS: o.NBTLS})
 	if err != nil {
 		return err
 	}

@@ -106,11 +106,16 @@ func Test200PodsTwoNodesSubnetChoiceStaticConflictAndReuse(t *testing.T) {
 	// thief does not get the address even when it claims allocated=true.
 	e.createPod("default", "thief", "node-b", map[string]string{annotations.IPAddress: "10.16.200.7"})
 	e.createPod("default", "outside", "node-b", map[string]string{annotations.IPAddress: "10.99.0.5"})
+	e.createPod("default", "lost", "node-b", map[string]string{annotations.LogicalSwitch: "no-such-subnet"})
 	e.createPod("default", "forger", "node-b", map[string]string{annotations.IPAddress: "10.16.200.7", annotations.Allocated: "true", annotations.LogicalSwitch: "ovn-default"})
 	e.waitFor(30*time.Second, "events IPConflict on thief and IPOutOfRange on outside", func() (bool, string) {
 		th, out := strings.Join(e.events("default", "thief"), "|"), strings.Join(e.events("default", "outside"), "|")
 		return strings.Contains(th, "IPConflict: ") && strings.Contains(th, "10.16.200.7 is already held by default/static") &&
 			strings.Contains(out, "IPOutOfRange: ") && strings.Contains(out, "outside subnet"), th + " / " + out
+	})
+	e.waitFor(30*time.Second, "event UnknownSubnet on lost", func() (bool, string) {
+		ev := strings.Join(e.events("default", "lost"), "|")
+		return strings.Contains(ev, `UnknownSubnet: subnet "no-such-subnet" does not exist`), ev
 	})
 	e.waitFor(30*time.Second, "forger re-addressed away from 10.16.200.7 with an event", func() (bool, string) {
 		p, ok, _ := e.pods.GetStore().GetByKey("default/forger")
@@ -190,7 +195,7 @@ func TestSubnetExhaustionReportedOnPodAndSubnet(t *testing.T) {
 		s := e.subnet("tiny")
 		c := cond(s, "Error")
 		ev := strings.Join(e.events("small", victim), "|")
-		ok := n == 5 && strings.Contains(ev, `SubnetExhausted: SubnetExhausted: subnet "tiny" (10.60.0.0/29) has no free address`) &&
+		ok := n == 5 && strings.Contains(ev, `SubnetExhausted: subnet "tiny" (10.60.0.0/29) has no free address`) &&
 			c != nil && c.Status == "True" && c.Reason == "SubnetExhausted" && s.Status.V4AvailableIPs == 0 && s.Status.V4UsingIPs == 5
 		return ok, fmt.Sprintf("%d annotated; events of %q: %s; status %+v", n, victim, ev, s.Status)
 	})

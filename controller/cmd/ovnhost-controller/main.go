@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ovnhost/ovnhost/controller/kube"
+	"github.com/ovnhost/ovnhost/controller/ovnnb"
 	"github.com/ovnhost/ovnhost/internal/version"
 )
 
@@ -28,8 +30,13 @@ func env(k, def string) string {
 	return def
 }
 
-// nbFromDBIPs turns OVN_DB_IPS ("10.0.0.1,10.0.0.2") into NB endpoints.
+// nbFromDBIPs turns OVN_DB_IPS ("10.0.0.1,10.0.0.2") into NB endpoints
+// (ssl: when ENABLE_SSL=true, as Kube-OVN does).
 func nbFromDBIPs(ips string) string {
+	scheme := "tcp:"
+	if os.Getenv("ENABLE_SSL") == "true" {
+		scheme = "ssl:"
+	}
 	if ips == "" {
 		return ""
 	}
@@ -39,7 +46,7 @@ func nbFromDBIPs(ips string) string {
 		if strings.Contains(ip, ":") {
 			ip = "[" + ip + "]"
 		}
-		eps = append(eps, "tcp:"+ip+":6641")
+		eps = append(eps, scheme+ip+":6641")
 	}
 	return strings.Join(eps, ",")
 }
@@ -53,6 +60,8 @@ func main() {
 	fs := flag.CommandLine
 	fs.StringVar(&kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default: in-cluster configuration)")
 	fs.StringVar(&o.NBEndpoints, "ovn-nb-addr", env("OVN_NB_ADDR", nbFromDBIPs(os.Getenv("OVN_DB_IPS"))), "OVN northbound endpoints, e.g. tcp:10.0.0.1:6641 (default from OVN_NB_ADDR or OVN_DB_IPS)")
+	var tlsDir string
+	fs.StringVar(&tlsDir, "ovn-tls-dir", "/var/run/tls", "directory with key, cert and cacert (Kube-OVN's layout) for ssl: NB endpoints")
 	fs.StringVar(&o.DefaultCIDR, "default-cidr", "10.16.0.0/16", "CIDR of the default subnet ovn-default")
 	fs.StringVar(&o.DefaultGW, "default-gateway", "", "gateway of ovn-default (default: first address)")
 	fs.StringVar(&excl, "default-exclude-ips", "", "comma-separated excludeIps of ovn-default")
@@ -87,6 +96,14 @@ func main() {
 	if o.NBEndpoints == "" {
 		log.Error("no OVN northbound address: pass --ovn-nb-addr tcp:IP:6641 or set OVN_DB_IPS")
 		os.Exit(2)
+	}
+	if strings.Contains(o.NBEndpoints, "ssl:") {
+		t, err := ovnnb.LoadTLS(filepath.Join(tlsDir, "key"), filepath.Join(tlsDir, "cert"), filepath.Join(tlsDir, "cacert"))
+		if err != nil {
+			log.Error("ssl: northbound endpoint needs TLS files; mount them or set --ovn-tls-dir", "error", err)
+			os.Exit(2)
+		}
+		o.NBTLS = t
 	}
 	for _, e := range strings.Split(excl, ",") {
 		if e = strings.TrimSpace(e); e != "" {
