@@ -16,7 +16,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ovnhost/ovnhost/cni/server"
@@ -267,4 +270,44 @@ current-context: c
 		t.Fatalf("ADD without an API server: exit %d code %d %q", out.Code, out.Err.Code, out.Err.Msg)
 	}
 	n.assertClean(t)
+}
+
+// A dual-stack Subnet: pods get one address of each family, IPv6 without
+// DAD delay, and reach each other over both.
+func TestKubeDualStackSubnet(t *testing.T) {
+	k := startKubeNode(t, 60*time.Second)
+	dc := dynamic.NewForConfigOrDie(k.api.Config)
+	sub := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": map[string]any{"name": "dual"},
+		"spec": map[string]any{"protocol": "Dual", "cidrBlock": "10.17.0.0/16,fd00:17::/64", "gateway": "10.17.0.1,fd00:17::1"},
+	}}
+	if _, err := dc.Resource(schema.GroupVersionResource{Group: "kubeovn.io", Version: "v1", Resource: "subnets"}).Create(context.Background(), sub, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ann := map[string]string{"ovn.kubernetes.io/logical_switch": "dual"}
+	a := k.addPod(t, "dual-a", ann)
+	b := k.addPod(t, "dual-b", ann)
+	var r addResult
+	if err := json.Unmarshal(b.raw, &r); err != nil || len(r.IPs) != 2 {
+		t.Fatalf("dual-stack result %s: %v", b.raw, err)
+	}
+	v6 := strings.Split(r.IPs[1].Address, "/")[0]
+	if !strings.HasPrefix(v6, "fd00:17::") || !strings.HasPrefix(b.ip, "10.17.") {
+		t.Fatalf("addresses %s and %s", b.ip, v6)
+	}
+	if err := ping(t, a.netns, b.ip); err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(t, a.netns, v6); err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort(v6, "8086")
+	ln := listen(t, b.netns, addr)
+	transfer(t, a.netns, ln, addr, 1<<20)
+	for _, p := range []*pod{a, b} {
+		if out := k.del(t, p); out.Code != 0 {
+			t.Fatal(out.Err.Msg)
+		}
+	}
+	k.assertClean(t)
 }
