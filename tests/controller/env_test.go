@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	libovsdbclient "github.com/ovn-kubernetes/libovsdb/client"
 	"github.com/ovn-kubernetes/libovsdb/model"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +33,7 @@ import (
 	"github.com/ovnhost/ovnhost/controller/kube"
 	"github.com/ovnhost/ovnhost/controller/ovnnb"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
+	"github.com/ovnhost/ovnhost/internal/ovsdb/sbdb"
 	"github.com/ovnhost/ovnhost/tests/harness/kubeapi"
 	"github.com/ovnhost/ovnhost/tests/harness/ovncentral"
 	"github.com/ovnhost/ovnhost/tests/testenv"
@@ -453,4 +455,35 @@ func inCIDR(ipStr, cidr string) bool {
 		return false
 	}
 	return netip.MustParsePrefix(cidr).Contains(ip)
+}
+
+// sbPortBindings lists the southbound Port_Binding logical ports (read with libovsdb).
+func (e *env) sbPortBindings(t testing.TB) map[string]bool {
+	t.Helper()
+	dbm, err := sbdb.FullDatabaseModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := libovsdbclient.NewOVSDBClient(dbm, libovsdbclient.WithEndpoint(e.central.SB()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := cl.Monitor(ctx, cl.NewMonitor(libovsdbclient.WithTable(&sbdb.PortBinding{}))); err != nil {
+		t.Fatal(err)
+	}
+	var pbs []sbdb.PortBinding
+	if err := cl.List(ctx, &pbs); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, pb := range pbs {
+		out[pb.LogicalPort] = true
+	}
+	return out
 }

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/ovnhost/ovnhost/controller/annotations"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
@@ -144,7 +145,51 @@ func TestDefaultTopologyNodesAndSubnetValidation(t *testing.T) {
 	if s.Status.V4AvailableIPs != 244 || s.Status.V4AvailableIPRange != "10.40.0.10-10.40.0.253" {
 		t.Fatalf("extra status: %+v", s.Status)
 	}
+	// Editing a Subnet (excludeIps) is applied and reflected in its status.
+	u, err := e.dc.Resource(subnetGVR).Get(ctx, "extra", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = unstructured.SetNestedStringSlice(u.Object, []string{"10.40.0.1..10.40.0.99"}, "spec", "excludeIps")
+	if _, err := e.dc.Resource(subnetGVR).Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor(30*time.Second, "extra status after excludeIps edit", func() (bool, string) {
+		s := e.subnet("extra")
+		return s.Status.V4AvailableIPs == 154 && s.Status.V4AvailableIPRange == "10.40.0.100-10.40.0.253", fmt.Sprintf("%+v", s.Status)
+	})
+
+	// Dual stack: one address per family, both on the port and the router port.
+	if _, err := e.dc.Resource(subnetGVR).Create(ctx, subnetObj("dual", map[string]any{"cidrBlock": "10.70.0.0/24,fd00:10:70::/120", "protocol": "Dual", "namespaces": []any{"v6ns"}}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.createNamespace("v6ns", nil)
+	e.waitSubnetReady("dual")
+	e.createPod("v6ns", "pod6", "node-a", nil)
+	e.waitFor(30*time.Second, "dual-stack pod annotated with both families", func() (bool, string) {
+		o, ok, _ := e.pods.GetStore().GetByKey("v6ns/pod6")
+		if !ok {
+			return false, "no pod"
+		}
+		p := o.(*corev1.Pod)
+		good, why := e.podPortMatches(p)
+		a := p.Annotations
+		return good && a[annotations.IPAddress] == "10.70.0.2,fd00:10:70::2" && a[annotations.Gateway] == "10.70.0.1,fd00:10:70::1" &&
+			a[annotations.CIDR] == "10.70.0.0/24,fd00:10:70::/120", why + fmt.Sprint(a)
+	})
+	lrp := &nbdb.LogicalRouterPort{Name: "ovn-cluster-dual"}
+	if err := e.nb.Raw().Get(ctx, lrp); err != nil || !slices.Equal(lrp.Networks, []string{"10.70.0.1/24", "fd00:10:70::1/120"}) {
+		t.Fatalf("dual router port: %+v %v", lrp, err)
+	}
+
+	// ovn-northd accepted all of it: every port is bound in the southbound.
 	if err := e.central.WaitNorthd(ctx); err != nil {
 		t.Fatal(err)
+	}
+	bound := e.sbPortBindings(t)
+	for _, want := range []string{"pod6.v6ns", "node-node-a", "ovn-cluster-dual", "ovn-cluster-ovn-default", "join-ovn-cluster"} {
+		if !bound[want] {
+			t.Fatalf("no southbound Port_Binding for %s (have %d bindings)", want, len(bound))
+		}
 	}
 }
