@@ -39,7 +39,7 @@ type kubeNode struct {
 	cs  kubernetes.Interface
 }
 
-func startKubeNode(t *testing.T, annWait time.Duration) *kubeNode {
+func startKubeNode(t testing.TB, annWait time.Duration) *kubeNode {
 	t.Helper()
 	n := startNode(t, nodeOpts{noServer: true})
 	api := kubeapi.Start(t)
