@@ -39,10 +39,14 @@ const (
 
 // Central is a running NB + SB + northd.
 type Central struct {
-	Dir  string
-	mu   sync.Mutex
-	proc map[string]*proc
-	t    testing.TB
+	Dir string
+	// With StartSSL: NB also listens on NBSSL(), with key, cert and cacert
+	// in TLSDir (Kube-OVN's /var/run/tls layout).
+	TLSDir  string
+	sslPort int
+	mu      sync.Mutex
+	proc    map[string]*proc
+	t       testing.TB
 }
 
 type proc struct {
@@ -57,8 +61,17 @@ func (c *Central) NB() string { return "unix:" + filepath.Join(c.Dir, "nb.sock")
 // SB is the southbound endpoint.
 func (c *Central) SB() string { return "unix:" + filepath.Join(c.Dir, "sb.sock") }
 
+// NBSSL is the northbound ssl: endpoint (StartSSL only).
+func (c *Central) NBSSL() string { return fmt.Sprintf("ssl:127.0.0.1:%d", c.sslPort) }
+
+// StartSSL is Start plus an ssl: listener on the NB with a fresh CA, server
+// and client certificates.
+func StartSSL(t testing.TB) *Central { return start(t, true) }
+
 // Start starts NB, SB and northd; t.Cleanup stops them and removes the directory.
-func Start(t testing.TB) *Central {
+func Start(t testing.TB) *Central { return start(t, false) }
+
+func start(t testing.TB, ssl bool) *Central {
 	t.Helper()
 	testenv.RequireCommands(t, "ovsdb-server", "ovsdb-tool", "ovn-northd")
 	for _, s := range []string{NBSchema, SBSchema} {
@@ -76,6 +89,18 @@ func Start(t testing.TB) *Central {
 	}
 	c := &Central{Dir: dir, proc: map[string]*proc{}, t: t}
 	t.Cleanup(c.Stop)
+	if ssl {
+		c.TLSDir = filepath.Join(dir, "tls")
+		if err := writePKI(c.TLSDir); err != nil {
+			t.Fatalf("ovncentral: PKI: %v", err)
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.sslPort = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
 	for _, db := range []struct{ name, schema string }{{"nb", NBSchema}, {"sb", SBSchema}} {
 		file := filepath.Join(dir, db.name+".db")
 		if out, err := exec.Command(mustLook(t, "ovsdb-tool"), "create", file, db.schema).CombinedOutput(); err != nil {
@@ -92,11 +117,16 @@ func Start(t testing.TB) *Central {
 
 func (c *Central) startDB(t testing.TB, name string) {
 	dir := c.Dir
-	c.start(t, name, mustLook(t, "ovsdb-server"),
-		"--remote=punix:"+filepath.Join(dir, name+".sock"),
-		"--unixctl="+filepath.Join(dir, name+".ctl"),
-		"--log-file="+filepath.Join(dir, name+".log"), "-vconsole:off", "-vfile:info",
-		"--no-chdir", filepath.Join(dir, name+".db"))
+	args := []string{"--remote=punix:" + filepath.Join(dir, name+".sock"),
+		"--unixctl=" + filepath.Join(dir, name+".ctl"),
+		"--log-file=" + filepath.Join(dir, name+".log"), "-vconsole:off", "-vfile:info",
+		"--no-chdir"}
+	if name == "nb" && c.TLSDir != "" {
+		args = append(args, fmt.Sprintf("--remote=pssl:%d:127.0.0.1", c.sslPort),
+			"--private-key="+filepath.Join(c.TLSDir, "server.key"), "--certificate="+filepath.Join(c.TLSDir, "server.crt"),
+			"--ca-cert="+filepath.Join(c.TLSDir, "cacert"))
+	}
+	c.start(t, name, mustLook(t, "ovsdb-server"), append(args, filepath.Join(dir, name+".db"))...)
 	if err := waitSocket(filepath.Join(dir, name+".sock"), c.proc[name], 10*time.Second); err != nil {
 		t.Fatalf("%s ovsdb-server: %v; log: %s", name, err, tail(filepath.Join(dir, name+".log")))
 	}
