@@ -365,6 +365,19 @@ func (n *node) start(name string, env []string, bin string, args ...string) {
 	n.procs = append(n.procs, d)
 }
 
+// kill stops a daemon for good (SIGTERM).
+func (n *node) kill(name string) {
+	n.t.Helper()
+	for _, d := range n.procs {
+		if d.name == name {
+			_ = d.cmd.Process.Signal(syscall.SIGTERM)
+			<-d.done
+			return
+		}
+	}
+	n.t.Fatalf("no daemon %s", name)
+}
+
 // crash kills a daemon with SIGKILL and starts it again with the same
 // arguments, as a supervisor would.
 func (n *node) crash(name string) {

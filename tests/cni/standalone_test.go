@@ -20,6 +20,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/ovnhost/ovnhost/cni/server"
 	"github.com/ovnhost/ovnhost/controller/ovnnb"
 	"github.com/ovnhost/ovnhost/netctl/podnet"
 	"github.com/ovnhost/ovnhost/supervisor/config"
@@ -597,4 +598,35 @@ func TestSameContainerRaces(t *testing.T) {
 		t.Fatal(out.Err.Msg)
 	}
 	n.assertClean(t)
+}
+
+// Without ovn-controller nothing sets ovn-installed: ADD fails after its
+// deadline naming what it waited for, and rolls everything back.
+func TestNoOVNControllerRollsBack(t *testing.T) {
+	n := startNode(t, nodeOpts{serverOpts: []server.Option{server.WithTimeouts(10*time.Second, 2*time.Second), server.WithoutNodePort()}})
+	n.kill("ovn-controller")
+	ns := podnetNewNetNS(t)
+	out := runPlugin(t, n.installedPlugin(), cniCall{Command: "ADD", ContainerID: "cid-noctl", Netns: ns, IfName: "eth0",
+		Args: "K8S_POD_NAMESPACE=default;K8S_POD_NAME=noctl", Conf: n.netconf(t, "", nil)})
+	if out.Code == 0 || out.Err.Code != 11 || !strings.Contains(out.Err.Msg, "ovn-installed=true") || !strings.Contains(out.Err.Msg, "noctl.default") {
+		t.Fatalf("ADD without ovn-controller: exit %d code %d %q", out.Code, out.Err.Code, out.Err.Msg)
+	}
+	n.assertClean(t)
+	inNetns(t, ns, func() error {
+		if _, err := netlink.LinkByName("eth0"); err == nil {
+			t.Errorf("eth0 left in the pod after a failed ADD")
+		}
+		return nil
+	})
+	// The address went back to the pool: no pod port in NB.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nb, err := ovnnb.Connect(ctx, ovnnb.Options{Endpoints: n.central.NB()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nb.Close()
+	if _, found, err := nb.GetPort(ctx, "noctl.default"); err != nil || found {
+		t.Fatalf("logical switch port of the failed pod: found=%v err=%v", found, err)
+	}
 }
