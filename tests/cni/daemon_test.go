@@ -24,6 +24,9 @@ import (
 // addresses from the standalone IPAM, ping each other and carry a TCP
 // transfer; after the daemon stops, ADD answers "try again later".
 func TestDaemonAllInOne(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real daemons: not in -short")
+	}
 	testenv.RequireRoot(t)
 	bin := testenv.Binary(t, "ovnhost")
 	testenv.Binary(t, "ovnhost-cni")

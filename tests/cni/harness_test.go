@@ -203,6 +203,9 @@ type nodeOpts struct {
 // startNode brings up central + node + CNI server; everything stops at cleanup.
 func startNode(t testing.TB, o nodeOpts) *node {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("real OVS/OVN daemons: not in -short")
+	}
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "ovsdb-server", "ovsdb-tool", "ovs-vswitchd", "ovn-controller", "ovn-northd", "ip", "ping")
 	if os.Getenv(envInNetns) == "" {
