@@ -51,15 +51,10 @@ type NodeNetwork struct {
 	PodCIDRs []netip.Prefix
 }
 
-// Standalone-mode defaults: Kube-OVN's names and ranges.
-const (
-	DefaultRouter  = "ovn-cluster"
-	DefaultSwitch  = "ovn-default"
-	DefaultCIDR    = "10.16.0.0/16"
-	JoinSwitch     = "join"
-	JoinCIDR       = "100.64.0.0/16"
-	standaloneNote = "standalone mode (no Kubernetes)"
-)
+// DefaultCIDR is Kube-OVN's default pod subnet, always routed through ovn0.
+const DefaultCIDR = ovnnet.DefaultSubnetCIDR
+
+const standaloneNote = "standalone mode (no Kubernetes)"
 
 // standaloneSource allocates addresses itself and creates the logical
 // switch ports with the controller's library (controller/ovnnet: IPAM + NB).
