@@ -717,6 +717,7 @@ func (c *Controller) syncSubnet(ctx context.Context, name string) error {
 		delete(c.problems, name)
 		c.mu.Unlock()
 		if was {
+			c.m.subnetIPs.DeletePartialMatch(prometheus.Labels{"subnet": name})
 			return c.net.RemoveSubnet(ctx, name)
 		}
 		return nil
@@ -770,6 +771,10 @@ func (c *Controller) syncStatus(ctx context.Context, name string) error {
 	if usage, ok := c.net.IPAM.Usage(name); ok && valid {
 		st.V4AvailableIPs, st.V4UsingIPs, st.V4AvailableIPRange, st.V4UsingIPRange = usage.V4Available, usage.V4Using, usage.V4AvailableRange, usage.V4UsingRange
 		st.V6AvailableIPs, st.V6UsingIPs, st.V6AvailableIPRange, st.V6UsingIPRange = usage.V6Available, usage.V6Using, usage.V6AvailableRange, usage.V6UsingRange
+		c.m.subnetIPs.WithLabelValues(name, "ipv4", "available").Set(st.V4AvailableIPs)
+		c.m.subnetIPs.WithLabelValues(name, "ipv4", "using").Set(st.V4UsingIPs)
+		c.m.subnetIPs.WithLabelValues(name, "ipv6", "available").Set(st.V6AvailableIPs)
+		c.m.subnetIPs.WithLabelValues(name, "ipv6", "using").Set(st.V6UsingIPs)
 	}
 	conds := []kubeovnv1.Condition{}
 	switch {

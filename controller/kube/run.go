@@ -33,6 +33,7 @@ type metrics struct {
 	podSync   prometheus.Histogram
 	rebuild   prometheus.Gauge
 	leader    prometheus.Gauge
+	subnetIPs *prometheus.GaugeVec
 }
 
 func newMetrics(r prometheus.Registerer, nb *ovnnb.Client) *metrics {
@@ -46,8 +47,10 @@ func newMetrics(r prometheus.Registerer, nb *ovnnb.Client) *metrics {
 		rebuild: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovnhost_controller_ipam_rebuild_seconds",
 			Help: "Time the last IPAM rebuild from annotations took."}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovnhost_controller_leader", Help: "1 while this replica leads."}),
+		subnetIPs: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ovnhost_controller_subnet_ips",
+			Help: "Addresses of a subnet by family and state (available, using), as in the Subnet status."}, []string{"subnet", "family", "state"}),
 	}
-	cs := []prometheus.Collector{m.allocated, m.failures, m.podSync, m.rebuild, m.leader}
+	cs := []prometheus.Collector{m.allocated, m.failures, m.podSync, m.rebuild, m.leader, m.subnetIPs}
 	if nb != nil {
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ovnhost_controller_nb_connected",
 			Help: "1 while the OVN northbound connection is up."}, func() float64 {

@@ -44,6 +44,9 @@ import (
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
 )
 
+// TransactTimeout bounds a transaction whose context has no deadline.
+var TransactTimeout = 30 * time.Second
+
 // Vendor is the external_ids:vendor value on every row ovnhost creates.
 const Vendor = "ovnhost"
 
@@ -187,6 +190,13 @@ func (c *Client) Raw() client.Client { return c.cl }
 func (c *Client) transact(ctx context.Context, what string, ops []ovsdb.Operation) ([]ovsdb.OperationResult, error) {
 	if len(ops) == 0 {
 		return nil, nil
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		// While the NB is away libovsdb blocks until it reconnects: bound
+		// that so callers see an error and retry instead of hanging.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, TransactTimeout)
+		defer cancel()
 	}
 	res, err := c.cl.Transact(ctx, ops...)
 	if err != nil {

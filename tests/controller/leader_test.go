@@ -63,8 +63,13 @@ func TestTwoReplicasLeaderElectionHealthAndMetrics(t *testing.T) {
 		p, ok, _ := e.pods.GetStore().GetByKey("default/before")
 		return ok && annotated(p.(*corev1.Pod)), "not annotated"
 	})
+	e.waitFor(30*time.Second, "ovn-default status counting the pod", func() (bool, string) {
+		s := e.subnet("ovn-default")
+		return s != nil && s.Status.V4UsingIPs == 1, "not yet"
+	})
 	_, metrics := get("http://" + a1 + "/metrics")
-	for _, m := range []string{"ovnhost_controller_pod_addresses_assigned_total 1", "ovnhost_controller_leader 1", "ovnhost_controller_nb_connected 1"} {
+	for _, m := range []string{"ovnhost_controller_pod_addresses_assigned_total 1", "ovnhost_controller_leader 1", "ovnhost_controller_nb_connected 1",
+		`ovnhost_controller_subnet_ips{family="ipv4",state="using",subnet="ovn-default"} 1`} {
 		if !strings.Contains(metrics, m) {
 			t.Fatalf("leader /metrics lacks %q", m)
 		}
