@@ -147,8 +147,15 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 		}
 	}
 	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueue(c.podQ),
-		UpdateFunc: func(_, n any) { enqueue(c.podQ)(n) },
+		AddFunc: enqueue(c.podQ),
+		UpdateFunc: func(o, n any) {
+			// kubelet status updates (10k pods: many per second) change nothing we read.
+			op, np := o.(*corev1.Pod), n.(*corev1.Pod)
+			if op.UID != np.UID || op.Spec.NodeName != np.Spec.NodeName || op.Status.Phase != np.Status.Phase ||
+				!maps2Equal(op.Annotations, np.Annotations) || (op.DeletionTimestamp == nil) != (np.DeletionTimestamp == nil) {
+				enqueue(c.podQ)(n)
+			}
+		},
 		DeleteFunc: enqueue(c.podQ),
 	}); err != nil {
 		return nil, err

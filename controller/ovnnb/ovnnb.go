@@ -163,10 +163,13 @@ func Connect(ctx context.Context, o Options) (*Client, error) {
 	// Logical_Switch without its ports column: with 10k ports on a switch,
 	// every port change would otherwise copy the whole set into the cache
 	// (libovsdb clones rows through JSON), which dominated CPU at scale.
+	// Logical_Switch_Port without the columns ovn-controller and northd
+	// write (up, dynamic_addresses, ...): pod start-ups then cost no update here.
 	ls := &nbdb.LogicalSwitch{}
+	lsp := &nbdb.LogicalSwitchPort{}
 	_, err = cl.Monitor(ctx, cl.NewMonitor(
 		client.WithTable(ls, &ls.Name, &ls.ExternalIDs, &ls.OtherConfig),
-		client.WithTable(&nbdb.LogicalSwitchPort{}),
+		client.WithTable(lsp, &lsp.Name, &lsp.Addresses, &lsp.PortSecurity, &lsp.ExternalIDs, &lsp.Type, &lsp.Options),
 		client.WithTable(&nbdb.LogicalRouter{}),
 		client.WithTable(&nbdb.LogicalRouterPort{}),
 		client.WithTable(&nbdb.LogicalRouterStaticRoute{}),
@@ -535,26 +538,31 @@ func toPort(l *nbdb.LogicalSwitchPort) Port {
 }
 
 // Ports lists the ovnhost workload ports (not router ports) whose external IDs
-// contain every key/value in match (nil = all).
-func (c *Client) Ports(ctx context.Context, match map[string]string) ([]Port, error) {
-	var ls []*nbdb.LogicalSwitchPort
-	err := c.cl.WhereCache(func(l *nbdb.LogicalSwitchPort) bool {
-		if l.Type != "" || l.ExternalIDs[KeyVendor] != Vendor {
-			return false
+// contain every key/value in match (nil = all). It reads the cache without
+// copying rows (libovsdb would clone each through JSON), so it stays cheap at 10k ports.
+func (c *Client) Ports(_ context.Context, match map[string]string) ([]Port, error) {
+	t := c.cl.Cache().Table(nbdb.LogicalSwitchPortTable)
+	if t == nil {
+		return nil, errors.New("ovnnb: Logical_Switch_Port is not monitored")
+	}
+	var out []Port
+	for _, m := range t.RowsShallow() { // read-only rows
+		l, ok := m.(*nbdb.LogicalSwitchPort)
+		if !ok || l.Type != "" || l.ExternalIDs[KeyVendor] != Vendor {
+			continue
 		}
+		keep := true
 		for k, v := range match {
 			if l.ExternalIDs[k] != v {
-				return false
+				keep = false
+				break
 			}
 		}
-		return true
-	}).List(ctx, &ls)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Port, len(ls))
-	for i, l := range ls {
-		out[i] = toPort(l)
+		if keep {
+			p := toPort(l)
+			p.ExternalIDs = maps.Clone(l.ExternalIDs)
+			out = append(out, p)
+		}
 	}
 	return out, nil
 }
