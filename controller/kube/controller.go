@@ -568,6 +568,13 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 		}
 	}
 	req := ovnnet.PodRequest{Namespace: ns, Name: name, Subnet: c.subnetForPod(pod), IPs: ips, MAC: ann[annotations.MACAddress]}
+	c.mu.Lock()
+	prob := c.problems[req.Subnet]
+	c.mu.Unlock()
+	if prob != nil {
+		c.fail(pod, req.Subnet, "SubnetNotValid", fmt.Sprintf("subnet %q is not valid (%s: %s); fix the Subnet and the pod gets its address", req.Subnet, prob.Reason, prob.Message))
+		return nil
+	}
 	a, err := c.net.AddPod(ctx, req)
 	if err != nil && recorded && ipam.KindOf(err) != "" {
 		// The recorded address is not this pod's to keep (another pod holds

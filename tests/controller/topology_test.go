@@ -129,6 +129,12 @@ func TestDefaultTopologyNodesAndSubnetValidation(t *testing.T) {
 			return c.Status == "False" && c.Reason == reason && strings.Contains(c.Message, text) && r != nil && r.Status == "False", fmt.Sprintf("%+v", *c)
 		})
 	}
+	// A pod asking for an invalid subnet is told why.
+	e.createPod("default", "on-vlan", "node-a", map[string]string{annotations.LogicalSwitch: "vlan"})
+	e.waitFor(30*time.Second, "SubnetNotValid event on on-vlan", func() (bool, string) {
+		ev := strings.Join(e.events("default", "on-vlan"), "|")
+		return strings.Contains(ev, `SubnetNotValid: subnet "vlan" is not valid (UnsupportedField`), ev
+	})
 	// A good extra subnet gets its switch and router port.
 	if _, err := e.dc.Resource(subnetGVR).Create(ctx, subnetObj("extra", map[string]any{"cidrBlock": "10.40.0.0/24", "gateway": "10.40.0.254", "excludeIps": []any{"10.40.0.1..10.40.0.9"}}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
