@@ -18,11 +18,15 @@ import (
 // so that the host (kubelet probes) reaches pods. It runs in the background
 // because in Kubernetes mode it waits for the controller's node annotations.
 func (s *Server) nodePortLoop(ctx context.Context) {
-	var changes <-chan struct{}
-	if ks, ok := s.src.(*kubeSource); ok {
+	var changes, nodeChanges <-chan struct{}
+	ks, _ := s.src.(*kubeSource)
+	if ks != nil {
 		ch, cancel := ks.CIDRChanges()
 		defer cancel()
 		changes = ch
+		nch, ncancel := ks.subscribe("node")
+		defer ncancel()
+		nodeChanges = nch
 	}
 	// ovs-vswitchd recreates an internal port's device when it restarts
 	// (with the userspace datapath, a tap device): the new device has no
@@ -36,7 +40,8 @@ func (s *Server) nodePortLoop(ctx context.Context) {
 	}
 	for {
 		idx := 0
-		if err := s.ensureNodePort(ctx); err != nil && ctx.Err() == nil {
+		applied, err := s.ensureNodePort(ctx)
+		if err != nil && ctx.Err() == nil {
 			s.log.Error("node port "+NodePortName+" not configured; the host cannot reach pods", "err", err)
 		} else if l, err := netlink.LinkByName(NodePortName); err == nil {
 			idx = l.Attrs().Index
@@ -48,6 +53,14 @@ func (s *Server) nodePortLoop(ctx context.Context) {
 				return
 			case <-changes: // a new pod CIDR: add its route
 				break wait
+			case <-nodeChanges:
+				// Most node updates are status; act only when the
+				// controller's annotations for the node port changed.
+				nn, err := ks.NodeNetwork(ctx)
+				if err == nil && (applied == nil || !sameNodePort(nn, applied)) {
+					s.log.Info("node annotations changed; configuring "+NodePortName+" again", "address", nn.Addr, "mac", nn.MAC.String())
+					break wait
+				}
 			case u, ok := <-links:
 				if !ok {
 					links = nil
@@ -62,11 +75,20 @@ func (s *Server) nodePortLoop(ctx context.Context) {
 	}
 }
 
-func (s *Server) ensureNodePort(ctx context.Context) error {
+func sameNodePort(a, b *NodeNetwork) bool {
+	return a.PortName == b.PortName && a.Addr == b.Addr && a.Gateway == b.Gateway && a.MAC.String() == b.MAC.String()
+}
+
+// ensureNodePort configures ovn0 and returns what it applied.
+func (s *Server) ensureNodePort(ctx context.Context) (*NodeNetwork, error) {
 	nn, err := s.src.NodeNetwork(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	return nn, s.applyNodePort(ctx, nn)
+}
+
+func (s *Server) applyNodePort(ctx context.Context, nn *NodeNetwork) error {
 	ids, exists, err := s.ovs.Interface(ctx, NodePortName)
 	if err != nil {
 		return err
@@ -76,6 +98,13 @@ func (s *Server) ensureNodePort(ctx context.Context) error {
 			return err
 		}
 		exists = false
+	}
+	if exists && (ids[extAttachedMAC] != nn.MAC.String() || ids[extIP] != nn.Addr.Addr().String()) {
+		// Same logical port, new address: the device stays, its
+		// external_ids follow and the address is replaced below.
+		if err := s.ovs.SetExternalIDs(ctx, NodePortName, map[string]string{extAttachedMAC: nn.MAC.String(), extIP: nn.Addr.Addr().String()}); err != nil {
+			return err
+		}
 	}
 	if !exists {
 		err := s.ovs.AddPort(ctx, portSpec{Name: NodePortName, Type: "internal", ExternalIDs: map[string]string{

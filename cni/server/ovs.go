@@ -468,3 +468,18 @@ func (o *ovsOps) MirrorMembers(ctx context.Context) ([]string, error) {
 	}
 	return names, nil
 }
+
+// SetExternalIDs sets keys of an interface's external_ids, keeping the others.
+func (o *ovsOps) SetExternalIDs(ctx context.Context, name string, kv map[string]string) error {
+	keys := make([]any, 0, len(kv))
+	for k := range kv {
+		keys = append(keys, k)
+	}
+	where := []ovsdb.Condition{eq("name", name)}
+	_, err := o.transact(ctx, "set external_ids of "+name,
+		ovsdb.Operation{Op: ovsdb.OperationMutate, Table: "Interface", Where: where,
+			Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationDelete, ovsdb.OvsSet{GoSet: keys})}},
+		ovsdb.Operation{Op: ovsdb.OperationMutate, Table: "Interface", Where: where,
+			Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationInsert, strMap(kv))}})
+	return err
+}

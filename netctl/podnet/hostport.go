@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 
 	"github.com/vishvananda/netlink"
 )
@@ -50,9 +51,9 @@ type HostPort struct {
 	Routes []Route
 }
 
-// ConfigureHostPort applies p to the existing interface p.Name. Addresses
-// and routes it does not list are left alone; it is safe to call again with
-// more routes.
+// ConfigureHostPort applies p to the existing interface p.Name: its global
+// addresses become exactly p.Addrs; routes it does not list are left alone.
+// It is safe to call again (with more routes, or a new address).
 func ConfigureHostPort(p HostPort) error {
 	l, err := netlink.LinkByName(p.Name)
 	if err != nil {
@@ -66,6 +67,21 @@ func ConfigureHostPort(p HostPort) error {
 	if p.MTU != 0 && l.Attrs().MTU != p.MTU {
 		if err := netlink.LinkSetMTU(l, p.MTU); err != nil {
 			return stepErr("set MTU of "+p.Name, err)
+		}
+	}
+	// The port is ours alone: global addresses it should no longer have go
+	// first (removing a primary address also removes the secondaries of its
+	// subnet, so the wanted ones are added after).
+	if have, err := netlink.AddrList(l, netlink.FAMILY_ALL); err == nil {
+		for _, h := range have {
+			ip, ok := netip.AddrFromSlice(h.IP)
+			if !ok || ip.IsLinkLocalUnicast() {
+				continue
+			}
+			ones, _ := h.Mask.Size()
+			if !slices.Contains(p.Addrs, netip.PrefixFrom(ip.Unmap(), ones)) {
+				_ = netlink.AddrDel(l, &h)
+			}
 		}
 	}
 	for _, a := range p.Addrs {

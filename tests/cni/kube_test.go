@@ -14,6 +14,7 @@ import (
 
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -310,4 +311,38 @@ func TestKubeDualStackSubnet(t *testing.T) {
 		}
 	}
 	k.assertClean(t)
+}
+
+// The controller's node annotations change (here: a new join address): ovn0
+// follows, and the host still reaches pods.
+func TestKubeNodeAddressChange(t *testing.T) {
+	k := startKubeNode(t, 60*time.Second)
+	p := k.addPod(t, "probe", nil)
+	waitOVN0(t)
+	addrs := make(chan netlink.AddrUpdate, 64)
+	done := make(chan struct{})
+	defer close(done)
+	if err := netlink.AddrSubscribe(addrs, done); err != nil {
+		t.Fatal(err)
+	}
+	patch := []byte(`{"metadata":{"annotations":{"ovn.kubernetes.io/ip_address":"100.64.0.50"}}}`)
+	if _, err := k.cs.CoreV1().Nodes().Patch(context.Background(), "node1", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(30 * time.Second)
+	for found := false; !found; {
+		select {
+		case u := <-addrs:
+			found = u.NewAddr && u.LinkAddress.IP.String() == "100.64.0.50"
+		case <-deadline:
+			n, _ := k.cs.CoreV1().Nodes().Get(context.Background(), "node1", metav1.GetOptions{})
+			t.Fatalf("ovn0 did not get 100.64.0.50; node annotations %v", n.Annotations)
+		}
+	}
+	waitOVN0(t)
+	ln := listen(t, p.netns, net.JoinHostPort(p.ip, "8090"))
+	transfer(t, "", ln, net.JoinHostPort(p.ip, "8090"), 256<<10)
+	if out := k.del(t, p); out.Code != 0 {
+		t.Fatal(out.Err.Msg)
+	}
 }
