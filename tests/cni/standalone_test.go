@@ -544,10 +544,16 @@ func TestVswitchdCrash(t *testing.T) {
 	b := n.add(t, "cb", "")
 	waitOVN0(t)
 	n.crash("ovs-vswitchd")
-	if err := ping(t, a.netns, b.ip); err != nil {
-		// The first packets may be lost while vswitchd comes back: retry
-		// once, which waits for its own replies.
-		if err := ping(t, a.netns, b.ip); err != nil {
+	// Packets are lost until vswitchd is back and ovn-controller has
+	// reconnected (its OpenFlow back-off is about 2 s): each ping attempt
+	// waits for its own replies, within an overall deadline.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := ping(t, a.netns, b.ip)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
 			t.Fatalf("pods after the vswitchd restart: %v", err)
 		}
 	}
