@@ -37,6 +37,9 @@ type Options struct {
 	Name string
 	// Probe only proves the server answers: no monitor, no reconnect.
 	Probe bool
+	// Once makes a single connection attempt: for one-shot questions
+	// (netctl doctor) where a server that does not answer now is the answer.
+	Once bool
 }
 
 // Conn is a connected, monitoring libovsdb client plus a change signal.
@@ -77,7 +80,11 @@ func Dial(ctx context.Context, dbModel model.ClientDBModel, endpoint string, o O
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	if err := connect(ctx, cl, endpoint, name, o.Exited); err != nil {
+	if o.Once {
+		if err := cl.Connect(ctx); err != nil {
+			return nil, fmt.Errorf("%s does not answer on %s: %w", name, endpoint, err)
+		}
+	} else if err := connect(ctx, cl, endpoint, name, o.Exited); err != nil {
 		return nil, err
 	}
 	c := &Conn{Client: cl, endpoint: endpoint, changed: make(chan struct{})}

@@ -92,7 +92,7 @@ func (h *Host) dial(ctx context.Context, dbModel func() (model.ClientDBModel, er
 			return nil, err
 		}
 	}
-	return ovsdbconn.Dial(ctx, m, remote, ovsdbconn.Options{Tables: tables, TLS: tc, Name: name})
+	return ovsdbconn.Dial(ctx, m, remote, ovsdbconn.Options{Tables: tables, TLS: tc, Name: name, Once: true})
 }
 
 // Unixctl calls a daemon's control socket.
