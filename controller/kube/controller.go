@@ -743,10 +743,11 @@ func (c *Controller) syncSubnet(ctx context.Context, name string) error {
 			if ipam.KindOf(err) == "" {
 				return err
 			}
-			prob = &kubeovnv1.Problem{Reason: "InvalidField", Message: err.Error()}
+			prob = &kubeovnv1.Problem{Reason: "InvalidField", Message: ipamMessage(err)}
 		}
 	}
 	c.mu.Lock()
+	old, known := c.problems[name]
 	if prob == nil {
 		c.valid[name] = s
 		delete(c.problems, name)
@@ -757,7 +758,7 @@ func (c *Controller) syncSubnet(ctx context.Context, name string) error {
 	c.mu.Unlock()
 	if prob == nil {
 		c.wake(name)
-	} else {
+	} else if !known || old.Message != prob.Message {
 		c.log.Warn("subnet not valid", "subnet", name, "reason", prob.Reason, "message", prob.Message)
 	}
 	c.statusQ.Add(name)

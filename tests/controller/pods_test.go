@@ -216,3 +216,28 @@ func TestSubnetExhaustionReportedOnPodAndSubnet(t *testing.T) {
 		return annotated(p.(*corev1.Pod)) && c != nil && c.Status == "False", fmt.Sprintf("%v %+v", p.(*corev1.Pod).Annotations, c)
 	})
 }
+
+// TestControllerRidesOutNBRestart: the northbound ovsdb-server goes away
+// under a running controller; a pod created meanwhile gets its port and
+// annotations once the NB is back, over the same controller process.
+func TestControllerRidesOutNBRestart(t *testing.T) {
+	e := newEnv(t)
+	e.createNode("node-a", "192.168.10.11")
+	e.startController()
+	e.waitSubnetReady("ovn-default")
+	e.createPod("default", "before", "node-a", nil)
+	e.waitFor(30*time.Second, "pod before annotated", func() (bool, string) {
+		p, ok, _ := e.pods.GetStore().GetByKey("default/before")
+		return ok && annotated(p.(*corev1.Pod)), "not annotated"
+	})
+	e.central.StopNB()
+	e.createPod("default", "during", "node-a", nil)
+	e.central.StartNB(t)
+	e.waitFor(60*time.Second, "pod during annotated with a matching port after the NB restart", func() (bool, string) {
+		p, ok, _ := e.pods.GetStore().GetByKey("default/during")
+		if !ok || !annotated(p.(*corev1.Pod)) {
+			return false, "not annotated"
+		}
+		return e.podPortMatches(p.(*corev1.Pod))
+	})
+}

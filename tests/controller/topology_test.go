@@ -165,6 +165,18 @@ func TestDefaultTopologyNodesAndSubnetValidation(t *testing.T) {
 		return s.Status.V4AvailableIPs == 154 && s.Status.V4AvailableIPRange == "10.40.0.100-10.40.0.253", fmt.Sprintf("%+v", s.Status)
 	})
 
+	// Deleting a Subnet removes its switch and router port pair.
+	if err := e.dc.Resource(subnetGVR).Delete(ctx, "extra", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor(30*time.Second, "switch extra and router port ovn-cluster-extra gone", func() (bool, string) {
+		var ls []nbdb.LogicalSwitch
+		_ = e.nb.Raw().WhereCache(func(s *nbdb.LogicalSwitch) bool { return s.Name == "extra" }).List(ctx, &ls)
+		err := e.nb.Raw().Get(ctx, &nbdb.LogicalRouterPort{Name: "ovn-cluster-extra"})
+		_, lsp := e.lsp("extra-ovn-cluster")
+		return len(ls) == 0 && err != nil && !lsp, fmt.Sprintf("switches %d, lrp err %v, lsp %v", len(ls), err, lsp)
+	})
+
 	// Dual stack: one address per family, both on the port and the router port.
 	if _, err := e.dc.Resource(subnetGVR).Create(ctx, subnetObj("dual", map[string]any{"cidrBlock": "10.70.0.0/24,fd00:10:70::/120", "protocol": "Dual", "namespaces": []any{"v6ns"}}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

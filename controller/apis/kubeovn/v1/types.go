@@ -133,7 +133,11 @@ func Validate(u *unstructured.Unstructured) (ipam.SubnetConfig, *Subnet, *Proble
 	}
 	cfg, err := ipam.ParseSubnet(u.GetName(), s.Spec.CIDRBlock, s.Spec.Gateway, s.Spec.ExcludeIps)
 	if err != nil {
-		return ipam.SubnetConfig{}, s, &Problem{"InvalidField", err.Error()}
+		msg := err.Error()
+		if ie, ok := err.(*ipam.Error); ok {
+			msg = ie.Msg
+		}
+		return ipam.SubnetConfig{}, s, &Problem{"InvalidField", msg}
 	}
 	var v4, v6 bool
 	for _, p := range cfg.CIDRs {
