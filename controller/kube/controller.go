@@ -494,7 +494,8 @@ func (c *Controller) subnetForPod(p *corev1.Pod) string {
 		if slices.Contains(s.Spec.Namespaces, p.Namespace) {
 			return n
 		}
-		if s.Spec.Default && n != ovnnet.JoinSubnet {
+		// A user Subnet marked default wins over ovn-default (which the controller creates as default).
+		if s.Spec.Default && n != ovnnet.JoinSubnet && n != ovnnet.DefaultSubnet {
 			def = n
 		}
 	}
