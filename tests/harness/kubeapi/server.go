@@ -47,6 +47,9 @@ type child struct {
 // ports, waits for /readyz, and registers their shutdown with t.Cleanup.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("real daemons are not started under -short (make test-unit)")
+	}
 	bin := Binaries(t)
 	dir, err := os.MkdirTemp("", "kapi")
 	if err != nil {

@@ -73,6 +73,9 @@ func Start(t testing.TB) *Central { return start(t, false) }
 
 func start(t testing.TB, ssl bool) *Central {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("real daemons are not started under -short (make test-unit)")
+	}
 	testenv.RequireCommands(t, "ovsdb-server", "ovsdb-tool", "ovn-northd")
 	for _, s := range []string{NBSchema, SBSchema} {
 		if _, err := os.Stat(s); err != nil {
