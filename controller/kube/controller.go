@@ -172,7 +172,21 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 	}); err != nil {
 		return nil, err
 	}
-	if _, err := nsInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{}); err != nil {
+	if _, err := nsInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		// A namespace now pointing at another subnet: pods still without an address try again.
+		UpdateFunc: func(o, n any) {
+			on, nn := o.(*corev1.Namespace), n.(*corev1.Namespace)
+			if on.Annotations[annotations.LogicalSwitch] == nn.Annotations[annotations.LogicalSwitch] {
+				return
+			}
+			pods, _ := c.pods.Pods(nn.Name).List(everything)
+			for _, p := range pods {
+				if p.Annotations[annotations.Allocated] != "true" {
+					c.podQ.Add(p.Namespace + "/" + p.Name)
+				}
+			}
+		},
+	}); err != nil {
 		return nil, err
 	}
 	if _, err := c.subnetInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
