@@ -145,6 +145,29 @@ func Test200PodsTwoNodesSubnetChoiceStaticConflictAndReuse(t *testing.T) {
 		good, why := e.podPortMatches(pp)
 		return !still && good && pp.Annotations[annotations.IPAddress] == "10.16.200.7", fmt.Sprint(still, why, pp.Annotations)
 	})
+	// A namespace pointing at a missing subnet, then fixed: its waiting pod gets an address.
+	e.createNamespace("team-x", map[string]string{annotations.LogicalSwitch: "not-yet"})
+	e.createPod("team-x", "waiter", "node-a", nil)
+	e.waitFor(30*time.Second, "UnknownSubnet event on team-x/waiter", func() (bool, string) {
+		ev := strings.Join(e.events("team-x", "waiter"), "|")
+		return strings.Contains(ev, `UnknownSubnet: subnet "not-yet" does not exist`), ev
+	})
+	ns, err := e.kc.CoreV1().Namespaces().Get(ctx, "team-x", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Annotations[annotations.LogicalSwitch] = "by-pod"
+	if _, err := e.kc.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor(30*time.Second, "team-x/waiter addressed from by-pod after the namespace was fixed", func() (bool, string) {
+		p, ok, _ := e.pods.GetStore().GetByKey("team-x/waiter")
+		if !ok || !annotated(p.(*corev1.Pod)) {
+			return false, "not annotated"
+		}
+		return inCIDR(p.(*corev1.Pod).Annotations[annotations.IPAddress], "10.52.0.0/16"), fmt.Sprint(p.(*corev1.Pod).Annotations)
+	})
+
 	// A dynamic address freed is reused (lowest free first).
 	p0, _, _ := e.pods.GetStore().GetByKey("default/p0")
 	freed := p0.(*corev1.Pod).Annotations[annotations.IPAddress]
