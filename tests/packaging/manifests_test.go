@@ -104,6 +104,8 @@ func TestManifestsServerDryRun(t *testing.T) {
 		{"ovnhost-node", "patch", "nodes", nil, true},
 		{"ovnhost-node", "delete", "nodes", nil, false},
 		{"ovnhost-node", "list", "subnets.kubeovn.io", nil, true},
+		{"ovnhost-node", "list", "events", []string{"-A"}, true},
+		{"ovnhost-node", "delete", "events", []string{"-A"}, false},
 		{"ovnhost-node", "update", "subnets.kubeovn.io", nil, false},
 		{"ovnhost-node", "get", "secrets", []string{"-A"}, false},
 		{"ovnhost-node", "create", "leases.coordination.k8s.io", []string{"-n", "ovnhost"}, false},

@@ -78,6 +78,11 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	log := newLogger(cfg, level, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// A reader of our log that goes away (a pipe, a restarted journald)
+	// must not kill the supervisor and orphan its children: with SIGPIPE
+	// handled, the write fails instead. Handled, not ignored, so children
+	// start with the default disposition.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 
 	pre := preflight.Run(ctx, cfg)
 	if args[0] == "preflight" {
