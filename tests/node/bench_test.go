@@ -199,9 +199,14 @@ func BenchmarkVswitchdKillGap(b *testing.B) {
 			b.Fatal(err)
 		}
 		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		// ovs-ctl's --monitor parent holds the pidfile until it has seen
+		// the daemon die and exited itself: wait for both.
+		monitor := parentOf(pid)
 		_ = syscall.Kill(pid, syscall.SIGKILL)
-		for syscall.Kill(pid, 0) == nil && !zombie(pid) {
-			runtime.Gosched()
+		for _, p := range []int{pid, monitor} {
+			for p > 1 && syscall.Kill(p, 0) == nil && !zombie(p) {
+				runtime.Gosched()
+			}
 		}
 		r.sh(b, args...)
 	})
@@ -275,4 +280,19 @@ func zombie(pid int) bool {
 	}
 	i := strings.LastIndexByte(string(stat), ')')
 	return i > 0 && i+2 < len(stat) && stat[i+2] == 'Z'
+}
+
+// parentOf reads the parent pid from /proc/PID/stat.
+func parentOf(pid int) int {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := strings.LastIndexByte(string(stat), ')')
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	p, _ := strconv.Atoi(f[1])
+	return p
 }

@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -167,6 +168,9 @@ func runNode(ctx context.Context, cfg *config.Config, pre *preflight.Result, log
 		return exitFailure
 	}
 	log.Info("ready", "took", time.Since(t0).Round(time.Millisecond), "system_id", n.SystemID())
+	// Start-up garbage (schemas, initial monitor contents) is the bulk of
+	// the heap: hand it back now rather than at the next GC cycles.
+	debug.FreeOSMemory()
 	<-ctx.Done()
 	log.Info("stopping")
 	h.Stopping()
