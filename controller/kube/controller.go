@@ -87,6 +87,10 @@ type Controller struct {
 	valid    map[string]*kubeovnv1.Subnet    // programmed subnets
 	problems map[string]*kubeovnv1.Problem   // invalid subnets
 	waiting  map[string]map[string]ipam.Kind // subnet -> pod key -> why it waits
+	// notApplied: valid subnet -> NotAppliedMessage of the fields it asks for
+	// but the controller does not program ("" for none); the last one announced
+	// with an AcceptedNotApplied event.
+	notApplied map[string]string
 
 	ready atomic.Bool
 	m     *metrics
@@ -121,7 +125,8 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{cfg: cfg, log: cfg.Logger, kc: kc, dc: dc, net: ovnnet.New(nb, ovnnet.Config{}),
-		valid: map[string]*kubeovnv1.Subnet{}, problems: map[string]*kubeovnv1.Problem{}, waiting: map[string]map[string]ipam.Kind{}}
+		valid: map[string]*kubeovnv1.Subnet{}, problems: map[string]*kubeovnv1.Problem{}, waiting: map[string]map[string]ipam.Kind{},
+		notApplied: map[string]string{}}
 	c.m = newMetrics(cfg.Registry, nb)
 	rl := func() workqueue.TypedRateLimiter[string] {
 		return workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second)
@@ -744,6 +749,7 @@ func (c *Controller) syncSubnet(ctx context.Context, name string) error {
 		_, was := c.valid[name]
 		delete(c.valid, name)
 		delete(c.problems, name)
+		delete(c.notApplied, name)
 		c.mu.Unlock()
 		if was {
 			c.m.subnetIPs.DeletePartialMatch(prometheus.Labels{"subnet": name})
@@ -761,8 +767,13 @@ func (c *Controller) syncSubnet(ctx context.Context, name string) error {
 			prob = &kubeovnv1.Problem{Reason: "InvalidField", Message: ipamMessage(err)}
 		}
 	}
+	notApplied := ""
+	if prob == nil {
+		notApplied = kubeovnv1.NotAppliedMessage(kubeovnv1.NotAppliedFields(s.Spec))
+	}
 	c.mu.Lock()
 	old, known := c.problems[name]
+	announced, seen := c.notApplied[name]
 	if prob == nil {
 		c.valid[name] = s
 		delete(c.problems, name)
@@ -770,14 +781,36 @@ func (c *Controller) syncSubnet(ctx context.Context, name string) error {
 		delete(c.valid, name)
 		c.problems[name] = prob
 	}
+	c.notApplied[name] = notApplied
 	c.mu.Unlock()
 	if prob == nil {
 		c.wake(name)
 	} else if !known || old.Message != prob.Message {
 		c.log.Warn("subnet not valid", "subnet", name, "reason", prob.Reason, "message", prob.Message)
 	}
+	if !seen {
+		// First sight in this process (start, new leader): what an earlier
+		// run announced is in the stored Validated condition.
+		if cur, _ := kubeovnv1.FromUnstructured(u); cur != nil {
+			if v := cur.Condition(kubeovnv1.Validated); v != nil && v.Status == "True" && v.Reason == kubeovnv1.AcceptedNotApplied {
+				announced = v.Message
+			}
+		}
+	}
+	if notApplied != "" && notApplied != announced {
+		// Once per change of the set of such fields, not on every sync.
+		c.log.Warn("subnet accepted but some fields are not applied", "subnet", name, "message", notApplied)
+		c.recorder.Event(subnetRef(u), corev1.EventTypeWarning, kubeovnv1.AcceptedNotApplied, notApplied)
+	}
 	c.statusQ.Add(name)
 	return nil
+}
+
+// subnetRef is the event's object (Subnets are cluster-scoped: their events
+// land in the default namespace).
+func subnetRef(u *unstructured.Unstructured) *corev1.ObjectReference {
+	return &corev1.ObjectReference{APIVersion: kubeovnv1.GroupVersion.String(), Kind: kubeovnv1.SubnetGVK.Kind,
+		Name: u.GetName(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion()}
 }
 
 func (c *Controller) syncStatus(ctx context.Context, name string) error {
@@ -791,6 +824,7 @@ func (c *Controller) syncStatus(ctx context.Context, name string) error {
 	c.mu.Lock()
 	prob := c.problems[name]
 	_, valid := c.valid[name]
+	notApplied := c.notApplied[name]
 	exhausted := 0
 	for _, k := range c.waiting[name] {
 		if k == ipam.KindExhausted {
@@ -814,8 +848,11 @@ func (c *Controller) syncStatus(ctx context.Context, name string) error {
 			kubeovnv1.Condition{Type: kubeovnv1.Ready, Status: "False", Reason: "ValidationFailed", Message: "see the Validated condition"},
 		)
 	case valid:
-		conds = append(conds,
-			kubeovnv1.Condition{Type: kubeovnv1.Validated, Status: "True", Reason: "ValidationSucceeded"},
+		v := kubeovnv1.Condition{Type: kubeovnv1.Validated, Status: "True", Reason: kubeovnv1.ValidationSucceeded}
+		if notApplied != "" {
+			v.Reason, v.Message = kubeovnv1.AcceptedNotApplied, notApplied
+		}
+		conds = append(conds, v,
 			kubeovnv1.Condition{Type: kubeovnv1.Ready, Status: "True", Reason: "ResourceReady", Message: "logical switch and router port programmed"},
 		)
 	default:

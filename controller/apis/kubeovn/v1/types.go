@@ -69,6 +69,69 @@ const (
 	Error     = "Error"
 )
 
+// AcceptedNotApplied is the Validated=True reason of a Subnet whose spec asks
+// for something the controller records but does not program yet (see
+// NotAppliedFields); ValidationSucceeded is the reason otherwise.
+const (
+	AcceptedNotApplied  = "AcceptedNotApplied"
+	ValidationSucceeded = "ValidationSucceeded"
+)
+
+// notApplied is what each recorded-but-not-applied field means for the
+// subnet's traffic, in spec order.
+var notApplied = []struct {
+	field       string
+	asks        func(SubnetSpec) bool
+	consequence string
+}{
+	{"natOutgoing", func(s SubnetSpec) bool { return s.NatOutgoing },
+		"natOutgoing is recorded but not applied yet: pods of this subnet reach the cluster and nodes, not outside addresses."},
+	{"gatewayType", func(s SubnetSpec) bool { return s.GatewayType == "centralized" },
+		"gatewayType centralized is recorded but not applied yet: no traffic of this subnet is sent through a central gateway node."},
+	{"gatewayNode", func(s SubnetSpec) bool { return strings.TrimSpace(s.GatewayNode) != "" },
+		"gatewayNode is recorded but not applied yet: the node(s) it names do not act as this subnet's gateway."},
+}
+
+// NotAppliedFields lists, in spec order, the fields of spec that ask for
+// something the controller records but does not apply yet: natOutgoing true,
+// gatewayType centralized, a non-empty gatewayNode. Empty when there is none.
+func NotAppliedFields(spec SubnetSpec) []string {
+	var out []string
+	for _, n := range notApplied {
+		if n.asks(spec) {
+			out = append(out, n.field)
+		}
+	}
+	return out
+}
+
+// NotAppliedMessage is the Validated condition (and event) message for the
+// fields NotAppliedFields returned: one sentence per field naming it and its
+// consequence, in spec order whatever the order given; "" for none. The
+// message depends only on the set of fields, so comparing messages compares sets.
+func NotAppliedMessage(fields []string) string {
+	var parts []string
+	for _, n := range notApplied {
+		if slices.Contains(fields, n.field) {
+			parts = append(parts, n.consequence)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// Condition returns the status condition of that type, or nil.
+func (s *Subnet) Condition(typ string) *Condition {
+	if s == nil {
+		return nil
+	}
+	for i := range s.Status.Conditions {
+		if s.Status.Conditions[i].Type == typ {
+			return &s.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
 // SubnetStatus is kept current by the controller.
 type SubnetStatus struct {
 	Conditions         []Condition `json:"conditions,omitempty"`

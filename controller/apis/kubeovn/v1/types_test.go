@@ -1,6 +1,7 @@
 package v1
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -36,5 +37,67 @@ func TestValidate(t *testing.T) {
 		"gatewayType": "centralized", "gatewayNode": "n1", "natOutgoing": true, "namespaces": []any{"a"}, "mtu": int64(1400)}))
 	if p != nil || len(cfg.CIDRs) != 2 || s.Spec.GatewayNode != "n1" || s.Spec.MTU != 1400 {
 		t.Fatalf("valid subnet: %+v %+v %+v", cfg, s, p)
+	}
+}
+
+func TestNotAppliedFieldsAndMessage(t *testing.T) {
+	cases := []struct {
+		spec   SubnetSpec
+		fields []string
+		want   []string // sentences, in this order
+	}{
+		{SubnetSpec{}, nil, nil},
+		{SubnetSpec{GatewayType: "distributed"}, nil, nil},
+		{SubnetSpec{GatewayNode: "  "}, nil, nil},
+		{SubnetSpec{NatOutgoing: true, GatewayType: "distributed"}, []string{"natOutgoing"},
+			[]string{"natOutgoing is recorded but not applied yet: pods of this subnet reach the cluster and nodes, not outside addresses."}},
+		{SubnetSpec{GatewayType: "centralized"}, []string{"gatewayType"},
+			[]string{"gatewayType centralized is recorded but not applied yet:"}},
+		{SubnetSpec{GatewayNode: "n1"}, []string{"gatewayNode"},
+			[]string{"gatewayNode is recorded but not applied yet:"}},
+		{SubnetSpec{NatOutgoing: true, GatewayType: "centralized", GatewayNode: "n1,n2"}, []string{"natOutgoing", "gatewayType", "gatewayNode"},
+			[]string{"natOutgoing is recorded", "gatewayType centralized is recorded", "gatewayNode is recorded"}},
+	}
+	for _, c := range cases {
+		got := NotAppliedFields(c.spec)
+		if !slices.Equal(got, c.fields) {
+			t.Errorf("%+v: fields %v, want %v", c.spec, got, c.fields)
+		}
+		msg := NotAppliedMessage(got)
+		if len(c.want) == 0 {
+			if msg != "" {
+				t.Errorf("%+v: message %q, want none", c.spec, msg)
+			}
+			continue
+		}
+		// One sentence per field, in spec order, each with its consequence after the colon.
+		sentences := strings.SplitAfter(msg, ". ")
+		if len(sentences) != len(c.want) {
+			t.Errorf("%+v: %d sentences in %q, want %d", c.spec, len(sentences), msg, len(c.want))
+			continue
+		}
+		for i, s := range sentences {
+			s = strings.TrimSpace(s)
+			if !strings.HasPrefix(s, c.want[i]) || !strings.HasSuffix(s, ".") || len(strings.TrimSpace(s[strings.Index(s, ":")+1:])) < 10 {
+				t.Errorf("%+v: sentence %d %q, want it to start with %q and state a consequence", c.spec, i, s, c.want[i])
+			}
+		}
+	}
+	// The message depends on the set only, not on the order it is given in.
+	if a, b := NotAppliedMessage([]string{"gatewayNode", "natOutgoing"}), NotAppliedMessage([]string{"natOutgoing", "gatewayNode"}); a != b {
+		t.Errorf("order changes the message: %q vs %q", a, b)
+	}
+	if NotAppliedMessage(nil) != "" || NotAppliedMessage([]string{"vlan"}) != "" {
+		t.Error("no (known) field must give an empty message")
+	}
+}
+
+func TestCondition(t *testing.T) {
+	s := &Subnet{Status: SubnetStatus{Conditions: []Condition{{Type: Ready, Status: "True"}, {Type: Validated, Status: "True", Reason: AcceptedNotApplied}}}}
+	if c := s.Condition(Validated); c == nil || c.Reason != AcceptedNotApplied {
+		t.Fatalf("Validated: %+v", c)
+	}
+	if s.Condition(Error) != nil || (*Subnet)(nil).Condition(Ready) != nil {
+		t.Fatal("absent condition must be nil")
 	}
 }

@@ -1,0 +1,176 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
+
+	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
+)
+
+// TestSubnetFieldsAcceptedNotApplied: natOutgoing, gatewayType centralized
+// and gatewayNode are recorded but not programmed, and the Subnet says so:
+// Validated=True with reason AcceptedNotApplied naming each field, and one
+// Warning event per change of that set of fields (not per sync, not per
+// controller restart). Editing the fields away brings back ValidationSucceeded.
+// ovn-default (natOutgoing: true, as in Kube-OVN) is valid and Ready, with
+// natOutgoing named.
+func TestSubnetFieldsAcceptedNotApplied(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	stop := e.startController()
+	e.waitSubnetReady("ovn-default")
+	natMsg := "natOutgoing is recorded but not applied yet: pods of this subnet reach the cluster and nodes, not outside addresses."
+	e.waitFor(30*time.Second, "ovn-default Validated=True AcceptedNotApplied naming natOutgoing only", func() (bool, string) {
+		c := cond(e.subnet("ovn-default"), kubeovnv1.Validated)
+		if c == nil {
+			return false, "no Validated condition"
+		}
+		return c.Status == "True" && c.Reason == kubeovnv1.AcceptedNotApplied && c.Message == natMsg, fmt.Sprintf("%+v", *c)
+	})
+	e.waitFor(30*time.Second, "one AcceptedNotApplied event on ovn-default", func() (bool, string) {
+		evs := e.subnetWarnings("ovn-default")
+		return len(evs) == 1 && evs[0] == "1x "+natMsg, strings.Join(evs, " | ")
+	})
+
+	if _, err := e.dc.Resource(subnetGVR).Create(ctx, subnetObj("nat-gw", map[string]any{
+		"cidrBlock": "10.80.0.0/24", "natOutgoing": true, "gatewayType": "centralized"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitSubnetReady("nat-gw")
+	var both string
+	e.waitFor(30*time.Second, "nat-gw Validated=True AcceptedNotApplied naming natOutgoing and gatewayType", func() (bool, string) {
+		c := cond(e.subnet("nat-gw"), kubeovnv1.Validated)
+		if c == nil {
+			return false, "no Validated condition"
+		}
+		both = c.Message
+		return c.Status == "True" && c.Reason == kubeovnv1.AcceptedNotApplied && strings.HasPrefix(c.Message, natMsg+" ") &&
+			strings.Contains(c.Message, "gatewayType centralized is recorded but not applied yet: ") &&
+			!strings.Contains(c.Message, "gatewayNode"), fmt.Sprintf("%+v", *c)
+	})
+	e.waitFor(30*time.Second, "one AcceptedNotApplied Warning on nat-gw with the condition's message", func() (bool, string) {
+		evs := e.subnetWarnings("nat-gw")
+		return len(evs) == 1 && evs[0] == "1x "+both, strings.Join(evs, " | ")
+	})
+
+	// A spec edit that keeps the set of fields: status follows, no new event.
+	e.editSubnet("nat-gw", func(u *unstructured.Unstructured) {
+		_ = unstructured.SetNestedStringSlice(u.Object, []string{"10.80.0.2..10.80.0.11"}, "spec", "excludeIps")
+	})
+	e.waitAvailableFrom("nat-gw", "10.80.0.12-")
+	e.expectWarnings("nat-gw", "1x "+both)
+
+	// A restart (the controller edited while down) does not announce it again.
+	stop()
+	e.editSubnet("nat-gw", func(u *unstructured.Unstructured) {
+		_ = unstructured.SetNestedStringSlice(u.Object, []string{"10.80.0.2..10.80.0.21"}, "spec", "excludeIps")
+	})
+	e.startController()
+	e.waitAvailableFrom("nat-gw", "10.80.0.22-")
+	e.expectWarnings("nat-gw", "1x "+both)
+	e.expectWarnings("ovn-default", "1x "+natMsg)
+
+	// Edited away: the normal reason and no message again, no new event.
+	e.editSubnet("nat-gw", func(u *unstructured.Unstructured) {
+		_ = unstructured.SetNestedField(u.Object, false, "spec", "natOutgoing")
+		_ = unstructured.SetNestedField(u.Object, "distributed", "spec", "gatewayType")
+	})
+	e.waitFor(30*time.Second, "nat-gw back to Validated=True ValidationSucceeded", func() (bool, string) {
+		s := e.subnet("nat-gw")
+		c, r := cond(s, kubeovnv1.Validated), cond(s, kubeovnv1.Ready)
+		if c == nil || r == nil {
+			return false, fmt.Sprintf("%+v", s)
+		}
+		return c.Status == "True" && c.Reason == kubeovnv1.ValidationSucceeded && c.Message == "" && r.Status == "True", fmt.Sprintf("%+v", *c)
+	})
+	e.expectWarnings("nat-gw", "1x "+both)
+
+	// A new such field is a new set: one more event, naming only it.
+	e.editSubnet("nat-gw", func(u *unstructured.Unstructured) {
+		_ = unstructured.SetNestedField(u.Object, "node-a", "spec", "gatewayNode")
+	})
+	var gwNode string
+	e.waitFor(30*time.Second, "nat-gw AcceptedNotApplied naming gatewayNode only", func() (bool, string) {
+		c := cond(e.subnet("nat-gw"), kubeovnv1.Validated)
+		if c == nil {
+			return false, "no Validated condition"
+		}
+		gwNode = c.Message
+		return c.Status == "True" && c.Reason == kubeovnv1.AcceptedNotApplied && strings.HasPrefix(c.Message, "gatewayNode is recorded but not applied yet: ") &&
+			!strings.Contains(c.Message, "natOutgoing") && !strings.Contains(c.Message, "gatewayType"), fmt.Sprintf("%+v", *c)
+	})
+	e.waitFor(30*time.Second, "a second AcceptedNotApplied Warning on nat-gw, for gatewayNode", func() (bool, string) {
+		evs := e.subnetWarnings("nat-gw")
+		return len(evs) == 2 && strings.Contains(strings.Join(evs, "\n"), "1x "+gwNode), strings.Join(evs, " | ")
+	})
+	e.expectWarnings("ovn-default", "1x "+natMsg)
+}
+
+// subnetWarnings lists the AcceptedNotApplied events about a Subnet as
+// "<count>x <message>", sorted by first timestamp.
+func (e *env) subnetWarnings(name string) []string {
+	var evs []*corev1.Event
+	for _, o := range e.evs.GetStore().List() {
+		ev := o.(*corev1.Event)
+		if ev.InvolvedObject.Kind == "Subnet" && ev.InvolvedObject.Name == name && ev.Reason == kubeovnv1.AcceptedNotApplied {
+			evs = append(evs, ev)
+		}
+	}
+	sort.Slice(evs, func(i, j int) bool { return evs[i].FirstTimestamp.Before(&evs[j].FirstTimestamp) })
+	var out []string
+	for _, ev := range evs {
+		if ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.APIVersion != "kubeovn.io/v1" {
+			out = append(out, fmt.Sprintf("unexpected %s event for %s: %s", ev.Type, ev.InvolvedObject.APIVersion, ev.Message))
+			continue
+		}
+		out = append(out, fmt.Sprintf("%dx %s", ev.Count, ev.Message))
+	}
+	return out
+}
+
+// expectWarnings: exactly these AcceptedNotApplied events about the Subnet, now.
+func (e *env) expectWarnings(name string, want ...string) {
+	e.t.Helper()
+	got := e.subnetWarnings(name)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		e.t.Fatalf("Subnet %s AcceptedNotApplied events: got %q, want %q", name, got, want)
+	}
+}
+
+// editSubnet changes a Subnet's spec (retrying on conflicts with status writes).
+func (e *env) editSubnet(name string, edit func(*unstructured.Unstructured)) {
+	e.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		u, err := e.dc.Resource(subnetGVR).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		edit(u)
+		_, err = e.dc.Resource(subnetGVR).Update(context.Background(), u, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		e.t.Fatalf("editing Subnet %s: %v", name, err)
+	}
+}
+
+// waitAvailableFrom waits until the Subnet's v4 available range starts with prefix.
+func (e *env) waitAvailableFrom(name, prefix string) {
+	e.t.Helper()
+	e.waitFor(30*time.Second, "Subnet "+name+" v4availableIPrange starting "+prefix, func() (bool, string) {
+		s := e.subnet(name)
+		if s == nil {
+			return false, "no subnet"
+		}
+		return strings.HasPrefix(s.Status.V4AvailableIPRange, prefix), s.Status.V4AvailableIPRange
+	})
+}
