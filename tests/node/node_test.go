@@ -503,3 +503,56 @@ func TestKeepDatapathLeavesChassisAndTapsForTheNextStart(t *testing.T) {
 	// right after taking over a kept chassis, ovn-controller 23.03 may exit
 	// before it owns the row and leave it.)
 }
+
+func TestCleanupRemovesWhatOvnhostPutOnTheHost(t *testing.T) {
+	n := newNode(t)
+	n.start("--keep-datapath")
+	cleanup := func(extra ...string) (int, string) {
+		args := append([]string{"netns", "exec", n.ns, testenv.Binary(t, "ovnhost"), "cleanup"}, extra...)
+		args = append(args, n.args...)
+		out, err := exec.Command("ip", args...).CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, string(out)
+	}
+	if code, out := cleanup(); code != 1 || !strings.Contains(out, "stop ovnhost first") {
+		t.Fatalf("cleanup while running: exit %d\n%s", code, out)
+	}
+	plugin, conflist := n.path("cni-bin", "ovnhost-cni"), n.path("cni-conf", "00-ovnhost.conflist")
+	for _, f := range []string{plugin, conflist} {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("the daemon did not install %s: %v", f, err)
+		}
+	}
+	n.stop()
+	// Another plugin's configuration is not ours to remove.
+	flannel := n.path("cni-conf", "10-flannel.conflist")
+	if err := os.WriteFile(flannel, []byte(`{"cniVersion":"1.0.0","name":"cbr0","plugins":[{"type":"flannel"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out := cleanup("--purge")
+	if code != 0 {
+		t.Fatalf("cleanup: exit %d\n%s", code, out)
+	}
+	for _, f := range []string{plugin, conflist, n.path("ovs-db", "conf.db"), n.path("ovs-db", "system-id.conf"), n.path("ovn-db", "ovnnb_db.db")} {
+		if _, err := os.Stat(f); err == nil {
+			t.Errorf("%s still there after cleanup --purge:\n%s", f, out)
+		}
+	}
+	if _, err := os.Stat(flannel); err != nil {
+		t.Error("cleanup removed another plugin's conflist")
+	}
+	if !strings.Contains(out, "removed link br-int") {
+		t.Errorf("the kept br-int tap was not removed:\n%s", out)
+	}
+	links := run(t, "ip", "-n", n.ns, "-o", "link", "show")
+	for _, l := range strings.Split(strings.TrimSpace(links), "\n") {
+		if !strings.Contains(l, " lo:") {
+			t.Errorf("device left after cleanup: %s", l)
+		}
+	}
+}

@@ -4,6 +4,7 @@
 //
 //	ovnhost run [flags]        run the node (systemd, Talos, DaemonSet entrypoint)
 //	ovnhost preflight [flags]  run the host checks alone
+//	ovnhost cleanup [--purge] [flags]  remove what ovnhost put on the host
 //	ovnhost version
 //
 // Exit status: 0 clean stop, 1 runtime failure, 2 bad configuration,
@@ -45,7 +46,7 @@ func main() {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: ovnhost run|preflight|version [flags]; `ovnhost run --help` lists the settings")
+	fmt.Fprintln(w, "usage: ovnhost run|preflight|cleanup [--purge]|version [flags]; `ovnhost run --help` lists the settings")
 }
 
 func run(args, environ []string, stdout, stderr io.Writer) int {
@@ -58,6 +59,8 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "ovnhost", version.Version)
 		return exitOK
 	case "run", "preflight":
+	case "cleanup":
+		return cleanup(args[1:], environ, stdout, stderr)
 	case "-h", "--help", "help":
 		usage(stdout)
 		return exitOK
@@ -181,5 +184,39 @@ func runNode(ctx context.Context, cfg *config.Config, pre *preflight.Result, log
 		return exitFailure
 	}
 	log.Info("stopped")
+	return exitOK
+}
+
+// cleanup is `ovnhost cleanup [--purge] [flags]`: the same settings as run,
+// so it finds the same directories.
+func cleanup(args, environ []string, stdout, stderr io.Writer) int {
+	purge := false
+	var rest []string
+	for _, a := range args {
+		if a == "--purge" || a == "-purge" {
+			purge = true
+			continue
+		}
+		rest = append(rest, a)
+	}
+	cfg, err := config.Load(rest, environ, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitConfig
+	}
+	removed, err := node.Cleanup(cfg, purge)
+	for _, r := range removed {
+		fmt.Fprintln(stdout, "removed", r)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "ovnhost cleanup:", err)
+		return exitFailure
+	}
+	if len(removed) == 0 {
+		fmt.Fprintln(stdout, "nothing to remove")
+	}
 	return exitOK
 }

@@ -1,0 +1,123 @@
+package node
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/ovnhost/ovnhost/supervisor/config"
+	"github.com/ovnhost/ovnhost/supervisor/preflight/cniconf"
+)
+
+// Cleanup removes what ovnhost put on this host, for an uninstall or a
+// switch to another CNI: the installed plugin and conflist (only if they
+// are ours), the CNI socket, the datapath devices a killed ovs-vswitchd can
+// leave (br-int, ovs-netdev, ovn0, the mirror port, pods' host veths), and
+// with purge the state it created (databases, system-id, logs). It refuses
+// while any daemon of this node still runs. It returns what it removed.
+func Cleanup(cfg *config.Config, purge bool) ([]string, error) {
+	l := NewLayout(cfg.Paths)
+	for _, p := range []struct{ prog, pidfile string }{
+		{"ovsdb-server", l.OVSDBPid}, {"ovs-vswitchd", l.VSwitchdPid}, {"ovn-controller", l.ControllerPid},
+		{"ovsdb-server", l.NBPid}, {"ovsdb-server", l.SBPid}, {"ovn-northd", l.NorthdPid},
+	} {
+		raw, err := os.ReadFile(p.pidfile)
+		if err != nil {
+			continue
+		}
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
+		if ProcessAlive(pid, p.prog) {
+			return nil, fmt.Errorf("%s is still running as pid %d (%s): stop ovnhost first (systemctl stop ovnhost, or SIGTERM)", p.prog, pid, p.pidfile)
+		}
+	}
+	var removed []string
+	var errs []error
+	rm := func(path string) {
+		err := os.Remove(path)
+		switch {
+		case err == nil:
+			removed = append(removed, path)
+		case !errors.Is(err, os.ErrNotExist):
+			errs = append(errs, err)
+		}
+	}
+	plugin := filepath.Join(cfg.CNIBinDir, cniconf.PluginType)
+	if isOurPlugin(plugin) {
+		rm(plugin)
+	}
+	conflist := filepath.Join(cfg.CNIConfDir, cniconf.Conflist)
+	if isOurConflist(conflist) {
+		rm(conflist)
+	}
+	rm(cfg.CNISocket)
+
+	links, err := netlink.LinkList()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, link := range links {
+		name := link.Attrs().Name
+		ours := (link.Type() == "tuntap" || link.Type() == "openvswitch") &&
+			(name == "br-int" || name == "ovs-netdev" || name == "ovn0" || name == cfg.MirrorOutput)
+		// Host ends of pod veths, named by the CNI server "ovh" + 11 hex.
+		ours = ours || (link.Type() == "veth" && len(name) == 14 && strings.HasPrefix(name, "ovh"))
+		if !ours {
+			continue
+		}
+		if err := netlink.LinkDel(link); err != nil {
+			errs = append(errs, fmt.Errorf("removing %s: %w", name, err))
+			continue
+		}
+		removed = append(removed, "link "+name)
+	}
+
+	if purge {
+		files := []string{l.ConfDB, lockFile(l.ConfDB), l.SystemIDFile, l.NBDB, lockFile(l.NBDB), l.SBDB, lockFile(l.SBDB)}
+		backups, _ := filepath.Glob(l.ConfDB + ".backup*")
+		files = append(files, backups...)
+		for _, name := range []string{"ovsdb-server.log", "ovs-vswitchd.log"} {
+			files = append(files, filepath.Join(cfg.Paths.OVSLogDir, name))
+		}
+		for _, name := range []string{"ovsdb-server-nb.log", "ovsdb-server-sb.log", "ovn-northd.log", "ovn-controller.log"} {
+			files = append(files, filepath.Join(cfg.Paths.OVNLogDir, name))
+		}
+		for _, f := range files {
+			rm(f)
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// isOurPlugin: the file carries the plugin's about line (the binary is
+// ours, not a same-named one from elsewhere).
+func isOurPlugin(path string) bool {
+	raw, err := os.ReadFile(path)
+	return err == nil && strings.Contains(string(raw), "ovnhost-cni")
+}
+
+func isOurConflist(path string) bool {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	var c struct {
+		Plugins []struct {
+			Type string `json:"type"`
+		} `json:"plugins"`
+	}
+	if json.Unmarshal(raw, &c) != nil {
+		return false
+	}
+	for _, p := range c.Plugins {
+		if p.Type == cniconf.PluginType {
+			return true
+		}
+	}
+	return false
+}
