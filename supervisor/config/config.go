@@ -71,6 +71,10 @@ type Config struct {
 	Datapath   string
 	DisableMod bool // DISABLE_MODULES_MANAGEMENT
 	MLockAll   bool
+	// UserspaceTunnel puts the tunnel interface on OVS bridge br-phy and
+	// moves its addresses there: the userspace datapath encapsulates only
+	// from an address on one of its own bridges.
+	UserspaceTunnel bool
 
 	ProbeInterval         time.Duration // OVN_REMOTE_PROBE_INTERVAL (ms)
 	OpenflowProbeInterval time.Duration // OVN_REMOTE_OPENFLOW_INTERVAL (s)

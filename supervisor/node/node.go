@@ -127,6 +127,9 @@ func (n *Node) Start(ctx context.Context) error {
 	// by ovs-vswitchd's recovery is not also recovered as a crash of its own.
 	controller.restarts = vswitchd.restarts
 	local := []lifecycle.Unit{n.ovsdbDaemon(), &ovsConfigUnit{n: n}, vswitchd}
+	if n.wantTunnelBridge() {
+		local = append(local, &tunnelBridgeUnit{n: n})
+	}
 	var units []lifecycle.Unit
 	if n.cfg.Remote() {
 		units = append(local, controller)

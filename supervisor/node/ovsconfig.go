@@ -133,6 +133,13 @@ func (n *Node) ovsConfigOps(ctx context.Context, roots []vswitch.OpenvSwitch) ([
 			ops = append(ops, m...)
 		}
 	}
+	if n.wantTunnelBridge() {
+		o, err := n.tunnelBridgeOps(ctx, root, newRoot)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, o...)
+	}
 	if newRoot {
 		o, err := ovs.Create(root)
 		if err != nil {

@@ -66,8 +66,14 @@ func addPods(t *testing.T, n *node, pods ...pod) {
 // namespace its datapath lives in.
 func wirePods(t testing.TB, nbEndpoint, ovsEndpoint, nodeNS string, logTail func() string, pods []pod) {
 	t.Helper()
+	createSwitch(t, nbEndpoint, pods)
+	plugPods(t, ovsEndpoint, nodeNS, logTail, pods)
+}
+
+// createSwitch creates logical switch ls1 with one port per pod.
+func createSwitch(t testing.TB, nbEndpoint string, pods []pod) {
+	t.Helper()
 	nb := dial(t, nbdb.FullDatabaseModel, nbEndpoint)
-	ovs := dial(t, vswitch.FullDatabaseModel, ovsEndpoint)
 	ls := &nbdb.LogicalSwitch{UUID: "ls", Name: "ls1", OtherConfig: map[string]string{"subnet": "10.16.0.0/24"}}
 	var ops []ovsdb.Operation
 	for i, p := range pods {
@@ -81,7 +87,13 @@ func wirePods(t testing.TB, nbEndpoint, ovsEndpoint, nodeNS string, logTail func
 	}
 	o, err := nb.Create(ls)
 	transact(t, nb, append(ops, o...), err)
+}
 
+// plugPods wires each pod's namespace to br-int of the node whose conf.db
+// is ovsEndpoint and whose datapath lives in nodeNS.
+func plugPods(t testing.TB, ovsEndpoint, nodeNS string, logTail func() string, pods []pod) {
+	t.Helper()
+	ovs := dial(t, vswitch.FullDatabaseModel, ovsEndpoint)
 	for _, p := range pods {
 		p.ns = newNetns(t, "ohp")
 		plumb(t, nodeNS, p)
