@@ -1,0 +1,213 @@
+package node_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
+	"github.com/ovnhost/ovnhost/tests/harness/kubeapi"
+	"github.com/ovnhost/ovnhost/tests/harness/ovncentral"
+	"github.com/ovnhost/ovnhost/tests/testenv"
+)
+
+// The whole product on two nodes: a real kube-apiserver, the real
+// ovnhost-controller, one OVN central, and two ovnhost node daemons in their
+// own network namespaces joined by a veth underlay (--userspace-tunnel).
+// The test plays kubelet: it creates Pods bound to each node and calls the
+// plugin each node installed; the pods then ping each other across nodes.
+func TestClusterOfTwoNodesWiresPodsAcrossNodes(t *testing.T) {
+	testenv.RequireRoot(t)
+	api := kubeapi.Start(t)
+	api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", "crd-subnets.yaml"))
+	central := ovncentral.Start(t)
+	if err := central.WaitNorthd(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	kc := kubernetes.NewForConfigOrDie(api.Config)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	ctrl := exec.Command(testenv.Binary(t, "ovnhost-controller"), "--kubeconfig="+api.Kubeconfig, "--ovn-nb-addr="+central.NB(),
+		"--health-addr=", "--leader-elect=false")
+	ctrlLog, _ := os.Create(filepath.Join(t.TempDir(), "controller.log"))
+	ctrl.Stdout, ctrl.Stderr = ctrlLog, ctrlLog
+	if err := ctrl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ctrl.Process.Kill(); _ = ctrl.Wait() })
+	nb := dial(t, nbdb.FullDatabaseModel, central.NB())
+	if err := nb.WaitUntil(ctx, "the controller's default topology (ovn-default)", func() bool {
+		var ls []nbdb.LogicalSwitch
+		_ = nb.List(ctx, &ls)
+		for _, s := range ls {
+			if s.Name == "ovn-default" {
+				return true
+			}
+		}
+		return false
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	a, b := newNode(t), newNode(t)
+	run(t, "ip", "link", "add", "ul0", "netns", a.ns, "type", "veth", "peer", "name", "ul0", "netns", b.ns)
+	apiAddr := strings.TrimPrefix(api.URL, "https://")
+	for i, n := range []*node{a, b} {
+		name := fmt.Sprintf("node-%c", 'a'+i)
+		ip := fmt.Sprintf("192.168.100.%d", i+1)
+		run(t, "ip", "-n", n.ns, "addr", "add", ip+"/24", "dev", "ul0")
+		run(t, "ip", "-n", n.ns, "link", "set", "ul0", "up")
+		_, err := kc.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxyAPIInto(t, n.ns, apiAddr)
+		n.env = []string{"OVN_SB_ADDR=" + central.SB(), "IFACE=ul0", "KUBECONFIG=" + api.Kubeconfig}
+	}
+	a.start("--userspace-tunnel", "--node-name=node-a")
+	b.start("--userspace-tunnel", "--node-name=node-b")
+
+	type kubePod struct {
+		node *node
+		name string
+		ns   string // network namespace
+		ip   string
+	}
+	pods := []*kubePod{{node: a, name: "web-a"}, {node: b, name: "web-b"}}
+	for i, p := range pods {
+		_, err := kc.CoreV1().Pods("default").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.name},
+			Spec: corev1.PodSpec{NodeName: fmt.Sprintf("node-%c", 'a'+i), Containers: []corev1.Container{{Name: "c", Image: "none"}}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.ns = newNetns(t, "ohk")
+		out, err := cni(p.node, "ADD", p.ns, p.name)
+		if err != nil {
+			t.Fatalf("ADD %s on %s: %v\n%s\n%s", p.name, p.node.ns, err, out, p.node.logTail())
+		}
+		var res struct {
+			IPs []struct{ Address string } `json:"ips"`
+		}
+		if err := json.Unmarshal(out, &res); err != nil || len(res.IPs) == 0 {
+			t.Fatalf("ADD result %s: %v", out, err)
+		}
+		p.ip = strings.Split(res.IPs[0].Address, "/")[0]
+	}
+	// The controller's annotation and the plugin's result agree.
+	w, err := kc.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", "web-b").String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ev := range w.ResultChan() {
+		if ev.Type == watch.Added || ev.Type == watch.Modified {
+			if got := ev.Object.(*corev1.Pod).Annotations["ovn.kubernetes.io/ip_address"]; got != pods[1].ip {
+				t.Fatalf("annotation ip_address %q, plugin result %q", got, pods[1].ip)
+			}
+			break
+		}
+	}
+	w.Stop()
+	if err := ping(pods[0].ns, pods[1].ip, 5); err != nil {
+		t.Fatalf("pod on node-a to pod on node-b: %v\n%s", err, a.logTail())
+	}
+	out, err := exec.Command("ip", "netns", "exec", pods[1].ns, "ping", "-c", "3", "-i", "0.2", "-W", "2", pods[0].ip).CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte(" 0% packet loss")) {
+		t.Fatalf("pod on node-b to pod on node-a: %v\n%s", err, out)
+	}
+	// kubelet's probes: each node reaches its own pod through ovn0.
+	if err := ping(a.ns, pods[0].ip, 3); err != nil {
+		t.Fatalf("node-a to its pod through ovn0: %v", err)
+	}
+	for _, p := range pods {
+		if out, err := cni(p.node, "DEL", p.ns, p.name); err != nil {
+			t.Fatalf("DEL %s: %v\n%s", p.name, err, out)
+		}
+	}
+}
+
+// cni runs the plugin the node installed, as kubelet would, inside the
+// node's network namespace.
+func cni(n *node, command, podNS, pod string) ([]byte, error) {
+	conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"ovnhost","type":"ovnhost-cni","socket":%q}`, n.path("cni.sock"))
+	cmd := exec.Command("ip", "netns", "exec", n.ns, n.path("cni-bin", "ovnhost-cni"))
+	cmd.Env = []string{"CNI_COMMAND=" + command, "CNI_CONTAINERID=" + podNS, "CNI_NETNS=/var/run/netns/" + podNS, "CNI_IFNAME=eth0",
+		"CNI_PATH=" + n.path("cni-bin"), "CNI_ARGS=K8S_POD_NAMESPACE=default;K8S_POD_NAME=" + pod}
+	cmd.Stdin = strings.NewReader(conf)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if err != nil {
+		return append(out.Bytes(), errb.Bytes()...), err
+	}
+	return out.Bytes(), nil
+}
+
+// proxyAPIInto makes the API server (on the test's loopback) answer on the
+// same address inside the named namespace: a listener created from that
+// namespace, connections forwarded from the test's own.
+func proxyAPIInto(t *testing.T, ns, addr string) {
+	t.Helper()
+	l, err := listenInNetns(ns, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				up, err := net.Dial("tcp", addr)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go func() { _, _ = io.Copy(up, c) }()
+				_, _ = io.Copy(c, up)
+			}()
+		}
+	}()
+}
+
+func listenInNetns(name, addr string) (net.Listener, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return nil, err
+	}
+	defer orig.Close()
+	target, err := netns.GetFromName(name)
+	if err != nil {
+		return nil, err
+	}
+	defer target.Close()
+	if err := netns.Set(target); err != nil {
+		return nil, err
+	}
+	defer func() { _ = netns.Set(orig) }()
+	return net.Listen("tcp", addr)
+}
+
