@@ -210,4 +210,3 @@ func listenInNetns(name, addr string) (net.Listener, error) {
 	defer func() { _ = netns.Set(orig) }()
 	return net.Listen("tcp", addr)
 }
-
