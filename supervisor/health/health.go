@@ -6,6 +6,7 @@ package health
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -329,7 +330,47 @@ func (r *Reporter) Handler() http.Handler {
 		}
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(r.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(r.Snapshot())
+	})
 	return mux
+}
+
+// Snapshot is the node's state for `netctl status` (GET /status).
+type Snapshot struct {
+	Ready    bool          `json:"ready"`
+	Status   string        `json:"status"`
+	Version  string        `json:"version"`
+	Uptime   string        `json:"uptime"`
+	Children []ChildStatus `json:"children"`
+}
+
+// ChildStatus is one child in a Snapshot.
+type ChildStatus struct {
+	Name      string `json:"name"`
+	Pid       int    `json:"pid,omitempty"`
+	Up        bool   `json:"up"`
+	Ready     bool   `json:"ready"`
+	Waiting   string `json:"waiting,omitempty"`
+	Restarts  int    `json:"restarts"`
+	LastExit  string `json:"last_exit,omitempty"`
+	CrashLoop bool   `json:"crash_loop,omitempty"`
+	RSSBytes  int64  `json:"rss_bytes,omitempty"`
+}
+
+// Snapshot returns the current state.
+func (r *Reporter) Snapshot() Snapshot {
+	ok, msg := r.Status()
+	s := Snapshot{Ready: ok, Status: msg, Version: version.Version, Uptime: time.Since(r.startedAt).Round(time.Second).String()}
+	for _, c := range r.Children() {
+		cs := ChildStatus{Name: c.Name, Pid: c.Pid, Up: c.Up, Ready: c.Ready, Waiting: c.Waiting, Restarts: c.Restarts, LastExit: c.LastExit, CrashLoop: c.CrashLoop}
+		if c.Pid > 0 {
+			cs.RSSBytes, _ = readRSS(c.Pid)
+		}
+		s.Children = append(s.Children, cs)
+	}
+	return s
 }
 
 // rssCollector reports each child's resident memory from /proc at scrape

@@ -47,6 +47,7 @@ type Node struct {
 
 	group   lifecycle.Group
 	daemons map[string]*daemon
+	units   []lifecycle.Unit
 	extra   []lifecycle.Unit
 }
 
@@ -77,7 +78,34 @@ func New(cfg *config.Config, pre *preflight.Result, log *slog.Logger, h *health.
 		}
 		n.tls = t
 	}
+	n.units = n.plan()
 	return n, nil
+}
+
+// plan builds the units in start order; building a daemon registers it
+// with health, so /readyz and READY=1 know every child before any starts.
+func (n *Node) plan() []lifecycle.Unit {
+	var central []lifecycle.Unit
+	if !n.cfg.Remote() {
+		central = []lifecycle.Unit{n.nbDaemon(), n.sbDaemon(), n.northdDaemon()}
+	}
+	ovsdb := n.ovsdbDaemon()
+	vswitchd := n.vswitchdDaemon()
+	controller := n.controllerDaemon()
+	vswitchd.dependants = []*daemon{controller}
+	// One recovery at a time within the chain, so ovn-controller restarted
+	// by ovs-vswitchd's recovery is not also recovered as a crash of its own.
+	controller.restarts = vswitchd.restarts
+	local := []lifecycle.Unit{ovsdb, &ovsConfigUnit{n: n}, vswitchd}
+	if n.wantTunnelBridge() {
+		local = append(local, &tunnelBridgeUnit{n: n})
+	}
+	if central == nil {
+		return append(local, controller)
+	}
+	// The OVN databases and the local switch do not need each other;
+	// only ovn-controller needs both.
+	return []lifecycle.Unit{&lifecycle.Parallel{Label: "ovn-central+ovs", Chains: [][]lifecycle.Unit{central, local}, Log: n.log}, controller}
 }
 
 func findProgram(dirs []string, name string) (string, bool) {
@@ -120,26 +148,7 @@ func (n *Node) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	vswitchd := n.vswitchdDaemon()
-	controller := n.controllerDaemon()
-	vswitchd.dependants = []*daemon{controller}
-	// One recovery at a time within the chain, so ovn-controller restarted
-	// by ovs-vswitchd's recovery is not also recovered as a crash of its own.
-	controller.restarts = vswitchd.restarts
-	local := []lifecycle.Unit{n.ovsdbDaemon(), &ovsConfigUnit{n: n}, vswitchd}
-	if n.wantTunnelBridge() {
-		local = append(local, &tunnelBridgeUnit{n: n})
-	}
-	var units []lifecycle.Unit
-	if n.cfg.Remote() {
-		units = append(local, controller)
-	} else {
-		// The OVN databases and the local switch do not need each other;
-		// only ovn-controller needs both.
-		central := []lifecycle.Unit{n.nbDaemon(), n.sbDaemon(), n.northdDaemon()}
-		units = []lifecycle.Unit{&lifecycle.Parallel{Label: "ovn-central+ovs", Chains: [][]lifecycle.Unit{central, local}, Log: n.log}, controller}
-	}
-	units = append(units, n.extra...)
+	units := append(n.units, n.extra...)
 	n.group = lifecycle.Group{Units: units, Log: n.log}
 	return n.group.Start(ctx, n.cfg.StopTimeout)
 }

@@ -556,3 +556,47 @@ func TestCleanupRemovesWhatOvnhostPutOnTheHost(t *testing.T) {
 		}
 	}
 }
+
+func TestNetctlStatusShowsEachChild(t *testing.T) {
+	n := newNode(t)
+	n.start()
+	netctl := func(extra ...string) (int, string) {
+		out, err := exec.Command("ip", append([]string{"netns", "exec", n.ns, testenv.Binary(t, "netctl"), "status"}, extra...)...).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode(), string(out)
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return 0, string(out)
+	}
+	code, out := netctl()
+	if code != 0 || !strings.HasPrefix(out, "READY") {
+		t.Fatalf("netctl status: exit %d\n%s", code, out)
+	}
+	for _, child := range []string{"ovsdb-server", "ovs-vswitchd", "ovn-controller", "ovn-northd", "ovsdb-nb", "ovsdb-sb", "cni-server"} {
+		if !strings.Contains(out, child) {
+			t.Errorf("%s missing from:\n%s", child, out)
+		}
+	}
+	code, out = netctl("--output", "json")
+	var snap struct {
+		Ready    bool
+		Children []struct {
+			Name     string
+			Pid      int
+			RSSBytes int64 `json:"rss_bytes"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &snap); err != nil || code != 0 || !snap.Ready || len(snap.Children) != 7 {
+		t.Fatalf("json: exit %d err %v\n%s", code, err, out)
+	}
+	for _, c := range snap.Children {
+		if c.Name == "ovs-vswitchd" && (c.Pid <= 0 || c.RSSBytes <= 0) {
+			t.Fatalf("ovs-vswitchd without pid or memory: %+v", c)
+		}
+	}
+	n.stop()
+	if code, out := netctl(); code != 2 || !strings.Contains(out, "does not answer on 127.0.0.1:10665") {
+		t.Fatalf("with the daemon stopped: exit %d\n%s", code, out)
+	}
+}

@@ -11,12 +11,14 @@ import (
 
 	"github.com/ovnhost/ovnhost/internal/version"
 	"github.com/ovnhost/ovnhost/netctl/doctor"
+	"github.com/ovnhost/ovnhost/netctl/status"
 )
 
 const usage = `usage: netctl <command> [arguments]
 
 commands:
   doctor     check this node for what breaks OVS/OVN networking (--output json)
+  status     the node daemon's children: pid, readiness, restarts, memory (--output json)
   version    print the build
 `
 
@@ -34,6 +36,8 @@ func run(ctx context.Context, args []string) int {
 	switch args[0] {
 	case "doctor":
 		return doctor.Main(ctx, args[1:], os.Environ(), os.Stdout, os.Stderr)
+	case "status":
+		return status.Main(ctx, args[1:], os.Environ(), os.Stdout, os.Stderr)
 	case "version", "--version":
 		fmt.Println("netctl", version.Version)
 		return 0
