@@ -99,6 +99,10 @@ type Config struct {
 	Kubeconfig     string
 	LogLevel       string
 	LogFormat      string
+	// LogFileMaxSize rotates a child's log file past this many bytes (0:
+	// never); checked every LogRotateInterval.
+	LogFileMaxSize    int64
+	LogRotateInterval time.Duration
 
 	// File is the configuration file that was read, if any.
 	File string

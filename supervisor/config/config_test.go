@@ -155,3 +155,16 @@ func TestBooleanFlagsTakeNoValue(t *testing.T) {
 		t.Fatalf("%+v %v", c, err)
 	}
 }
+
+func TestLogFileSizes(t *testing.T) {
+	c, err := load(t, []string{"--log-file-max-size=64Ki"}, []string{"NODE_NAME=n"})
+	if err != nil || c.LogFileMaxSize != 64<<10 {
+		t.Fatalf("%v %v", c.LogFileMaxSize, err)
+	}
+	if _, err := load(t, []string{"--log-file-max-size=lots"}, []string{"NODE_NAME=n"}); err == nil || !strings.Contains(err.Error(), "Ki, Mi or Gi") {
+		t.Fatalf("bad size: %v", err)
+	}
+	if c, _ := load(t, nil, []string{"NODE_NAME=n"}); c.LogFileMaxSize != 100<<20 {
+		t.Fatalf("default %d", c.LogFileMaxSize)
+	}
+}

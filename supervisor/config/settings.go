@@ -255,6 +255,19 @@ func settings() []setting {
 			Set: func(c *Config, v string) error { c.MirrorOutput = strings.TrimSpace(v); return nil }},
 		{Name: "kubeconfig", Env: []string{"KUBECONFIG"}, Help: "kubeconfig for the pod informer (default: in-cluster config, else standalone)", Set: func(c *Config, v string) error { return optAbsPath(&c.Kubeconfig)(c, v) }},
 		{Name: "log-level", Env: nil, Default: "info", Help: "debug, info, warn or error", Set: func(c *Config, v string) error { return oneOf(&c.LogLevel, "debug", "info", "warn", "error")(c, v) }},
+		{Name: "log-file-max-size", Default: "100Mi", Help: "rotate a child's log file (kept once as .1) when it grows past this size: bytes, or with Ki/Mi/Gi; 0 never rotates",
+			Set: func(c *Config, v string) error {
+				n, err := parseSize(v)
+				if err != nil {
+					return err
+				}
+				c.LogFileMaxSize = n
+				return nil
+			}},
+		{Name: "log-rotate-interval", Default: "30s", Help: "how often the log file sizes are checked",
+			Set: func(c *Config, v string) error {
+				return positiveDuration(&c.LogRotateInterval, time.Second, "seconds")(c, v)
+			}},
 		{Name: "log-format", Env: nil, Default: "text", Help: "text or json", Set: func(c *Config, v string) error { return oneOf(&c.LogFormat, "text", "json")(c, v) }},
 	}
 }
@@ -321,4 +334,21 @@ func Keys() []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// parseSize reads 123, 64Ki, 100Mi or 1Gi.
+func parseSize(v string) (int64, error) {
+	v = strings.TrimSpace(v)
+	mult := int64(1)
+	for suffix, m := range map[string]int64{"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30} {
+		if strings.HasSuffix(v, suffix) {
+			mult, v = m, strings.TrimSuffix(v, suffix)
+			break
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, bad("not a size", "give bytes, or a number with Ki, Mi or Gi, e.g. 100Mi; 0 turns rotation off")
+	}
+	return n * mult, nil
 }

@@ -28,6 +28,10 @@ type daemon struct {
 	// graceful asks the child to exit (nil: SIGTERM); final is false when
 	// it is stopped only to be started again.
 	graceful func(ctx context.Context, c *process.Child, final bool) error
+	// logFile is the child's --log-file; ctl its control socket (for
+	// vlog/reopen after rotation).
+	logFile string
+	ctl     func(c *process.Child) string
 	// dependants are restarted, in order, after this daemon restarts.
 	dependants []*daemon
 	// beforeStop and afterStop run around the final stop (not restarts).

@@ -31,6 +31,7 @@ type dbServer struct {
 
 func (n *Node) dbServerDaemon(s dbServer, slot **ovsdbconn.Conn, connect func(ctx context.Context, c *process.Child) error) *daemon {
 	d := n.newDaemon(s.name)
+	d.logFile, d.ctl = s.log, fixedCtl(s.ctl)
 	// Our client goes first, or it logs reconnect failures as the server leaves.
 	d.beforeStop = func() { n.closeConn(slot) }
 	d.graceful = func(ctx context.Context, _ *process.Child, _ bool) error {
@@ -217,12 +218,13 @@ func bumpCfg(ctx context.Context, c *ovsdbconn.Conn, table, column string) (int,
 func (n *Node) northdDaemon() *daemon {
 	d := n.newDaemon("ovn-northd")
 	l := n.lay
+	d.logFile, d.ctl = filepath.Join(n.cfg.Paths.OVNLogDir, "ovn-northd.log"), fixedCtl(l.NorthdCtl)
 	d.prepare = func(context.Context, bool) error {
 		return ClearStale(staleFiles{Prog: "ovn-northd", Pidfile: l.NorthdPid, Others: []string{l.NorthdCtl}})
 	}
 	d.spec = func() (process.Spec, error) {
 		args := []string{"--ovnnb-db=" + n.cfg.NBRemote, "--ovnsb-db=unix:" + l.SBSock, "--pidfile=" + l.NorthdPid, "--unixctl=" + l.NorthdCtl}
-		args = append(args, logArgs(filepath.Join(n.cfg.Paths.OVNLogDir, "ovn-northd.log"))...)
+		args = append(args, logArgs(d.logFile)...)
 		return process.Spec{Name: "ovn-northd", Path: n.bins["ovn-northd"], Args: args, Env: n.childEnv()}, nil
 	}
 	d.gate = func(ctx context.Context, c *process.Child) error {
@@ -258,6 +260,7 @@ func (n *Node) ovsdbDaemon() *daemon {
 func (n *Node) vswitchdDaemon() *daemon {
 	d := n.newDaemon("ovs-vswitchd")
 	l := n.lay
+	d.logFile, d.ctl = filepath.Join(n.cfg.Paths.OVSLogDir, "ovs-vswitchd.log"), fixedCtl(l.VSwitchdCtl)
 	var target int
 	d.prepare = func(ctx context.Context, _ bool) error {
 		if err := ClearStale(staleFiles{Prog: "ovs-vswitchd", Pidfile: l.VSwitchdPid, Others: []string{l.VSwitchdCtl}}); err != nil {
@@ -277,7 +280,7 @@ func (n *Node) vswitchdDaemon() *daemon {
 		if n.cfg.MLockAll {
 			args = append(args, "--mlockall")
 		}
-		args = append(args, logArgs(filepath.Join(n.cfg.Paths.OVSLogDir, "ovs-vswitchd.log"))...)
+		args = append(args, logArgs(d.logFile)...)
 		return process.Spec{Name: "ovs-vswitchd", Path: n.bins["ovs-vswitchd"], Args: args, Env: n.childEnv()}, nil
 	}
 	d.gate = func(ctx context.Context, c *process.Child) error {
@@ -341,6 +344,8 @@ func (n *Node) removeTaps(ctx context.Context) error {
 func (n *Node) controllerDaemon() *daemon {
 	d := n.newDaemon("ovn-controller")
 	l := n.lay
+	d.logFile = filepath.Join(n.cfg.Paths.OVNLogDir, "ovn-controller.log")
+	d.ctl = func(c *process.Child) string { return l.ControllerCtl(c.Pid()) }
 	d.prepare = func(ctx context.Context, _ bool) error {
 		if err := ClearStale(staleFiles{Prog: "ovn-controller", Pidfile: l.ControllerPid}); err != nil {
 			return err
@@ -355,7 +360,7 @@ func (n *Node) controllerDaemon() *daemon {
 		if n.cfg.EnableSSL {
 			args = append(args, "--private-key="+n.cfg.SSLKey, "--certificate="+n.cfg.SSLCert, "--ca-cert="+n.cfg.SSLCACert)
 		}
-		args = append(args, logArgs(filepath.Join(n.cfg.Paths.OVNLogDir, "ovn-controller.log"))...)
+		args = append(args, logArgs(d.logFile)...)
 		return process.Spec{Name: "ovn-controller", Path: n.bins["ovn-controller"], Args: args, Env: n.childEnv()}, nil
 	}
 	d.gate = func(ctx context.Context, c *process.Child) error {
@@ -468,4 +473,8 @@ func (n *Node) clearBrIntKeys(ctx context.Context, keys ...string) error {
 		return err
 	}
 	return transact(ctx, ovs, ops...)
+}
+
+func fixedCtl(path string) func(*process.Child) string {
+	return func(*process.Child) string { return path }
 }

@@ -148,6 +148,7 @@ func (n *Node) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	go n.rotateLogs(n.ctx)
 	units := append(n.units, n.extra...)
 	n.group = lifecycle.Group{Units: units, Log: n.log}
 	return n.group.Start(ctx, n.cfg.StopTimeout)

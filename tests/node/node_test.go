@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
+
 	"github.com/ovnhost/ovnhost/internal/ovsdb/sbdb"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
 	"github.com/ovnhost/ovnhost/internal/unixctl"
@@ -599,4 +601,52 @@ func TestNetctlStatusShowsEachChild(t *testing.T) {
 	if code, out := netctl(); code != 2 || !strings.Contains(out, "does not answer on 127.0.0.1:10665") {
 		t.Fatalf("with the daemon stopped: exit %d\n%s", code, out)
 	}
+}
+
+func TestChildLogFilesAreRotated(t *testing.T) {
+	n := newNode(t)
+	n.start("--log-file-max-size=2Ki", "--log-rotate-interval=100ms")
+	logFile := n.path("log", "ovs-vswitchd.log")
+	// Start-up alone writes more than 2 KiB; the supervisor renames the
+	// file and has ovs-vswitchd reopen it, which it logs in the new file.
+	err := waitFileCond(filepath.Dir(logFile), 20*time.Second, func() bool {
+		old, err1 := os.Stat(logFile + ".1")
+		cur, err2 := os.ReadFile(logFile)
+		return err1 == nil && old.Size() > 2048 && err2 == nil && strings.Contains(string(cur), "opened log file")
+	})
+	if err != nil {
+		entries, _ := os.ReadDir(filepath.Dir(logFile))
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("%v; log dir holds %v\n%s", err, names, n.logTail())
+	}
+	if err := n.waitLog("log rotated", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	n.stop()
+}
+
+// waitFileCond returns once cond holds, re-checking on every change in dir.
+func waitFileCond(dir string, timeout time.Duration, cond func() bool) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if err := w.Add(dir); err != nil {
+		return err
+	}
+	deadline := time.After(timeout)
+	for !cond() {
+		select {
+		case <-w.Events:
+		case err := <-w.Errors:
+			return err
+		case <-deadline:
+			return fmt.Errorf("condition on %s not met within %v", dir, timeout)
+		}
+	}
+	return nil
 }
