@@ -41,7 +41,10 @@ run: deps build
 # kube-apiserver and real network namespaces. Needs root.
 test: deps build
 	@[ "$$(id -u)" = 0 ] || { echo "make test needs root (real namespaces, OVS daemons)" >&2; exit 1; }
-	OVNHOST_TEST_STRICT=1 OVNHOST_BIN=$(BIN) $(GO) test -count=1 -timeout 40m -p 1 ./... 2>&1 | tee $(CURDIR)/_test.log; exit $${PIPESTATUS[0]}
+	OVNHOST_TEST_STRICT=1 OVNHOST_BIN=$(BIN) $(GO) test -count=1 -timeout 40m -p 1 ./... 2>&1 | tee $(CURDIR)/_test.log; \
+	rc=$${PIPESTATUS[0]}; \
+	echo "packages: $$(grep -c '^ok' $(CURDIR)/_test.log) passed, $$(grep -c '^FAIL' $(CURDIR)/_test.log) failed"; \
+	exit $$rc
 
 test-unit: build  # the packaging tests read the built programs
 	$(GO) test -count=1 -short ./...
