@@ -34,6 +34,7 @@ import (
 
 	"github.com/ovnhost/ovnhost/cni/server"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
+	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
 	"github.com/ovnhost/ovnhost/netctl/podnet"
 	"github.com/ovnhost/ovnhost/netctl/podnet/podnettest"
 	"github.com/ovnhost/ovnhost/supervisor/config"
@@ -233,16 +234,15 @@ func startNode(t testing.TB, o nodeOpts) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := client.NewOVSDBClient(dbm, client.WithEndpoint("unix:"+sock))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := cl.Connect(ctx); err != nil {
+	// The socket file exists a moment before ovsdb-server listens on it:
+	// ovsdbconn retries a refused connection until the deadline.
+	conn, err := ovsdbconn.Dial(ctx, dbm, "unix:"+sock, ovsdbconn.Options{Name: "ovsdb-server (conf.db)"})
+	if err != nil {
 		t.Fatalf("connect to conf.db: %v", err)
 	}
-	n.ovs = cl
+	n.ovs = conn.Client
 	// Root row with the chassis configuration, then vswitchd, then br-int
 	// (before ovn-controller, or its OpenFlow connection backs off).
 	n.transact(ctx,
