@@ -23,14 +23,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"net"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -42,6 +40,7 @@ import (
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
+	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
 )
 
 // TransactTimeout bounds a transaction whose context has no deadline.
@@ -74,42 +73,11 @@ type Options struct {
 // LoadTLS builds the client TLS configuration from PEM files (Kube-OVN
 // mounts them at /var/run/tls/key, /var/run/tls/cert and /var/run/tls/cacert).
 func LoadTLS(keyFile, certFile, caFile string) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	t, err := ovsdbconn.LoadTLS(keyFile, certFile, caFile, nil)
 	if err != nil {
-		return nil, fmt.Errorf("ovnnb: TLS client certificate %s / key %s: %w", certFile, keyFile, err)
+		return nil, fmt.Errorf("ovnnb: %w", err)
 	}
-	ca, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, fmt.Errorf("ovnnb: TLS CA certificate: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(ca) {
-		return nil, fmt.Errorf("ovnnb: TLS CA certificate %s holds no PEM certificate", caFile)
-	}
-	// OVN's certificates name the database role, not the address: verify the
-	// chain against the CA without the host name, as ovsdb clients do.
-	return &tls.Config{
-		Certificates:       []tls.Certificate{cert},
-		RootCAs:            pool,
-		InsecureSkipVerify: true, //nolint:gosec // chain verified below
-		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			if len(raw) == 0 {
-				return errors.New("server sent no certificate")
-			}
-			leaf, err := x509.ParseCertificate(raw[0])
-			if err != nil {
-				return err
-			}
-			inter := x509.NewCertPool()
-			for _, r := range raw[1:] {
-				if c, err := x509.ParseCertificate(r); err == nil {
-					inter.AddCert(c)
-				}
-			}
-			_, err = leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter})
-			return err
-		},
-	}, nil
+	return t.Config(), nil
 }
 
 // Client is a long-lived NB connection.

@@ -3,10 +3,7 @@ package doctor
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 
@@ -101,36 +98,9 @@ func (*Host) Unixctl(ctx context.Context, sock, command string) (string, error) 
 }
 
 func tlsConfig(tf TLSFiles) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(tf.Cert, tf.Key)
+	t, err := ovsdbconn.LoadTLS(tf.Key, tf.Cert, tf.CA, nil)
 	if err != nil {
-		return nil, fmt.Errorf("loading the SSL key pair: %w", err)
+		return nil, err
 	}
-	ca, err := os.ReadFile(tf.CA)
-	if err != nil {
-		return nil, fmt.Errorf("reading the SSL CA: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(ca) {
-		return nil, fmt.Errorf("%s holds no PEM certificate", tf.CA)
-	}
-	// OVN certificates name the node or role (CN), not the address we dial:
-	// verify the chain against the CA and skip the host name, as OVS does.
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, InsecureSkipVerify: true,
-		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			if len(raw) == 0 {
-				return errors.New("no peer certificate")
-			}
-			leaf, err := x509.ParseCertificate(raw[0])
-			if err != nil {
-				return err
-			}
-			inter := x509.NewCertPool()
-			for _, r := range raw[1:] {
-				if c, err := x509.ParseCertificate(r); err == nil {
-					inter.AddCert(c)
-				}
-			}
-			_, err = leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
-			return err
-		}}, nil
+	return t.Config(), nil
 }

@@ -39,7 +39,7 @@ type Node struct {
 
 	bins     map[string]string
 	systemID string
-	tls      *tlsFiles
+	tls      *ovsdbconn.TLSFiles
 
 	mu     sync.Mutex
 	ovs    *ovsdbconn.Conn // conf.db, long-lived
@@ -72,9 +72,9 @@ func New(cfg *config.Config, pre *preflight.Result, log *slog.Logger, h *health.
 		return nil, fmt.Errorf("programs not found in %v: %v; install openvswitch-switch, ovn-host (and ovn-central for all-in-one) or set --bin-dirs", cfg.BinDirs, missing)
 	}
 	if cfg.EnableSSL {
-		t, err := newTLSFiles(cfg.SSLKey, cfg.SSLCert, cfg.SSLCACert, log)
+		t, err := ovsdbconn.LoadTLS(cfg.SSLKey, cfg.SSLCert, cfg.SSLCACert, log)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("ENABLE_SSL: %w; check --ssl-key, --ssl-cert and --ssl-ca-cert (default <ssl-dir>/ovn-privkey.pem, ovn-cert.pem, cacert.pem)", err)
 		}
 		n.tls = t
 	}

@@ -1,4 +1,4 @@
-package node
+package ovsdbconn
 
 import (
 	"context"
@@ -16,7 +16,7 @@ func TestCertificatesAreReloadedWhenRotated(t *testing.T) {
 	dir := t.TempDir()
 	pki := testenv.NewPKI(t, dir)
 	key, cert := pki.Issue(t, "ovn", "node-a")
-	tf, err := newTLSFiles(key, cert, dir+"/cacert.pem", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	tf, err := LoadTLS(key, cert, dir+"/cacert.pem", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,8 +51,8 @@ func TestCertificatesAreReloadedWhenRotated(t *testing.T) {
 func TestBadCertificateFilesAreNamed(t *testing.T) {
 	dir := t.TempDir()
 	testenv.NewPKI(t, dir)
-	_, err := newTLSFiles(dir+"/missing-key.pem", dir+"/missing-cert.pem", dir+"/cacert.pem", slog.Default())
-	if err == nil || !strings.Contains(err.Error(), "missing-cert.pem") || !strings.Contains(err.Error(), "--ssl-cert") {
+	_, err := LoadTLS(dir+"/missing-key.pem", dir+"/missing-cert.pem", dir+"/cacert.pem", nil)
+	if err == nil || !strings.Contains(err.Error(), "missing-cert.pem") || !strings.Contains(err.Error(), "SSL key pair") {
 		t.Fatalf("err = %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package node
+package ovsdbconn
 
 import (
 	"context"
@@ -14,11 +14,12 @@ import (
 	"github.com/fsnotify/fsnotify"
 )
 
-// tlsFiles is the SSL key, certificate and CA of ENABLE_SSL, re-read when
-// the files change: certificates are rotated under a running daemon (a
-// Secret update, cert-manager) and new connections must use the new ones.
-// ovn-controller re-reads the same files by itself.
-type tlsFiles struct {
+// TLSFiles is an SSL key, certificate and CA for ssl: remotes (Kube-OVN's
+// ENABLE_SSL), optionally re-read when the files change: certificates are
+// rotated under a running daemon (a Secret update, cert-manager) and new
+// connections must use the new ones. The node daemon, the controller and
+// netctl doctor all build their client TLS from it.
+type TLSFiles struct {
 	key, cert, ca string
 	log           *slog.Logger
 
@@ -29,26 +30,30 @@ type tlsFiles struct {
 	reloaded chan struct{}
 }
 
-func newTLSFiles(key, cert, ca string, log *slog.Logger) (*tlsFiles, error) {
-	t := &tlsFiles{key: key, cert: cert, ca: ca, log: log}
+// LoadTLS reads the key pair and the CA; log (may be nil) is for Watch.
+func LoadTLS(key, cert, ca string, log *slog.Logger) (*TLSFiles, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	t := &TLSFiles{key: key, cert: cert, ca: ca, log: log}
 	if err := t.load(); err != nil {
 		return nil, err
 	}
 	return t, nil
 }
 
-func (t *tlsFiles) load() error {
+func (t *TLSFiles) load() error {
 	pair, err := tls.LoadX509KeyPair(t.cert, t.key)
 	if err != nil {
-		return fmt.Errorf("ENABLE_SSL: loading %s and %s: %w; check --ssl-cert/--ssl-key (default <ssl-dir>/ovn-cert.pem, ovn-privkey.pem)", t.cert, t.key, err)
+		return fmt.Errorf("loading the SSL key pair %s and %s: %w", t.cert, t.key, err)
 	}
 	raw, err := os.ReadFile(t.ca)
 	if err != nil {
-		return fmt.Errorf("ENABLE_SSL: %w; check --ssl-ca-cert (default <ssl-dir>/cacert.pem)", err)
+		return fmt.Errorf("reading the SSL CA: %w", err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(raw) {
-		return fmt.Errorf("ENABLE_SSL: %s holds no PEM certificate", t.ca)
+		return fmt.Errorf("the SSL CA %s holds no PEM certificate", t.ca)
 	}
 	t.mu.Lock()
 	t.pair, t.pool = &pair, pool
@@ -60,7 +65,7 @@ func (t *tlsFiles) load() error {
 // certificate and checks the server against the current CA. OVN
 // certificates name the chassis or the cluster, not the address dialled,
 // so the chain is verified without matching a host name.
-func (t *tlsFiles) Config() *tls.Config {
+func (t *TLSFiles) Config() *tls.Config {
 	return &tls.Config{
 		MinVersion:         tls.VersionTLS12,
 		InsecureSkipVerify: true, // replaced by VerifyPeerCertificate below
@@ -101,7 +106,7 @@ func verifyChain(raw [][]byte, roots *x509.CertPool) error {
 // Watch re-reads the files when anything changes in their directories
 // (Kubernetes swaps a Secret's files through a symlink rename), until ctx
 // ends. A half-written or invalid set keeps the previous one in use.
-func (t *tlsFiles) Watch(ctx context.Context) error {
+func (t *TLSFiles) Watch(ctx context.Context) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return err
