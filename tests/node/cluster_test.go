@@ -10,12 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -191,22 +189,10 @@ func proxyAPIInto(t *testing.T, ns, addr string) {
 	}()
 }
 
-func listenInNetns(name, addr string) (net.Listener, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		return nil, err
-	}
-	defer orig.Close()
-	target, err := netns.GetFromName(name)
-	if err != nil {
-		return nil, err
-	}
-	defer target.Close()
-	if err := netns.Set(target); err != nil {
-		return nil, err
-	}
-	defer func() { _ = netns.Set(orig) }()
-	return net.Listen("tcp", addr)
+func listenInNetns(name, addr string) (l net.Listener, err error) {
+	err = inNetns(name, func() error {
+		l, err = net.Listen("tcp", addr)
+		return err
+	})
+	return l, err
 }

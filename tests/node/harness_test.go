@@ -273,26 +273,35 @@ func (n *node) httpGet(path string) (int, string, error) {
 	return resp.StatusCode, b.String(), nil
 }
 
-// dialInNetns opens a TCP connection from inside the named namespace: the
-// socket belongs to the namespace of the thread that creates it.
-func dialInNetns(name, addr string) (net.Conn, error) {
+// dialInNetns opens a TCP connection from inside the named namespace.
+func dialInNetns(name, addr string) (c net.Conn, err error) {
+	err = inNetns(name, func() error {
+		c, err = net.DialTimeout("tcp", addr, 5*time.Second)
+		return err
+	})
+	return c, err
+}
+
+// inNetns runs fn on a thread switched into the named namespace: sockets
+// fn creates belong to that namespace and stay there afterwards.
+func inNetns(name string, fn func() error) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	orig, err := netns.Get()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer orig.Close()
 	target, err := netns.GetFromName(name)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer target.Close()
 	if err := netns.Set(target); err != nil {
-		return nil, err
+		return err
 	}
 	defer func() { _ = netns.Set(orig) }()
-	return net.DialTimeout("tcp", addr, 5*time.Second)
+	return fn()
 }
 
 // processesUnder lists live processes whose command line mentions dir.
