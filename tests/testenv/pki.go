@@ -48,6 +48,15 @@ func NewPKI(t testing.TB, dir string) *PKI {
 // both client and server use on 127.0.0.1, and returns their paths.
 func (p *PKI) Issue(t testing.TB, name, cn string) (key, cert string) {
 	t.Helper()
+	key, cert = filepath.Join(p.Dir, name+"-privkey.pem"), filepath.Join(p.Dir, name+"-cert.pem")
+	p.IssueTo(t, key, cert, cn)
+	return key, cert
+}
+
+// IssueTo writes a key and certificate for cn at the given paths (Kube-OVN
+// mounts them as key, cert and cacert).
+func (p *PKI) IssueTo(t testing.TB, key, cert, cn string) {
+	t.Helper()
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -66,12 +75,12 @@ func (p *PKI) Issue(t testing.TB, name, cn string) (key, cert string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key = filepath.Join(p.Dir, name+"-privkey.pem")
-	cert = filepath.Join(p.Dir, name+"-cert.pem")
 	writePEM(t, key, "PRIVATE KEY", kder)
 	writePEM(t, cert, "CERTIFICATE", der)
-	return key, cert
 }
+
+// CACert is the path of the CA certificate.
+func (p *PKI) CACert() string { return filepath.Join(p.Dir, "cacert.pem") }
 
 func writePEM(t testing.TB, path, typ string, der []byte) {
 	t.Helper()

@@ -94,9 +94,17 @@ func start(t testing.TB, ssl bool) *Central {
 	t.Cleanup(c.Stop)
 	if ssl {
 		c.TLSDir = filepath.Join(dir, "tls")
-		if err := writePKI(c.TLSDir); err != nil {
-			t.Fatalf("ovncentral: PKI: %v", err)
+		if err := os.MkdirAll(c.TLSDir, 0o700); err != nil {
+			t.Fatal(err)
 		}
+		// Kube-OVN's layout: cacert, a client pair key/cert, and the
+		// servers' own pair. Certificates name roles, not addresses.
+		pki := testenv.NewPKI(t, c.TLSDir)
+		if err := os.Rename(pki.CACert(), filepath.Join(c.TLSDir, "cacert")); err != nil {
+			t.Fatal(err)
+		}
+		pki.IssueTo(t, filepath.Join(c.TLSDir, "server.key"), filepath.Join(c.TLSDir, "server.crt"), "ovnnb")
+		pki.IssueTo(t, filepath.Join(c.TLSDir, "key"), filepath.Join(c.TLSDir, "cert"), "ovn-controller")
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
