@@ -1,6 +1,8 @@
 package server
 
 import (
+	"github.com/ovnhost/ovnhost/internal/annotations"
+
 	"encoding/json"
 	"fmt"
 	"net"
@@ -8,23 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ovnhost/ovnhost/netctl/podnet"
-)
-
-// Kube-OVN's pod annotations (BRIEF.md section 3).
-const (
-	annPrefix       = "ovn.kubernetes.io/"
-	AnnAllocated    = annPrefix + "allocated"
-	AnnRouted       = annPrefix + "routed"
-	AnnIPAddress    = annPrefix + "ip_address"
-	AnnMACAddress   = annPrefix + "mac_address"
-	AnnCIDR         = annPrefix + "cidr"
-	AnnGateway      = annPrefix + "gateway"
-	AnnLogicalSwith = annPrefix + "logical_switch"
-	AnnIngressRate  = annPrefix + "ingress_rate"
-	AnnEgressRate   = annPrefix + "egress_rate"
-	AnnMirror       = annPrefix + "mirror"
-	AnnRoutes       = annPrefix + "routes"
+	"github.com/ovnhost/ovnhost/cni/podnet"
 )
 
 // PodNetwork is everything the server needs to wire one pod.
@@ -52,7 +38,7 @@ func (e *AnnotationError) Error() string {
 }
 
 // requiredAnnotations are what the controller writes before a pod can be wired.
-var requiredAnnotations = []string{AnnAllocated, AnnRouted, AnnIPAddress, AnnMACAddress, AnnCIDR, AnnGateway}
+var requiredAnnotations = []string{annotations.Allocated, annotations.Routed, annotations.IPAddress, annotations.MACAddress, annotations.CIDR, annotations.Gateway}
 
 // missingAnnotations lists what the controller has not written yet.
 func missingAnnotations(ann map[string]string) []string {
@@ -62,7 +48,7 @@ func missingAnnotations(ann map[string]string) []string {
 		switch {
 		case !ok || v == "":
 			miss = append(miss, k)
-		case (k == AnnAllocated || k == AnnRouted) && v != "true":
+		case (k == annotations.Allocated || k == annotations.Routed) && v != "true":
 			miss = append(miss, k+"=true")
 		}
 	}
@@ -72,14 +58,14 @@ func missingAnnotations(ann map[string]string) []string {
 // ParseAnnotations reads a pod's network from its annotations (after the
 // controller has written them).
 func ParseAnnotations(ann map[string]string) (*PodNetwork, error) {
-	n := &PodNetwork{Switch: ann[AnnLogicalSwith]}
-	ips := strings.Split(ann[AnnIPAddress], ",")
-	cidrs := strings.Split(ann[AnnCIDR], ",")
+	n := &PodNetwork{Switch: ann[annotations.LogicalSwitch]}
+	ips := strings.Split(ann[annotations.IPAddress], ",")
+	cidrs := strings.Split(ann[annotations.CIDR], ",")
 	var prefixes []netip.Prefix
 	for _, c := range cidrs {
 		p, err := netip.ParsePrefix(strings.TrimSpace(c))
 		if err != nil {
-			return nil, &AnnotationError{AnnCIDR, ann[AnnCIDR], "not a CIDR (want 10.16.0.0/16 or v4,v6)"}
+			return nil, &AnnotationError{annotations.CIDR, ann[annotations.CIDR], "not a CIDR (want 10.16.0.0/16 or v4,v6)"}
 		}
 		prefixes = append(prefixes, p)
 	}
@@ -90,7 +76,7 @@ func ParseAnnotations(ann map[string]string) (*PodNetwork, error) {
 		}
 		a, err := netip.ParseAddr(s)
 		if err != nil {
-			return nil, &AnnotationError{AnnIPAddress, ann[AnnIPAddress], "not an IP address (want 10.16.0.5 or v4,v6)"}
+			return nil, &AnnotationError{annotations.IPAddress, ann[annotations.IPAddress], "not an IP address (want 10.16.0.5 or v4,v6)"}
 		}
 		a = a.Unmap()
 		found := false
@@ -102,19 +88,19 @@ func ParseAnnotations(ann map[string]string) (*PodNetwork, error) {
 			}
 		}
 		if !found {
-			return nil, &AnnotationError{AnnIPAddress, ann[AnnIPAddress], fmt.Sprintf("address %s is outside the pod's CIDR %s", a, ann[AnnCIDR])}
+			return nil, &AnnotationError{annotations.IPAddress, ann[annotations.IPAddress], fmt.Sprintf("address %s is outside the pod's CIDR %s", a, ann[annotations.CIDR])}
 		}
 	}
-	for _, s := range strings.Split(ann[AnnGateway], ",") {
+	for _, s := range strings.Split(ann[annotations.Gateway], ",") {
 		g, err := netip.ParseAddr(strings.TrimSpace(s))
 		if err != nil {
-			return nil, &AnnotationError{AnnGateway, ann[AnnGateway], "not an IP address"}
+			return nil, &AnnotationError{annotations.Gateway, ann[annotations.Gateway], "not an IP address"}
 		}
 		n.Gateways = append(n.Gateways, g.Unmap())
 	}
-	mac, err := net.ParseMAC(strings.TrimSpace(ann[AnnMACAddress]))
+	mac, err := net.ParseMAC(strings.TrimSpace(ann[annotations.MACAddress]))
 	if err != nil || len(mac) != 6 || mac[0]&1 == 1 {
-		return nil, &AnnotationError{AnnMACAddress, ann[AnnMACAddress], "not a unicast Ethernet MAC (want 0a:58:0a:10:00:05)"}
+		return nil, &AnnotationError{annotations.MACAddress, ann[annotations.MACAddress], "not a unicast Ethernet MAC (want 0a:58:0a:10:00:05)"}
 	}
 	n.MAC = mac
 	if err := parseOptional(ann, n); err != nil {
@@ -126,38 +112,38 @@ func ParseAnnotations(ann map[string]string) (*PodNetwork, error) {
 // parseOptional reads the user-set annotations: rates, mirror and routes.
 func parseOptional(ann map[string]string, n *PodNetwork) error {
 	var err error
-	if n.IngressMbps, err = parseRate(ann, AnnIngressRate); err != nil {
+	if n.IngressMbps, err = parseRate(ann, annotations.IngressRate); err != nil {
 		return err
 	}
-	if n.EgressMbps, err = parseRate(ann, AnnEgressRate); err != nil {
+	if n.EgressMbps, err = parseRate(ann, annotations.EgressRate); err != nil {
 		return err
 	}
-	if v, ok := ann[AnnMirror]; ok && v != "" {
+	if v, ok := ann[annotations.Mirror]; ok && v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return &AnnotationError{AnnMirror, v, "not a boolean (want true or false)"}
+			return &AnnotationError{annotations.Mirror, v, "not a boolean (want true or false)"}
 		}
 		n.Mirror = b
 	}
-	if v := strings.TrimSpace(ann[AnnRoutes]); v != "" {
+	if v := strings.TrimSpace(ann[annotations.Routes]); v != "" {
 		var rs []struct {
 			Dst string `json:"dst"`
 			GW  string `json:"gw"`
 		}
 		if err := json.Unmarshal([]byte(v), &rs); err != nil {
-			return &AnnotationError{AnnRoutes, v, `not a JSON list of routes (want [{"dst":"192.168.0.0/24","gw":"10.16.0.254"}])`}
+			return &AnnotationError{annotations.Routes, v, `not a JSON list of routes (want [{"dst":"192.168.0.0/24","gw":"10.16.0.254"}])`}
 		}
 		for _, r := range rs {
 			var rt podnet.Route
 			gw, err := netip.ParseAddr(strings.TrimSpace(r.GW))
 			if r.GW != "" && err != nil {
-				return &AnnotationError{AnnRoutes, v, fmt.Sprintf("gw %q is not an IP address", r.GW)}
+				return &AnnotationError{annotations.Routes, v, fmt.Sprintf("gw %q is not an IP address", r.GW)}
 			}
 			rt.GW = gw
 			switch d := strings.TrimSpace(r.Dst); d {
 			case "", "default":
 				if !rt.GW.IsValid() {
-					return &AnnotationError{AnnRoutes, v, "a default route needs a gw"}
+					return &AnnotationError{annotations.Routes, v, "a default route needs a gw"}
 				}
 				if rt.GW.Is4() {
 					rt.Dst = netip.MustParsePrefix("0.0.0.0/0")
@@ -169,14 +155,14 @@ func parseOptional(ann map[string]string, n *PodNetwork) error {
 				if err != nil {
 					a, aerr := netip.ParseAddr(d)
 					if aerr != nil {
-						return &AnnotationError{AnnRoutes, v, fmt.Sprintf("dst %q is not a CIDR", r.Dst)}
+						return &AnnotationError{annotations.Routes, v, fmt.Sprintf("dst %q is not a CIDR", r.Dst)}
 					}
 					p = netip.PrefixFrom(a, a.BitLen())
 				}
 				rt.Dst = p.Masked()
 			}
 			if rt.GW.IsValid() && rt.GW.Is4() != rt.Dst.Addr().Is4() {
-				return &AnnotationError{AnnRoutes, v, fmt.Sprintf("dst %s and gw %s are of different families", rt.Dst, rt.GW)}
+				return &AnnotationError{annotations.Routes, v, fmt.Sprintf("dst %s and gw %s are of different families", rt.Dst, rt.GW)}
 			}
 			n.Routes = append(n.Routes, rt)
 		}

@@ -11,9 +11,9 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/ovnhost/ovnhost/cni/cniconf"
 	"github.com/ovnhost/ovnhost/cni/protocol"
 	"github.com/ovnhost/ovnhost/supervisor/config"
-	"github.com/ovnhost/ovnhost/supervisor/preflight/cniconf"
 )
 
 // ConflistName is the CNI configuration file ovnhost installs; "00-" sorts

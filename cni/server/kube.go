@@ -1,6 +1,8 @@
 package server
 
 import (
+	"github.com/ovnhost/ovnhost/internal/annotations"
+
 	"context"
 	"errors"
 	"fmt"
@@ -167,7 +169,7 @@ func (k *kubeSource) podChanged(old, obj any) {
 	if p == nil {
 		return
 	}
-	if c := p.Annotations[AnnCIDR]; c != "" {
+	if c := p.Annotations[annotations.CIDR]; c != "" {
 		k.mu.Lock()
 		_, known := k.podCIDR[c]
 		k.podCIDR[c] = struct{}{}
@@ -184,7 +186,7 @@ func (k *kubeSource) podChanged(old, obj any) {
 	if op == nil {
 		return
 	}
-	for _, a := range []string{AnnIngressRate, AnnEgressRate} {
+	for _, a := range []string{annotations.IngressRate, annotations.EgressRate} {
 		if op.Annotations[a] != p.Annotations[a] {
 			var n PodNetwork
 			if err := parseOptional(p.Annotations, &n); err != nil {
@@ -366,23 +368,23 @@ func (k *kubeSource) knownPodCIDRs() []netip.Prefix {
 }
 
 func parseNodeAnnotations(ann map[string]string) (*NodeNetwork, error) {
-	ip, err := netip.ParseAddr(strings.Split(ann[AnnIPAddress], ",")[0])
+	ip, err := netip.ParseAddr(strings.Split(ann[annotations.IPAddress], ",")[0])
 	if err != nil {
 		return nil, err
 	}
-	cidr, err := netip.ParsePrefix(strings.Split(ann[AnnCIDR], ",")[0])
+	cidr, err := netip.ParsePrefix(strings.Split(ann[annotations.CIDR], ",")[0])
 	if err != nil {
 		return nil, err
 	}
-	gw, err := netip.ParseAddr(strings.Split(ann[AnnGateway], ",")[0])
+	gw, err := netip.ParseAddr(strings.Split(ann[annotations.Gateway], ",")[0])
 	if err != nil {
 		return nil, err
 	}
-	mac, err := net.ParseMAC(ann[AnnMACAddress])
+	mac, err := net.ParseMAC(ann[annotations.MACAddress])
 	if err != nil {
 		return nil, err
 	}
-	name := ann[annPrefix+"port_name"]
+	name := ann[annotations.PortName]
 	if name == "" {
 		return nil, errors.New("no port_name")
 	}

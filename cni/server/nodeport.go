@@ -9,7 +9,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/ovnhost/ovnhost/netctl/podnet"
+	"github.com/ovnhost/ovnhost/cni/podnet"
 )
 
 // nodePortLoop creates ovn0, the node's internal port on br-int bound to

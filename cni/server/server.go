@@ -15,6 +15,8 @@
 package server
 
 import (
+	"github.com/ovnhost/ovnhost/internal/annotations"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,8 +42,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/ovnhost/ovnhost/cni/podnet"
 	"github.com/ovnhost/ovnhost/cni/protocol"
-	"github.com/ovnhost/ovnhost/netctl/podnet"
 	"github.com/ovnhost/ovnhost/supervisor/config"
 )
 
@@ -237,7 +239,7 @@ func (s *Server) ensureMirror(ctx context.Context) error {
 	}
 	out := s.cfg.MirrorOutput
 	if out == "" {
-		return fmt.Errorf("pod asks for traffic mirroring (%s=true) but no mirror output port is configured (--mirror-output)", AnnMirror)
+		return fmt.Errorf("pod asks for traffic mirroring (%s=true) but no mirror output port is configured (--mirror-output)", annotations.Mirror)
 	}
 	if err := s.ovs.EnsureMirror(ctx, out); err != nil {
 		return fmt.Errorf("mirror output port %s: %w", out, err)
@@ -455,8 +457,8 @@ func (s *Server) decode(req *protocol.Request) (*request, *cniError) {
 	if q.pod.Namespace == "" {
 		q.pod.Namespace = "default"
 	}
-	for k, a := range map[string]string{"IP": AnnIPAddress, "MAC": AnnMACAddress, "INGRESS_RATE": AnnIngressRate,
-		"EGRESS_RATE": AnnEgressRate, "MIRROR": AnnMirror, "LOGICAL_SWITCH": AnnLogicalSwith} {
+	for k, a := range map[string]string{"IP": annotations.IPAddress, "MAC": annotations.MACAddress, "INGRESS_RATE": annotations.IngressRate,
+		"EGRESS_RATE": annotations.EgressRate, "MIRROR": annotations.Mirror, "LOGICAL_SWITCH": annotations.LogicalSwitch} {
 		if v, ok := args[k]; ok {
 			q.pod.Annotations[a] = v
 		}

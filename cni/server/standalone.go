@@ -1,6 +1,8 @@
 package server
 
 import (
+	"github.com/ovnhost/ovnhost/internal/annotations"
+
 	"context"
 	"fmt"
 	"log/slog"
@@ -8,9 +10,9 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/ovnhost/ovnhost/controller/ipam"
-	"github.com/ovnhost/ovnhost/controller/ovnnb"
-	"github.com/ovnhost/ovnhost/controller/ovnnet"
+	"github.com/ovnhost/ovnhost/internal/ipam"
+	"github.com/ovnhost/ovnhost/internal/ovnnb"
+	"github.com/ovnhost/ovnhost/internal/ovnnet"
 )
 
 // PodRef names the pod of a CNI request.
@@ -112,12 +114,12 @@ func (s *standaloneSource) Stop() {
 }
 
 func (s *standaloneSource) PodNetwork(ctx context.Context, ref PodRef) (*PodNetwork, error) {
-	req := ovnnet.PodRequest{Namespace: ref.Namespace, Name: ref.Name, Subnet: ref.Annotations[AnnLogicalSwith],
-		MAC: ref.Annotations[AnnMACAddress], ExternalIDs: map[string]string{ovnnb.KeyNode: s.node}}
-	if v := ref.Annotations[AnnIPAddress]; v != "" {
+	req := ovnnet.PodRequest{Namespace: ref.Namespace, Name: ref.Name, Subnet: ref.Annotations[annotations.LogicalSwitch],
+		MAC: ref.Annotations[annotations.MACAddress], ExternalIDs: map[string]string{ovnnb.KeyNode: s.node}}
+	if v := ref.Annotations[annotations.IPAddress]; v != "" {
 		ips, err := ipam.ParseIPs(v)
 		if err != nil {
-			return nil, &AnnotationError{AnnIPAddress, v, err.Error()}
+			return nil, &AnnotationError{annotations.IPAddress, v, err.Error()}
 		}
 		req.IPs = ips
 	}
@@ -129,8 +131,8 @@ func (s *standaloneSource) PodNetwork(ctx context.Context, ref PodRef) (*PodNetw
 		return nil, fmt.Errorf("%s: logical switch port %s: %w", standaloneNote, ref.LSP(), err)
 	}
 	ann := map[string]string{
-		AnnIPAddress: joinAddrs(a.IPs), AnnMACAddress: a.MAC, AnnCIDR: a.CIDR, AnnGateway: a.Gateway,
-		AnnLogicalSwith: a.Subnet,
+		annotations.IPAddress: joinAddrs(a.IPs), annotations.MACAddress: a.MAC, annotations.CIDR: a.CIDR, annotations.Gateway: a.Gateway,
+		annotations.LogicalSwitch: a.Subnet,
 	}
 	for k, v := range ref.Annotations {
 		if _, set := ann[k]; !set {

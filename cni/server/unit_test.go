@@ -1,6 +1,8 @@
 package server
 
 import (
+	"github.com/ovnhost/ovnhost/internal/annotations"
+
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -13,17 +15,17 @@ import (
 
 func good() map[string]string {
 	return map[string]string{
-		AnnAllocated: "true", AnnRouted: "true", AnnIPAddress: "10.16.0.5", AnnMACAddress: "0a:58:0a:10:00:05",
-		AnnCIDR: "10.16.0.0/16", AnnGateway: "10.16.0.1", AnnLogicalSwith: "ovn-default",
+		annotations.Allocated: "true", annotations.Routed: "true", annotations.IPAddress: "10.16.0.5", annotations.MACAddress: "0a:58:0a:10:00:05",
+		annotations.CIDR: "10.16.0.0/16", annotations.Gateway: "10.16.0.1", annotations.LogicalSwitch: "ovn-default",
 	}
 }
 
 func TestParseAnnotations(t *testing.T) {
 	ann := good()
-	ann[AnnIngressRate] = "10"
-	ann[AnnEgressRate] = "5"
-	ann[AnnMirror] = "true"
-	ann[AnnRoutes] = `[{"dst":"192.168.0.0/24","gw":"10.16.0.254"},{"gw":"10.16.0.253"}]`
+	ann[annotations.IngressRate] = "10"
+	ann[annotations.EgressRate] = "5"
+	ann[annotations.Mirror] = "true"
+	ann[annotations.Routes] = `[{"dst":"192.168.0.0/24","gw":"10.16.0.254"},{"gw":"10.16.0.253"}]`
 	n, err := ParseAnnotations(ann)
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +42,7 @@ func TestParseAnnotations(t *testing.T) {
 		t.Fatalf("routes %+v", rs)
 	}
 	dual := good()
-	dual[AnnIPAddress], dual[AnnCIDR], dual[AnnGateway] = "10.16.0.5,fd00:10:16::5", "10.16.0.0/16,fd00:10:16::/64", "10.16.0.1,fd00:10:16::1"
+	dual[annotations.IPAddress], dual[annotations.CIDR], dual[annotations.Gateway] = "10.16.0.5,fd00:10:16::5", "10.16.0.0/16,fd00:10:16::/64", "10.16.0.1,fd00:10:16::1"
 	n, err = ParseAnnotations(dual)
 	if err != nil || len(n.Addrs) != 2 || n.Addrs[1].String() != "fd00:10:16::5/64" || len(n.podRoutes()) != 2 {
 		t.Fatalf("dual stack: %+v %v", n, err)
@@ -49,13 +51,13 @@ func TestParseAnnotations(t *testing.T) {
 
 func TestBadAnnotationsArePrecise(t *testing.T) {
 	for key, c := range map[string]struct{ val, want string }{
-		AnnIPAddress:   {"10.17.0.5", "outside the pod's CIDR"},
-		AnnMACAddress:  {"01:00:5e:00:00:01", "not a unicast Ethernet MAC"},
-		AnnCIDR:        {"10.16.0.0", "not a CIDR"},
-		AnnIngressRate: {"fast", "whole number of Mbit/s"},
-		AnnEgressRate:  {"-3", "whole number of Mbit/s"},
-		AnnMirror:      {"yes please", "not a boolean"},
-		AnnRoutes:      {`[{"dst":"x"}]`, `dst "x" is not a CIDR`},
+		annotations.IPAddress:   {"10.17.0.5", "outside the pod's CIDR"},
+		annotations.MACAddress:  {"01:00:5e:00:00:01", "not a unicast Ethernet MAC"},
+		annotations.CIDR:        {"10.16.0.0", "not a CIDR"},
+		annotations.IngressRate: {"fast", "whole number of Mbit/s"},
+		annotations.EgressRate:  {"-3", "whole number of Mbit/s"},
+		annotations.Mirror:      {"yes please", "not a boolean"},
+		annotations.Routes:      {`[{"dst":"x"}]`, `dst "x" is not a CIDR`},
 	} {
 		ann := good()
 		ann[key] = c.val
@@ -65,10 +67,10 @@ func TestBadAnnotationsArePrecise(t *testing.T) {
 		}
 	}
 	ann := good()
-	delete(ann, AnnRouted)
-	ann[AnnAllocated] = "false"
+	delete(ann, annotations.Routed)
+	ann[annotations.Allocated] = "false"
 	miss := missingAnnotations(ann)
-	if strings.Join(miss, ",") != AnnAllocated+"=true,"+AnnRouted {
+	if strings.Join(miss, ",") != annotations.Allocated+"=true,"+annotations.Routed {
 		t.Fatalf("missing %v", miss)
 	}
 }

@@ -42,11 +42,11 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/ovnhost/ovnhost/controller/annotations"
 	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
-	"github.com/ovnhost/ovnhost/controller/ipam"
-	"github.com/ovnhost/ovnhost/controller/ovnnb"
-	"github.com/ovnhost/ovnhost/controller/ovnnet"
+	"github.com/ovnhost/ovnhost/internal/annotations"
+	"github.com/ovnhost/ovnhost/internal/ipam"
+	"github.com/ovnhost/ovnhost/internal/ovnnb"
+	"github.com/ovnhost/ovnhost/internal/ovnnet"
 )
 
 // Config configures the controller.

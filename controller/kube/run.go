@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
-	"github.com/ovnhost/ovnhost/controller/ovnnb"
+	"github.com/ovnhost/ovnhost/internal/ovnnb"
 )
 
 var everything = labels.Everything()

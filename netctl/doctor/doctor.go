@@ -32,10 +32,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ovnhost/ovnhost/cni/cniconf"
 	"github.com/ovnhost/ovnhost/internal/version"
 	"github.com/ovnhost/ovnhost/supervisor/config"
 	"github.com/ovnhost/ovnhost/supervisor/preflight"
-	"github.com/ovnhost/ovnhost/supervisor/preflight/cniconf"
 )
 
 // Report is the result of a doctor run.

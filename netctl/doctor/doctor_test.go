@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ovnhost/ovnhost/cni/cniconf"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/sbdb"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
 	"github.com/ovnhost/ovnhost/internal/version"
 	"github.com/ovnhost/ovnhost/supervisor/config"
 	"github.com/ovnhost/ovnhost/supervisor/preflight"
-	"github.com/ovnhost/ovnhost/supervisor/preflight/cniconf"
 )
 
 // fakeInfo is a fs.FileInfo with a mode.

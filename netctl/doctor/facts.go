@@ -23,11 +23,11 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/ovnhost/ovnhost/cni/cniconf"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/sbdb"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
 	"github.com/ovnhost/ovnhost/supervisor/config"
 	"github.com/ovnhost/ovnhost/supervisor/preflight"
-	"github.com/ovnhost/ovnhost/supervisor/preflight/cniconf"
 )
 
 // Facts is everything doctor reads, on top of the preflight facts.

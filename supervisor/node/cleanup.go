@@ -11,8 +11,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/ovnhost/ovnhost/cni/cniconf"
 	"github.com/ovnhost/ovnhost/supervisor/config"
-	"github.com/ovnhost/ovnhost/supervisor/preflight/cniconf"
 )
 
 // Cleanup removes what ovnhost put on this host, for an uninstall or a

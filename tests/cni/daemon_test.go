@@ -13,7 +13,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/ovnhost/ovnhost/netctl/podnet/podnettest"
+	"github.com/ovnhost/ovnhost/cni/podnet/podnettest"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 

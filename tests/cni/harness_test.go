@@ -32,11 +32,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 
+	"github.com/ovnhost/ovnhost/cni/podnet"
+	"github.com/ovnhost/ovnhost/cni/podnet/podnettest"
 	"github.com/ovnhost/ovnhost/cni/server"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
 	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
-	"github.com/ovnhost/ovnhost/netctl/podnet"
-	"github.com/ovnhost/ovnhost/netctl/podnet/podnettest"
 	"github.com/ovnhost/ovnhost/supervisor/config"
 	"github.com/ovnhost/ovnhost/tests/harness/kubeapi"
 	"github.com/ovnhost/ovnhost/tests/harness/ovncentral"

@@ -23,10 +23,10 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/ovnhost/ovnhost/cni/podnet/podnettest"
 	"github.com/ovnhost/ovnhost/cni/server"
 	"github.com/ovnhost/ovnhost/controller/kube"
-	"github.com/ovnhost/ovnhost/controller/ovnnb"
-	"github.com/ovnhost/ovnhost/netctl/podnet/podnettest"
+	"github.com/ovnhost/ovnhost/internal/ovnnb"
 	"github.com/ovnhost/ovnhost/tests/harness/kubeapi"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )

@@ -20,9 +20,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/ovnhost/ovnhost/cni/podnet"
 	"github.com/ovnhost/ovnhost/cni/server"
-	"github.com/ovnhost/ovnhost/controller/ovnnb"
-	"github.com/ovnhost/ovnhost/netctl/podnet"
+	"github.com/ovnhost/ovnhost/internal/ovnnb"
 	"github.com/ovnhost/ovnhost/supervisor/config"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ovnhost/ovnhost/controller/ovnnb"
+	"github.com/ovnhost/ovnhost/internal/ovnnb"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
 	"github.com/ovnhost/ovnhost/tests/harness/ovncentral"
 )

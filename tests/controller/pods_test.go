@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ovnhost/ovnhost/controller/annotations"
+	"github.com/ovnhost/ovnhost/internal/annotations"
 )
 
 // Test200PodsTwoNodesSubnetChoiceStaticConflictAndReuse: 200 pods on two

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
-	"github.com/ovnhost/ovnhost/controller/annotations"
+	"github.com/ovnhost/ovnhost/internal/annotations"
 )
 
 // applyYAML creates every document of a multi-document YAML file.

@@ -9,7 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ovnhost/ovnhost/controller/annotations"
+	"github.com/ovnhost/ovnhost/internal/annotations"
 )
 
 // TestKilledMidBurstRestartLeavesNoDuplicateAndNoOrphan: the controller

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ovnhost/ovnhost/controller/ipam"
-	"github.com/ovnhost/ovnhost/controller/ovnnb"
-	"github.com/ovnhost/ovnhost/controller/ovnnet"
+	"github.com/ovnhost/ovnhost/internal/ipam"
+	"github.com/ovnhost/ovnhost/internal/ovnnb"
+	"github.com/ovnhost/ovnhost/internal/ovnnet"
 	"github.com/ovnhost/ovnhost/tests/harness/ovncentral"
 )
 

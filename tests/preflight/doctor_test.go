@@ -19,9 +19,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/ovnhost/ovnhost/cni/cniconf"
 	"github.com/ovnhost/ovnhost/netctl/doctor"
 	"github.com/ovnhost/ovnhost/supervisor/preflight"
-	"github.com/ovnhost/ovnhost/supervisor/preflight/cniconf"
 	"github.com/ovnhost/ovnhost/tests/harness/ovncentral"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ovnhost/ovnhost/controller/kube"
-	"github.com/ovnhost/ovnhost/controller/ovnnb"
+	"github.com/ovnhost/ovnhost/internal/ovnnb"
 	"github.com/ovnhost/ovnhost/internal/version"
 )
 

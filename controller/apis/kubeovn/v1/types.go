@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/ovnhost/ovnhost/controller/ipam"
+	"github.com/ovnhost/ovnhost/internal/ipam"
 )
 
 // Group, version and resource of the CRD.

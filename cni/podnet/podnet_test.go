@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ovnhost/ovnhost/netctl/podnet"
-	"github.com/ovnhost/ovnhost/netctl/podnet/podnettest"
+	"github.com/ovnhost/ovnhost/cni/podnet"
+	"github.com/ovnhost/ovnhost/cni/podnet/podnettest"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 	"github.com/vishvananda/netlink"
 )

@@ -25,8 +25,8 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/ovnhost/ovnhost/controller/ipam"
-	"github.com/ovnhost/ovnhost/controller/ovnnb"
+	"github.com/ovnhost/ovnhost/internal/ipam"
+	"github.com/ovnhost/ovnhost/internal/ovnnb"
 )
 
 // Kube-OVN's defaults (BRIEF section 3).
