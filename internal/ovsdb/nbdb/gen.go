@@ -5,3 +5,4 @@
 package nbdb
 
 //go:generate go tool modelgen -extended -p nbdb -o . ovn-nb.ovsschema
+//go:generate sh -c "sed -i '1{N;s|\\n// DO NOT EDIT\\.|; DO NOT EDIT.|}' *.go"

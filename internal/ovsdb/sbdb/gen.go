@@ -5,3 +5,4 @@
 package sbdb
 
 //go:generate go tool modelgen -extended -p sbdb -o . ovn-sb.ovsschema
+//go:generate sh -c "sed -i '1{N;s|\\n// DO NOT EDIT\\.|; DO NOT EDIT.|}' *.go"

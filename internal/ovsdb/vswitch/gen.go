@@ -5,3 +5,4 @@
 package vswitch
 
 //go:generate go tool modelgen -extended -p vswitch -o . vswitch.ovsschema
+//go:generate sh -c "sed -i '1{N;s|\\n// DO NOT EDIT\\.|; DO NOT EDIT.|}' *.go"
