@@ -13,7 +13,6 @@ import (
 
 	"github.com/ovnhost/ovnhost/cni/cniconf"
 	"github.com/ovnhost/ovnhost/cni/protocol"
-	"github.com/ovnhost/ovnhost/supervisor/config"
 )
 
 // ConflistName is the CNI configuration file ovnhost installs; "00-" sorts
@@ -29,18 +28,18 @@ type installer struct {
 	log                     *slog.Logger
 }
 
-func newInstaller(cfg *config.Config, src string, log *slog.Logger) *installer {
+func newInstaller(cfg Options, src string, log *slog.Logger) *installer {
 	if src == "" {
 		src = defaultPluginSource()
 	}
-	binDir, confDir := cfg.CNIBinDir, cfg.CNIConfDir
+	binDir, confDir := cfg.BinDir, cfg.ConfDir
 	if binDir == "" {
 		binDir = "/opt/cni/bin"
 	}
 	if confDir == "" {
 		confDir = "/etc/cni/net.d"
 	}
-	return &installer{binDir: binDir, confDir: confDir, socket: cfg.CNISocket, src: src, log: log}
+	return &installer{binDir: binDir, confDir: confDir, socket: cfg.Socket, src: src, log: log}
 }
 
 // defaultPluginSource looks for ovnhost-cni next to the running executable,

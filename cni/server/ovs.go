@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ovn-kubernetes/libovsdb/client"
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
+
+	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
 )
 
 // The OVS side of a pod: one Port with one Interface on br-int, optional QoS
@@ -55,25 +56,13 @@ type ovsOps struct {
 }
 
 func (o *ovsOps) transact(ctx context.Context, what string, ops ...ovsdb.Operation) ([]ovsdb.OperationResult, error) {
-	res, err := o.cl.Transact(ctx, ops...)
-	if err != nil {
-		return nil, fmt.Errorf("OVSDB transaction (%s): %w", what, err)
-	}
-	if _, err := ovsdb.CheckOperationResults(res, ops); err != nil {
-		var details []string
-		for i, r := range res {
-			if r.Error != "" {
-				d := r.Error
-				if r.Details != "" {
-					d += ": " + r.Details
-				}
-				if i < len(ops) {
-					d = ops[i].Op + " " + ops[i].Table + ": " + d
-				}
-				details = append(details, d)
-			}
-		}
-		return res, &ovsdbError{what: what, details: strings.Join(details, "; "), timedOut: hasTimeout(res)}
+	res, err := ovsdbconn.Transact(ctx, o.cl, what, ops...)
+	var te *ovsdbconn.TxError
+	switch {
+	case errors.As(err, &te):
+		return res, &ovsdbError{what: what, details: te.Reason(), timedOut: hasTimeout(res)}
+	case err != nil:
+		return nil, fmt.Errorf("OVSDB transaction: %w", err)
 	}
 	return res, nil
 }

@@ -44,13 +44,12 @@ import (
 
 	"github.com/ovnhost/ovnhost/cni/podnet"
 	"github.com/ovnhost/ovnhost/cni/protocol"
-	"github.com/ovnhost/ovnhost/supervisor/config"
+	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 )
 
 // Defaults.
 const (
 	DefaultBridge         = "br-int"
-	DefaultMTU            = 1400 // fits Geneve over a 1500 underlay (BRIEF.md section 4)
 	DefaultAnnotationWait = 60 * time.Second
 	DefaultInstallWait    = 30 * time.Second
 	NodePortName          = "ovn0"
@@ -62,17 +61,9 @@ type Option func(*Server)
 // WithRegisterer registers the metrics on r instead of prometheus.DefaultRegisterer.
 func WithRegisterer(r prometheus.Registerer) Option { return func(s *Server) { s.reg = r } }
 
-// WithDatapathType sets the bridge datapath type chosen by preflight
-// ("system" or "netdev"). Without it the server reads br-int's
-// datapath_type at Start.
-func WithDatapathType(t string) Option { return func(s *Server) { s.dpType = t } }
-
 // WithPluginSource is the ovnhost-cni binary to install (default: next to
 // the running executable).
 func WithPluginSource(path string) Option { return func(s *Server) { s.pluginSrc = path } }
-
-// WithMTU sets the pod interface MTU (default DefaultMTU).
-func WithMTU(mtu int) Option { return func(s *Server) { s.mtu = mtu } }
 
 // WithKubeClient uses cs for Kubernetes mode instead of the configuration's
 // kubeconfig or the in-cluster configuration.
@@ -94,14 +85,36 @@ func WithoutInstall() Option { return func(s *Server) { s.noInstall = true } }
 // WithoutNodePort skips creating ovn0.
 func WithoutNodePort() Option { return func(s *Server) { s.noNodePort = true } }
 
+// Options are what the CNI server is given by the node daemon.
+type Options struct {
+	// Node is the node's resolved configuration: name, datapath, pod MTU,
+	// the NB remote (with its TLS) for standalone mode.
+	Node *nodeconfig.NodeConfig
+	// OVS is a libovsdb client connected to the local conf.db with the
+	// models of internal/ovsdb/vswitch; the server only transacts on it.
+	OVS client.Client
+	Log *slog.Logger
+
+	Socket      string // default protocol.DefaultSocket
+	SocketGroup string // group allowed on the socket ("" root only)
+	BinDir      string // where the plugin is installed
+	ConfDir     string // where the conflist is installed
+	// MirrorOutput is the port mirrored pods' traffic is copied to.
+	MirrorOutput string
+	// Kubeconfig selects Kubernetes mode ("" tries in-cluster, then
+	// standalone allocation from Node.NB).
+	Kubeconfig string
+}
+
 // Server is the CNI server unit.
 type Server struct {
-	cfg *config.Config
-	ovs *ovsOps
-	log *slog.Logger
+	cfg  Options
+	node *nodeconfig.NodeConfig
+	ovs  *ovsOps
+	log  *slog.Logger
 
 	reg             prometheus.Registerer
-	dpType          string
+	dpType          nodeconfig.Datapath
 	pluginSrc       string
 	mtu             int
 	kube            kubernetes.Interface
@@ -134,24 +147,25 @@ type wiredPod struct {
 	ids  map[string]string
 }
 
-// New builds the CNI server. ovs is a libovsdb client connected to the
-// local conf.db with the models of internal/ovsdb/vswitch; the server only
-// transacts on it (no monitor needed). Metrics are registered here.
-func New(cfg *config.Config, ovs client.Client, log *slog.Logger, opts ...Option) (*Server, error) {
-	if cfg == nil || ovs == nil {
-		return nil, errors.New("cni server: configuration and OVSDB client are required")
+// New builds the CNI server; metrics are registered here.
+func New(o Options, opts ...Option) (*Server, error) {
+	if o.Node == nil || o.OVS == nil {
+		return nil, errors.New("cni server: the node configuration and the conf.db client are required")
 	}
-	if log == nil {
-		log = slog.Default()
+	if o.Log == nil {
+		o.Log = slog.Default()
 	}
-	s := &Server{cfg: cfg, ovs: &ovsOps{cl: ovs, bridge: DefaultBridge}, log: log.With("unit", "cni"),
-		reg: prometheus.DefaultRegisterer, mtu: DefaultMTU, annWait: DefaultAnnotationWait, installWait: DefaultInstallWait,
-		wired: map[string]wiredPod{}}
+	if o.Socket == "" {
+		o.Socket = protocol.DefaultSocket
+	}
+	s := &Server{cfg: o, node: o.Node, ovs: &ovsOps{cl: o.OVS, bridge: DefaultBridge}, log: o.Log.With("unit", "cni"),
+		reg: prometheus.DefaultRegisterer, dpType: o.Node.Datapath, mtu: o.Node.PodMTU,
+		annWait: DefaultAnnotationWait, installWait: DefaultInstallWait, wired: map[string]wiredPod{}}
+	if s.mtu <= 0 {
+		s.mtu = nodeconfig.FallbackPodMTU
+	}
 	for _, o := range opts {
 		o(s)
-	}
-	if s.cfg.CNISocket == "" {
-		s.cfg.CNISocket = protocol.DefaultSocket
 	}
 	m, err := newMetrics(s.reg)
 	if err != nil {
@@ -180,9 +194,9 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("bridge %s does not exist in the local OVS database; the CNI server starts after it", DefaultBridge)
 	}
 	if s.dpType == "" {
-		s.dpType = dp
+		s.dpType = nodeconfig.Datapath(dp)
 		if s.dpType == "" {
-			s.dpType = "system"
+			s.dpType = nodeconfig.Kernel
 		}
 	}
 	if err := s.chooseSource(); err != nil {
@@ -225,7 +239,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		s.bg.Add(1)
 		go func() { defer s.bg.Done(); s.nodePortLoop(bctx) }()
 	}
-	s.log.Info("CNI server ready", "socket", s.cfg.CNISocket, "datapath", s.dpType, "mode", s.mode())
+	s.log.Info("CNI server ready", "socket", s.cfg.Socket, "datapath", s.dpType, "mode", s.mode())
 	return nil
 }
 
@@ -276,7 +290,7 @@ func (s *Server) chooseSource() error {
 		return nil
 	}
 	if s.kube != nil && !s.forceStandalone {
-		s.src = newKubeSourceFor(s.kube, s.cfg.NodeName, s.log)
+		s.src = newKubeSourceFor(s.kube, s.node.Name, s.log)
 		return nil
 	}
 	if !s.forceStandalone {
@@ -285,7 +299,7 @@ func (s *Server) chooseSource() error {
 			return err
 		}
 		if rc != nil {
-			ks, err := newKubeSource(rc, s.cfg.NodeName, s.log)
+			ks, err := newKubeSource(rc, s.node.Name, s.log)
 			if err != nil {
 				return err
 			}
@@ -293,12 +307,12 @@ func (s *Server) chooseSource() error {
 			return nil
 		}
 	}
-	s.src = newStandaloneSource(s.cfg.NBRemote, s.cfg.NodeName, s.log)
+	s.src = newStandaloneSource(s.node.NB, s.node.Name, s.log)
 	return nil
 }
 
 func (s *Server) listen() error {
-	sock := s.cfg.CNISocket
+	sock := s.cfg.Socket
 	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
 		return fmt.Errorf("CNI socket directory: %w", err)
 	}
@@ -310,7 +324,7 @@ func (s *Server) listen() error {
 		return fmt.Errorf("listen on the CNI socket %s: %w", sock, err)
 	}
 	mode := os.FileMode(0o600)
-	if g := s.cfg.CNISocketGroup; g != "" {
+	if g := s.cfg.SocketGroup; g != "" {
 		gid, err := lookupGroup(g)
 		if err != nil {
 			ln.Close()
@@ -362,7 +376,7 @@ func (s *Server) Stop(ctx context.Context) error {
 		}
 		<-s.served
 		s.http = nil
-		_ = os.Remove(s.cfg.CNISocket)
+		_ = os.Remove(s.cfg.Socket)
 	}
 	if s.bgStop != nil {
 		s.bgStop()
@@ -554,7 +568,7 @@ func (s *Server) add(ctx context.Context, q *request) (_ []byte, cerr *cniError)
 		return nil, fail(types.ErrInternal, "ovs", "remove stale ports of %s: %v", q.pod.LSP(), err)
 	}
 	pc := podnet.Config{NetNS: q.Netns, IfName: q.IfName, HostIfName: q.host, MAC: n.MAC, MTU: s.podMTU(q),
-		Addrs: n.Addrs, Routes: n.podRoutes(), TxChecksumOff: s.dpType == "netdev"}
+		Addrs: n.Addrs, Routes: n.podRoutes(), TxChecksumOff: s.dpType.IsUserspace()}
 	if err := pc.Validate(); err != nil {
 		return nil, fail(types.ErrInvalidNetworkConfig, "bad_request", "%v", err)
 	}
@@ -591,7 +605,7 @@ func (s *Server) add(ctx context.Context, q *request) (_ []byte, cerr *cniError)
 			}
 		}
 	}()
-	if s.dpType == "netdev" && n.EgressMbps > 0 {
+	if s.dpType.IsUserspace() && n.EgressMbps > 0 {
 		if err := podnet.SetEgressLimit(q.Netns, q.IfName, n.EgressMbps); err != nil {
 			return nil, fail(types.ErrInternal, "plumbing", "pod %s: %v", q.pod.Key(), err)
 		}
@@ -856,7 +870,7 @@ func (s *Server) updateQoS(key string, n *PodNetwork) {
 	defer cancel()
 	// The pod-side limit first: once the OVS rows show the new rates,
 	// everything is in place.
-	if s.dpType == "netdev" && w.ids[extPodNetns] != "" {
+	if s.dpType.IsUserspace() && w.ids[extPodNetns] != "" {
 		if err := podnet.SetEgressLimit(w.ids[extPodNetns], w.ids[extIfName], n.EgressMbps); err != nil {
 			s.log.Warn("cannot update the pod's egress limit", "pod", key, "err", err)
 			return

@@ -2,6 +2,7 @@ package server
 
 import (
 	"github.com/ovnhost/ovnhost/internal/annotations"
+	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 
 	"context"
 	"fmt"
@@ -59,9 +60,9 @@ const DefaultCIDR = ovnnet.DefaultSubnetCIDR
 const standaloneNote = "standalone mode (no Kubernetes)"
 
 // standaloneSource allocates addresses itself and creates the logical
-// switch ports with the controller's library (controller/ovnnet: IPAM + NB).
+// switch ports with the controller's library (internal/ovnnet: IPAM + NB).
 type standaloneSource struct {
-	nbRemote string
+	nbRemote nodeconfig.Remote
 	node     string
 	log      *slog.Logger
 
@@ -69,12 +70,12 @@ type standaloneSource struct {
 	net *ovnnet.Network
 }
 
-func newStandaloneSource(nbRemote, node string, log *slog.Logger) *standaloneSource {
+func newStandaloneSource(nbRemote nodeconfig.Remote, node string, log *slog.Logger) *standaloneSource {
 	return &standaloneSource{nbRemote: nbRemote, node: node, log: log}
 }
 
 func (s *standaloneSource) Start(ctx context.Context) error {
-	nb, err := ovnnb.Connect(ctx, ovnnb.Options{Endpoints: s.nbRemote, Logger: s.log})
+	nb, err := ovnnb.Connect(ctx, ovnnb.Options{Endpoints: s.nbRemote.Endpoint, TLS: s.nbRemote.TLS, Logger: s.log})
 	if err != nil {
 		return fmt.Errorf("%s: connect to the OVN northbound database %s: %w", standaloneNote, s.nbRemote, err)
 	}

@@ -33,8 +33,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-	"github.com/go-logr/logr"
 	"github.com/ovn-kubernetes/libovsdb/client"
 	"github.com/ovn-kubernetes/libovsdb/model"
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
@@ -61,10 +59,12 @@ const (
 // Options configure Connect.
 type Options struct {
 	// Endpoints: one or more OVSDB endpoints, comma-separated
-	// ("unix:/run/ovn/ovnnb_db.sock", "tcp:10.0.0.1:6641,tcp:10.0.0.2:6641").
+	// ("unix:/run/ovn/ovnnb_db.sock", "tcp:10.0.0.1:6641,tcp:10.0.0.2:6641";
+	// ovsdbconn.ClusterRemotes derives them from OVN_DB_IPS).
 	Endpoints string
 	Logger    *slog.Logger
-	// ConnectTimeout bounds each connection attempt (default 10 s).
+	// ConnectTimeout bounds each connection attempt (default
+	// ovsdbconn.DefaultTimeout). Connect itself retries until ctx ends.
 	ConnectTimeout time.Duration
 	// TLS is required for ssl: endpoints (Kube-OVN's ENABLE_SSL); see LoadTLS.
 	TLS *tls.Config
@@ -86,8 +86,10 @@ type Client struct {
 	log *slog.Logger
 }
 
-// Connect dials the NB, monitors the tables ovnhost uses and returns once the
-// cache holds their current contents.
+// Connect dials the NB through ovsdbconn.Dial (the policy every ovnhost
+// OVSDB client shares: retry until ctx ends, wait for a unix socket to
+// appear, reconnect with back-off once connected), monitors the tables
+// ovnhost uses and returns once the cache holds their current contents.
 func Connect(ctx context.Context, o Options) (*Client, error) {
 	if strings.TrimSpace(o.Endpoints) == "" {
 		return nil, errors.New("ovnnb: no northbound endpoint; pass e.g. unix:/var/run/ovn/ovnnb_db.sock or tcp:IP:6641 (OVN_DB_IPS)")
@@ -95,38 +97,9 @@ func Connect(ctx context.Context, o Options) (*Client, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.ConnectTimeout == 0 {
-		o.ConnectTimeout = 10 * time.Second
-	}
 	dbm, err := nbdb.FullDatabaseModel()
 	if err != nil {
 		return nil, err
-	}
-	lg := logr.FromSlogHandler(o.Logger.With("component", "libovsdb").Handler())
-	opts := []client.Option{client.WithLogger(&lg)}
-	if o.TLS != nil {
-		opts = append(opts, client.WithTLSConfig(o.TLS))
-	} else if strings.Contains(o.Endpoints, "ssl:") {
-		return nil, fmt.Errorf("ovnnb: endpoint %q uses ssl: but no TLS configuration was given; pass the key, certificate and CA (ENABLE_SSL)", o.Endpoints)
-	}
-	for _, ep := range strings.Split(o.Endpoints, ",") {
-		ep = strings.TrimSpace(ep)
-		if !strings.HasPrefix(ep, "unix:") && !strings.HasPrefix(ep, "tcp:") && !strings.HasPrefix(ep, "ssl:") {
-			return nil, fmt.Errorf("ovnnb: endpoint %q has no scheme; write unix:/path, tcp:IP:PORT or ssl:IP:PORT", ep)
-		}
-		opts = append(opts, client.WithEndpoint(ep))
-	}
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval = 100 * time.Millisecond
-	bo.MaxInterval = 5 * time.Second
-	bo.MaxElapsedTime = 0 // retry forever
-	opts = append(opts, client.WithReconnect(o.ConnectTimeout, bo))
-	cl, err := client.NewOVSDBClient(dbm, opts...)
-	if err != nil {
-		return nil, err
-	}
-	if err := cl.Connect(ctx); err != nil {
-		return nil, fmt.Errorf("ovnnb: connect to %s: %w (is the OVN northbound ovsdb-server running there?)", o.Endpoints, err)
 	}
 	// Logical_Switch without its ports column: with 10k ports on a switch,
 	// every port change would otherwise copy the whole set into the cache
@@ -135,18 +108,23 @@ func Connect(ctx context.Context, o Options) (*Client, error) {
 	// write (up, dynamic_addresses, ...): pod start-ups then cost no update here.
 	ls := &nbdb.LogicalSwitch{}
 	lsp := &nbdb.LogicalSwitchPort{}
-	_, err = cl.Monitor(ctx, cl.NewMonitor(
-		client.WithTable(ls, &ls.Name, &ls.ExternalIDs, &ls.OtherConfig),
-		client.WithTable(lsp, &lsp.Name, &lsp.Addresses, &lsp.PortSecurity, &lsp.ExternalIDs, &lsp.Type, &lsp.Options),
-		client.WithTable(&nbdb.LogicalRouter{}),
-		client.WithTable(&nbdb.LogicalRouterPort{}),
-		client.WithTable(&nbdb.LogicalRouterStaticRoute{}),
-	))
+	conn, err := ovsdbconn.Dial(ctx, dbm, o.Endpoints, ovsdbconn.Options{
+		Monitor: []client.MonitorOption{
+			client.WithTable(ls, &ls.Name, &ls.ExternalIDs, &ls.OtherConfig),
+			client.WithTable(lsp, &lsp.Name, &lsp.Addresses, &lsp.PortSecurity, &lsp.ExternalIDs, &lsp.Type, &lsp.Options),
+			client.WithTable(&nbdb.LogicalRouter{}),
+			client.WithTable(&nbdb.LogicalRouterPort{}),
+			client.WithTable(&nbdb.LogicalRouterStaticRoute{}),
+		},
+		TLS:     o.TLS,
+		Log:     o.Logger.With("component", "libovsdb"),
+		Timeout: o.ConnectTimeout,
+		Name:    "ovsdb-server (OVN_Northbound)",
+	})
 	if err != nil {
-		cl.Close()
-		return nil, fmt.Errorf("ovnnb: monitor %s: %w", o.Endpoints, err)
+		return nil, fmt.Errorf("ovnnb: %w", err)
 	}
-	return &Client{cl: cl, log: o.Logger}, nil
+	return &Client{cl: conn.Client, log: o.Logger}, nil
 }
 
 // Close ends the connection.
@@ -158,6 +136,8 @@ func (c *Client) Connected() bool { return c.cl.Connected() }
 // Raw exposes the libovsdb client (tests and diagnostics read the cache through it).
 func (c *Client) Raw() client.Client { return c.cl }
 
+// transact runs ops through ovsdbconn.Transact, bounded by TransactTimeout
+// when ctx has no deadline.
 func (c *Client) transact(ctx context.Context, what string, ops []ovsdb.Operation) ([]ovsdb.OperationResult, error) {
 	if len(ops) == 0 {
 		return nil, nil
@@ -169,12 +149,9 @@ func (c *Client) transact(ctx context.Context, what string, ops []ovsdb.Operatio
 		ctx, cancel = context.WithTimeout(ctx, TransactTimeout)
 		defer cancel()
 	}
-	res, err := c.cl.Transact(ctx, ops...)
+	res, err := ovsdbconn.Transact(ctx, c.cl, what, ops...)
 	if err != nil {
-		return nil, fmt.Errorf("ovnnb: %s: %w", what, err)
-	}
-	if _, err := ovsdb.CheckOperationResults(res, ops); err != nil {
-		return nil, fmt.Errorf("ovnnb: %s: %w", what, err)
+		return nil, fmt.Errorf("ovnnb: %w", err)
 	}
 	return res, nil
 }

@@ -1,7 +1,9 @@
-// Package ovsdbconn holds long-lived libovsdb connections: dial with a
-// deadline (waiting for a unix socket to appear rather than polling for it),
-// reconnect on loss, and wait for a condition on the monitored cache, so
-// callers gate on database state instead of sleeping.
+// Package ovsdbconn is ovnhost's one OVSDB access layer. It holds
+// long-lived libovsdb connections: dial with a deadline (waiting for a unix
+// socket to appear rather than polling for it), reconnect on loss, and wait
+// for a condition on the monitored cache, so callers gate on database state
+// instead of sleeping. Transact runs a transaction and names the operation
+// that failed; ClusterRemotes derives the NB and SB remotes from OVN_DB_IPS.
 package ovsdbconn
 
 import (
@@ -29,8 +31,17 @@ import (
 type Options struct {
 	// Tables to monitor; nil monitors every table of the model.
 	Tables []model.Model
-	TLS    *tls.Config
-	Log    *slog.Logger
+	// Monitor, when set, replaces Tables with these monitor requests, for
+	// callers that monitor only some columns of a table:
+	// client.WithTable(ls, &ls.Name, &ls.ExternalIDs).
+	Monitor []client.MonitorOption
+	// TLS is required for ssl: endpoints; see LoadTLS.
+	TLS *tls.Config
+	// Log receives libovsdb's messages at debug level (default slog.Default()).
+	Log *slog.Logger
+	// Timeout bounds each connection attempt and each reconnection
+	// attempt (default DefaultTimeout).
+	Timeout time.Duration
 	// Exited, when set, ends the wait early: the server died before answering.
 	Exited <-chan struct{}
 	// Name is the server's name for error messages ("ovsdb-server (conf.db)").
@@ -42,6 +53,9 @@ type Options struct {
 	Once bool
 }
 
+// DefaultTimeout bounds one connection attempt when Options.Timeout is 0.
+const DefaultTimeout = 5 * time.Second
+
 // Conn is a connected, monitoring libovsdb client plus a change signal.
 type Conn struct {
 	client.Client
@@ -51,9 +65,11 @@ type Conn struct {
 	changed chan struct{}
 }
 
-// Dial connects to endpoint (comma-separated OVSDB remotes), starts the
-// monitor, and keeps reconnecting if the server goes away. It retries until
-// ctx ends; for a unix socket it waits for the file to appear.
+// Dial connects to endpoint (comma-separated OVSDB remotes: unix:PATH,
+// tcp:IP:PORT, ssl:IP:PORT), starts the monitor, and keeps reconnecting if
+// the server goes away. It retries until ctx ends; for a unix socket it
+// waits for the file to appear. This is the one dialling policy of every
+// OVSDB client in ovnhost (node daemon, CNI server, controller, doctor).
 func Dial(ctx context.Context, dbModel model.ClientDBModel, endpoint string, o Options) (*Conn, error) {
 	log := o.Log
 	if log == nil {
@@ -63,15 +79,23 @@ func Dial(ctx context.Context, dbModel model.ClientDBModel, endpoint string, o O
 	if name == "" {
 		name = dbModel.Name()
 	}
+	timeout := o.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	eps, err := splitEndpoints(endpoint, o.TLS != nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
 	// libovsdb logs every failed reconnect as an error; the supervisor
 	// reports the server's state itself, so its chatter goes to debug.
 	lg := logr.FromSlogHandler(debugOnly{log.Handler()}).WithValues("db", dbModel.Name())
 	opts := []client.Option{client.WithLogger(&lg), client.WithLeaderOnly(false)}
 	if !o.Probe {
-		opts = append(opts, client.WithReconnect(5*time.Second, reconnectBackoff()))
+		opts = append(opts, client.WithReconnect(timeout, reconnectBackoff()))
 	}
-	for _, ep := range strings.Split(endpoint, ",") {
-		opts = append(opts, client.WithEndpoint(strings.TrimSpace(ep)))
+	for _, ep := range eps {
+		opts = append(opts, client.WithEndpoint(ep))
 	}
 	if o.TLS != nil {
 		opts = append(opts, client.WithTLSConfig(o.TLS))
@@ -84,7 +108,7 @@ func Dial(ctx context.Context, dbModel model.ClientDBModel, endpoint string, o O
 		if err := cl.Connect(ctx); err != nil {
 			return nil, fmt.Errorf("%s does not answer on %s: %w", name, endpoint, err)
 		}
-	} else if err := connect(ctx, cl, endpoint, name, o.Exited); err != nil {
+	} else if err := connect(ctx, cl, endpoint, name, timeout, o.Exited); err != nil {
 		return nil, err
 	}
 	c := &Conn{Client: cl, endpoint: endpoint, changed: make(chan struct{})}
@@ -96,9 +120,12 @@ func Dial(ctx context.Context, dbModel model.ClientDBModel, endpoint string, o O
 		UpdateFunc: func(string, model.Model, model.Model) { c.notify() },
 		DeleteFunc: func(string, model.Model) { c.notify() },
 	})
-	if o.Tables == nil {
+	switch {
+	case o.Monitor != nil:
+		_, err = cl.Monitor(ctx, cl.NewMonitor(o.Monitor...))
+	case o.Tables == nil:
 		_, err = cl.MonitorAll(ctx)
-	} else {
+	default:
 		var tabs []client.MonitorOption
 		for _, m := range o.Tables {
 			tabs = append(tabs, client.WithTable(m))
@@ -112,6 +139,32 @@ func Dial(ctx context.Context, dbModel model.ClientDBModel, endpoint string, o O
 	return c, nil
 }
 
+// splitEndpoints checks the comma-separated remotes: each needs a scheme,
+// and ssl: needs a TLS configuration.
+func splitEndpoints(endpoint string, haveTLS bool) ([]string, error) {
+	var eps []string
+	for _, ep := range strings.Split(endpoint, ",") {
+		ep = strings.TrimSpace(ep)
+		if ep == "" {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(ep, "unix:"), strings.HasPrefix(ep, "tcp:"):
+		case strings.HasPrefix(ep, "ssl:"):
+			if !haveTLS {
+				return nil, fmt.Errorf("endpoint %q uses ssl: but no TLS configuration was given; pass the key, certificate and CA (ENABLE_SSL)", ep)
+			}
+		default:
+			return nil, fmt.Errorf("endpoint %q has no scheme; write unix:/path, tcp:IP:PORT or ssl:IP:PORT", ep)
+		}
+		eps = append(eps, ep)
+	}
+	if len(eps) == 0 {
+		return nil, errors.New("no OVSDB endpoint given")
+	}
+	return eps, nil
+}
+
 func reconnectBackoff() backoff.BackOff {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = 50 * time.Millisecond
@@ -123,7 +176,7 @@ func reconnectBackoff() backoff.BackOff {
 // connect tries until ctx ends. Unix sockets are awaited with inotify; a
 // refused connection (socket bound but not yet listening, or a TCP server
 // not up) is retried with a short capped back-off.
-func connect(ctx context.Context, cl client.Client, endpoint, name string, exited <-chan struct{}) error {
+func connect(ctx context.Context, cl client.Client, endpoint, name string, timeout time.Duration, exited <-chan struct{}) error {
 	var sockets []string
 	for _, ep := range strings.Split(endpoint, ",") {
 		if p, ok := strings.CutPrefix(strings.TrimSpace(ep), "unix:"); ok {
@@ -138,7 +191,7 @@ func connect(ctx context.Context, cl client.Client, endpoint, name string, exite
 				return fmt.Errorf("waiting for %s to create %s: %w", name, sockets[0], err)
 			}
 		}
-		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		actx, cancel := context.WithTimeout(ctx, timeout)
 		err := cl.Connect(actx)
 		cancel()
 		if err == nil {

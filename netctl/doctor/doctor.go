@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/ovnhost/ovnhost/cni/cniconf"
+	"github.com/ovnhost/ovnhost/internal/layout"
 	"github.com/ovnhost/ovnhost/internal/version"
 	"github.com/ovnhost/ovnhost/supervisor/config"
 	"github.com/ovnhost/ovnhost/supervisor/preflight"
@@ -66,7 +67,12 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) *Report {
 		to = 3 * time.Second
 	}
 	pre := preflight.RunWith(ctx, cfg, f, preflight.Options{NoModuleLoad: true})
-	r := &Report{Datapath: pre.Datapath, TunnelIface: pre.TunnelIface, EncapIP: pre.EncapIP}
+	r := &Report{TunnelIface: pre.Findings.TunnelIface, EncapIP: pre.Findings.EncapIP}
+	// TLS is loaded per question by the facts; a failed datapath choice is
+	// already a failed check.
+	if nc, err := cfg.Resolve(pre.Findings, nil); err == nil {
+		r.Datapath, r.EncapIP = string(nc.Datapath), nc.EncapIP
+	}
 	r.Checks = append(r.Checks, pre.Checks...)
 
 	r.Checks = append(r.Checks, CheckCNIPlugin(ctx, cfg, f)...)
@@ -79,7 +85,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) *Report {
 		r.Checks = append(r.Checks, c)
 	}
 
-	svc := services{cfg: cfg, f: f, timeout: to, encapIP: r.EncapIP}
+	svc := services{cfg: cfg, lay: layout.New(cfg.Paths), f: f, timeout: to, encapIP: r.EncapIP}
 	r.Checks = append(r.Checks, svc.run(ctx)...)
 	r.Checks = append(r.Checks, CheckClock(cfg, f))
 	r.Status = preflight.Worst(r.Checks)

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/ovnhost/ovnhost/internal/layout"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
 	"github.com/ovnhost/ovnhost/supervisor/config"
 	"github.com/ovnhost/ovnhost/supervisor/preflight"
@@ -32,6 +32,7 @@ type Chassis struct {
 
 type services struct {
 	cfg     *config.Config
+	lay     layout.Layout
 	f       Facts
 	timeout time.Duration
 	encapIP string
@@ -49,7 +50,7 @@ func (s *services) run(ctx context.Context) []preflight.Check {
 	}
 
 	// The node's own ovsdb-server.
-	ovsSock := filepath.Join(s.cfg.Paths.OVSRunDir, "db.sock")
+	ovsSock := s.lay.DBSock
 	ovsUp := false
 	c := preflight.Check{Name: "ovsdb:Open_vSwitch"}
 	if _, err := s.f.Stat(ovsSock); err != nil {
@@ -75,7 +76,7 @@ func (s *services) run(ctx context.Context) []preflight.Check {
 		cx, cancel := s.ctx(ctx)
 		rows, err := s.f.OpenvSwitch(cx, "unix:"+ovsSock)
 		cancel()
-		pidfile := filepath.Join(s.cfg.Paths.OVSRunDir, "ovs-vswitchd.pid")
+		pidfile := s.lay.VSwitchdPid
 		pid, alive := s.f.Pidfile(pidfile, "ovs-vswitchd")
 		out = append(out, checkVswitchd(pidfile, pid, alive, rows, err))
 		if err == nil && len(rows) == 1 {
@@ -92,8 +93,8 @@ func (s *services) run(ctx context.Context) []preflight.Check {
 		}
 	}
 	if id.SystemID == "" {
-		if b, err := s.f.ReadFile(preflight.SystemIDFile(s.cfg)); err == nil {
-			id.SystemID, id.Source = strings.TrimSpace(string(b)), preflight.SystemIDFile(s.cfg)
+		if b, err := s.f.ReadFile(s.lay.SystemIDFile); err == nil {
+			id.SystemID, id.Source = strings.TrimSpace(string(b)), s.lay.SystemIDFile
 		}
 	}
 
@@ -140,7 +141,7 @@ func (s *services) run(ctx context.Context) []preflight.Check {
 
 func (s *services) controller(ctx context.Context) preflight.Check {
 	const name = "ovn-controller"
-	dirs := []string{s.cfg.Paths.OVNRunDir, s.cfg.Paths.OVSRunDir}
+	dirs := []string{s.lay.OVNRunDir, s.lay.OVSRunDir}
 	sock, err := s.f.ControllerSocket(dirs)
 	if err != nil {
 		return preflight.Check{Name: name, Status: preflight.Warn, Found: "ovn-controller is not running (no live ovn-controller.<pid>.ctl in " + strings.Join(dirs, " or ") + ")", Fix: "start ovnhost"}

@@ -10,10 +10,12 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/ovnhost/ovnhost/internal/layout"
+	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 )
 
 // Mode says where the OVN databases are.
@@ -25,25 +27,6 @@ const (
 	// Remote connects ovn-controller to the cluster's SB database.
 	Remote Mode = "remote"
 )
-
-// Datapath choices.
-const (
-	DatapathAuto   = "auto"
-	DatapathKernel = "kernel"
-	DatapathNetdev = "netdev"
-)
-
-// Paths are every directory the node writes to. Defaults keep state under
-// /var/lib and sockets under /run, so nothing lands in /etc or /usr (read-only
-// on Talos) unless configured.
-type Paths struct {
-	OVSDBDir  string // conf.db, system-id.conf (OPENVSWITCH_DIR)
-	OVSRunDir string // db.sock, pidfiles, control sockets, br-int.mgmt
-	OVSLogDir string
-	OVNDBDir  string // ovnnb_db.db, ovnsb_db.db in all-in-one (OVN_DIR)
-	OVNRunDir string // NB/SB sockets, ovn-northd and ovn-controller control sockets
-	OVNLogDir string
-}
 
 // Config is the validated configuration of one node daemon.
 type Config struct {
@@ -62,13 +45,15 @@ type Config struct {
 	Iface   []string
 	EncapIP string
 
-	EnableSSL  bool
-	SSLKey     string
-	SSLCert    string
-	SSLCACert  string
-	SSLDir     string
-	HWOffload  bool
-	Datapath   string
+	EnableSSL bool
+	SSLKey    string
+	SSLCert   string
+	SSLCACert string
+	SSLDir    string
+	HWOffload bool
+	Datapath  nodeconfig.DatapathChoice
+	// PodMTU is the pod interface MTU; 0 derives it from the underlay.
+	PodMTU     int
 	DisableMod bool // DISABLE_MODULES_MANAGEMENT
 	MLockAll   bool
 	// UserspaceTunnel puts the tunnel interface on OVS bridge br-phy and
@@ -79,7 +64,7 @@ type Config struct {
 	ProbeInterval         time.Duration // OVN_REMOTE_PROBE_INTERVAL (ms)
 	OpenflowProbeInterval time.Duration // OVN_REMOTE_OPENFLOW_INTERVAL (s)
 
-	Paths    Paths
+	Paths    layout.Paths
 	RunOwner Owner // owner of the runtime dirs recreated on every start
 
 	HealthAddr   string
@@ -192,8 +177,8 @@ func (c *Config) finish() Errors {
 		c.Mode = Remote
 	default:
 		c.Mode = AllInOne
-		c.NBRemote = "unix:" + filepath.Join(c.Paths.OVNRunDir, "ovnnb_db.sock")
-		c.SBRemote = "unix:" + filepath.Join(c.Paths.OVNRunDir, "ovnsb_db.sock")
+		l := layout.New(c.Paths)
+		c.NBRemote, c.SBRemote = l.LocalNB(), l.LocalSB()
 	}
 	if c.EnableSSL {
 		for _, f := range []struct{ key, val string }{{"ssl-key", c.SSLKey}, {"ssl-cert", c.SSLCert}, {"ssl-ca-cert", c.SSLCACert}} {
@@ -202,7 +187,7 @@ func (c *Config) finish() Errors {
 			}
 		}
 	}
-	if c.TunnelType == "stt" && c.Datapath == DatapathNetdev {
+	if c.TunnelType == "stt" && c.Datapath == nodeconfig.ChooseUserspace {
 		errs = append(errs, &Error{Key: "tunnel-type", Value: c.TunnelType, Reason: "STT is not supported by the userspace (netdev) datapath", Fix: "use TUNNEL_TYPE=geneve or vxlan"})
 	}
 	return errs

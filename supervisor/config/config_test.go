@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ovnhost/ovnhost/internal/layout"
 )
 
 func load(t *testing.T, args, env []string) (*Config, error) {
@@ -23,7 +25,7 @@ func TestDefaultsAreAllInOneUnderVarLibAndRun(t *testing.T) {
 	if c.Mode != AllInOne || c.SBRemote != "unix:/run/ovn/ovnsb_db.sock" || c.NBRemote != "unix:/run/ovn/ovnnb_db.sock" {
 		t.Fatalf("mode %s sb %s nb %s", c.Mode, c.SBRemote, c.NBRemote)
 	}
-	want := Paths{"/var/lib/openvswitch", "/run/openvswitch", "/var/log/openvswitch", "/var/lib/ovn", "/run/ovn", "/var/log/ovn"}
+	want := layout.Paths{OVSDBDir: "/var/lib/openvswitch", OVSRunDir: "/run/openvswitch", OVSLogDir: "/var/log/openvswitch", OVNDBDir: "/var/lib/ovn", OVNRunDir: "/run/ovn", OVNLogDir: "/var/log/ovn"}
 	if c.Paths != want {
 		t.Fatalf("paths %+v", c.Paths)
 	}

@@ -11,6 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ovnhost/ovnhost/internal/layout"
+	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 )
 
 // setting is one configuration key. Name is the flag (--name) and the file
@@ -111,6 +114,21 @@ func splitList(v string) []string {
 
 // settings is the whole configuration surface of `ovnhost run`.
 func settings() []setting {
+	return append(baseSettings(), dirSettings()...)
+}
+
+// dirSettings are the directory settings of the node's layout, whose names
+// and defaults the layout package owns.
+func dirSettings() []setting {
+	var out []setting
+	for _, d := range layout.DirSettings {
+		out = append(out, setting{Name: d.Name, Env: []string{d.Env}, Default: d.Default, Help: d.Help,
+			Set: func(c *Config, v string) error { return absPath(d.Dir(&c.Paths))(c, v) }})
+	}
+	return out
+}
+
+func baseSettings() []setting {
 	return []setting{
 		{Name: "node-name", Env: []string{"NODE_NAME", "KUBE_NODE_NAME"}, Help: "Kubernetes node name (default: the hostname)",
 			Set: func(c *Config, v string) error { c.NodeName = strings.TrimSpace(v); return nil }},
@@ -170,9 +188,23 @@ func settings() []setting {
 		{Name: "ssl-ca-cert", Env: nil, Help: "CA certificate for SSL (default <ssl-dir>/cacert.pem when enable-ssl)", Set: func(c *Config, v string) error { return optAbsPath(&c.SSLCACert)(c, v) }},
 		{Name: "ssl-dir", Env: nil, Default: "/var/lib/ovn/pki", Help: "directory of ovn-privkey.pem, ovn-cert.pem and cacert.pem", Set: func(c *Config, v string) error { return absPath(&c.SSLDir)(c, v) }},
 		{Name: "hw-offload", Bool: true, Env: []string{"HW_OFFLOAD"}, Default: "false", Help: "enable OVS hardware offload", Set: func(c *Config, v string) error { return parseBool(&c.HWOffload)(c, v) }},
-		{Name: "datapath", Env: nil, Default: DatapathAuto, Help: "auto (kernel when present, else userspace), kernel, or netdev (userspace)",
+		{Name: "datapath", Env: nil, Default: string(nodeconfig.ChooseAuto), Help: "auto (kernel when present, else userspace), kernel, or netdev (userspace)",
 			Set: func(c *Config, v string) error {
-				return oneOf(&c.Datapath, DatapathAuto, DatapathKernel, DatapathNetdev)(c, v)
+				var choice string
+				if err := oneOf(&choice, string(nodeconfig.ChooseAuto), string(nodeconfig.ChooseKernel), string(nodeconfig.ChooseUserspace))(c, v); err != nil {
+					return err
+				}
+				c.Datapath = nodeconfig.DatapathChoice(choice)
+				return nil
+			}},
+		{Name: "pod-mtu", Env: nil, Default: "0", Help: "MTU of pod interfaces; 0 takes the tunnel interface's MTU minus the encapsulation (100 bytes for geneve, 50 for vxlan, 78 for stt)",
+			Set: func(c *Config, v string) error {
+				n, err := strconv.Atoi(strings.TrimSpace(v))
+				if err != nil || n < 0 || (n > 0 && n < 576) || n > 65535 {
+					return bad("not an MTU", "give a number from 576 to 65535, or 0 to derive it from the tunnel interface")
+				}
+				c.PodMTU = n
+				return nil
 			}},
 		{Name: "disable-modules-management", Bool: true, Env: []string{"DISABLE_MODULES_MANAGEMENT"}, Default: "false", Help: "never try to load kernel modules (Talos)", Set: func(c *Config, v string) error { return parseBool(&c.DisableMod)(c, v) }},
 		{Name: "userspace-tunnel", Bool: true, Env: nil, Default: "false", Help: "with the userspace (netdev) datapath, attach the tunnel interface to OVS bridge br-phy and move its addresses and routes there, so Geneve/VXLAN reach other nodes; restored on stop",
@@ -186,12 +218,6 @@ func settings() []setting {
 			Set: func(c *Config, v string) error {
 				return positiveDuration(&c.OpenflowProbeInterval, time.Second, "seconds")(c, v)
 			}},
-		{Name: "ovs-db-dir", Env: []string{"OPENVSWITCH_DIR"}, Default: "/var/lib/openvswitch", Help: "OVS state: conf.db and the system-id", Set: func(c *Config, v string) error { return absPath(&c.Paths.OVSDBDir)(c, v) }},
-		{Name: "ovs-run-dir", Env: []string{"OVS_RUNDIR"}, Default: "/run/openvswitch", Help: "OVS sockets and pidfiles", Set: func(c *Config, v string) error { return absPath(&c.Paths.OVSRunDir)(c, v) }},
-		{Name: "ovs-log-dir", Env: []string{"OVS_LOGDIR"}, Default: "/var/log/openvswitch", Help: "OVS log files", Set: func(c *Config, v string) error { return absPath(&c.Paths.OVSLogDir)(c, v) }},
-		{Name: "ovn-db-dir", Env: []string{"OVN_DIR"}, Default: "/var/lib/ovn", Help: "OVN state: local NB/SB databases in all-in-one mode", Set: func(c *Config, v string) error { return absPath(&c.Paths.OVNDBDir)(c, v) }},
-		{Name: "ovn-run-dir", Env: []string{"OVN_RUNDIR"}, Default: "/run/ovn", Help: "OVN sockets and pidfiles", Set: func(c *Config, v string) error { return absPath(&c.Paths.OVNRunDir)(c, v) }},
-		{Name: "ovn-log-dir", Env: []string{"OVN_LOGDIR"}, Default: "/var/log/ovn", Help: "OVN log files", Set: func(c *Config, v string) error { return absPath(&c.Paths.OVNLogDir)(c, v) }},
 		{Name: "run-dir-owner", Env: nil, Default: "root:root", Help: "user:group that owns the runtime directories recreated at every start",
 			Set: func(c *Config, v string) error {
 				o, err := parseOwner(v)

@@ -12,6 +12,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ovnhost/ovnhost/cni/cniconf"
+	"github.com/ovnhost/ovnhost/internal/layout"
 	"github.com/ovnhost/ovnhost/supervisor/config"
 )
 
@@ -22,7 +23,7 @@ import (
 // with purge the state it created (databases, system-id, logs). It refuses
 // while any daemon of this node still runs. It returns what it removed.
 func Cleanup(cfg *config.Config, purge bool) ([]string, error) {
-	l := NewLayout(cfg.Paths)
+	l := layout.New(cfg.Paths)
 	for _, p := range []struct{ prog, pidfile string }{
 		{"ovsdb-server", l.OVSDBPid}, {"ovs-vswitchd", l.VSwitchdPid}, {"ovn-controller", l.ControllerPid},
 		{"ovsdb-server", l.NBPid}, {"ovsdb-server", l.SBPid}, {"ovn-northd", l.NorthdPid},
@@ -78,15 +79,10 @@ func Cleanup(cfg *config.Config, purge bool) ([]string, error) {
 	}
 
 	if purge {
-		files := []string{l.ConfDB, lockFile(l.ConfDB), l.SystemIDFile, l.NBDB, lockFile(l.NBDB), l.SBDB, lockFile(l.SBDB)}
+		files := []string{l.ConfDB, layout.LockFile(l.ConfDB), l.SystemIDFile, l.NBDB, layout.LockFile(l.NBDB), l.SBDB, layout.LockFile(l.SBDB)}
 		backups, _ := filepath.Glob(l.ConfDB + ".backup*")
 		files = append(files, backups...)
-		for _, name := range []string{"ovsdb-server.log", "ovs-vswitchd.log"} {
-			files = append(files, filepath.Join(cfg.Paths.OVSLogDir, name))
-		}
-		for _, name := range []string{"ovsdb-server-nb.log", "ovsdb-server-sb.log", "ovn-northd.log", "ovn-controller.log"} {
-			files = append(files, filepath.Join(cfg.Paths.OVNLogDir, name))
-		}
+		files = append(files, l.LogFiles()...)
 		for _, f := range files {
 			rm(f)
 		}

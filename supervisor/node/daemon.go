@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ovnhost/ovnhost/supervisor/health"
-	"github.com/ovnhost/ovnhost/supervisor/preflight"
 	"github.com/ovnhost/ovnhost/supervisor/process"
 )
 
@@ -69,7 +68,7 @@ func (d *daemon) startAndGate(ctx context.Context, restart bool) error {
 	}
 	c, err := process.Start(spec, d.n.log)
 	if err != nil {
-		return preflight.ExplainExec(spec.Path, err)
+		return d.n.explainExec(spec.Path, err)
 	}
 	d.mu.Lock()
 	d.child = c

@@ -15,6 +15,7 @@ import (
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 	"github.com/vishvananda/netlink"
 
+	"github.com/ovnhost/ovnhost/internal/layout"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/sbdb"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
@@ -39,7 +40,7 @@ func (n *Node) dbServerDaemon(s dbServer, slot **ovsdbconn.Conn, connect func(ct
 		return err
 	}
 	d.prepare = func(ctx context.Context, _ bool) error {
-		if err := ClearStale(staleFiles{Prog: "ovsdb-server", Pidfile: s.pid, Others: []string{s.sock, s.ctl, lockFile(s.db)}}); err != nil {
+		if err := ClearStale(staleFiles{Prog: "ovsdb-server", Pidfile: s.pid, Others: []string{s.sock, s.ctl, layout.LockFile(s.db)}}); err != nil {
 			return err
 		}
 		n.health.Waiting(s.name, "database "+s.db+" at the installed schema")
@@ -104,14 +105,14 @@ func (n *Node) tlsFor(endpoint string) *tls.Config {
 }
 
 func (n *Node) nbDaemon() *daemon {
-	l := n.lay
-	return n.dbServerDaemon(dbServer{name: "ovsdb-nb", db: l.NBDB, schema: filepath.Join(n.cfg.OVNSchema, "ovn-nb.ovsschema"), sock: l.NBSock, pid: l.NBPid, ctl: l.NBCtl, log: filepath.Join(n.cfg.Paths.OVNLogDir, "ovsdb-server-nb.log")}, &n.nb,
+	l := n.nc.Layout
+	return n.dbServerDaemon(dbServer{name: "ovsdb-nb", db: l.NBDB, schema: filepath.Join(n.cfg.OVNSchema, "ovn-nb.ovsschema"), sock: l.NBSock, pid: l.NBPid, ctl: l.NBCtl, log: l.NBLog}, &n.nb,
 		n.keepConn(&n.nb, nbdb.FullDatabaseModel, n.cfg.NBRemote, "ovsdb-server (OVN_Northbound)", []model.Model{&nbdb.NBGlobal{}}, ensureNBGlobal))
 }
 
 func (n *Node) sbDaemon() *daemon {
-	l := n.lay
-	return n.dbServerDaemon(dbServer{name: "ovsdb-sb", db: l.SBDB, schema: filepath.Join(n.cfg.OVNSchema, "ovn-sb.ovsschema"), sock: l.SBSock, pid: l.SBPid, ctl: l.SBCtl, log: filepath.Join(n.cfg.Paths.OVNLogDir, "ovsdb-server-sb.log")}, &n.sb,
+	l := n.nc.Layout
+	return n.dbServerDaemon(dbServer{name: "ovsdb-sb", db: l.SBDB, schema: filepath.Join(n.cfg.OVNSchema, "ovn-sb.ovsschema"), sock: l.SBSock, pid: l.SBPid, ctl: l.SBCtl, log: l.SBLog}, &n.sb,
 		n.keepConn(&n.sb, sbdb.FullDatabaseModel, "unix:"+l.SBSock, "ovsdb-server (OVN_Southbound)", sbTables(), nil))
 }
 
@@ -160,11 +161,8 @@ func ensureNBGlobal(ctx context.Context, c *ovsdbconn.Conn) error {
 }
 
 func transact(ctx context.Context, c *ovsdbconn.Conn, ops ...ovsdb.Operation) error {
-	res, err := c.Transact(ctx, ops...)
-	if err != nil {
-		return err
-	}
-	return resultErr(res, ops)
+	_, err := ovsdbconn.Transact(ctx, c, "transaction on "+c.Endpoint(), ops...)
+	return err
 }
 
 // resultErr turns failed operations into one error with the server's words.
@@ -217,8 +215,8 @@ func bumpCfg(ctx context.Context, c *ovsdbconn.Conn, table, column string) (int,
 
 func (n *Node) northdDaemon() *daemon {
 	d := n.newDaemon("ovn-northd")
-	l := n.lay
-	d.logFile, d.ctl = filepath.Join(n.cfg.Paths.OVNLogDir, "ovn-northd.log"), fixedCtl(l.NorthdCtl)
+	l := n.nc.Layout
+	d.logFile, d.ctl = l.NorthdLog, fixedCtl(l.NorthdCtl)
 	d.prepare = func(context.Context, bool) error {
 		return ClearStale(staleFiles{Prog: "ovn-northd", Pidfile: l.NorthdPid, Others: []string{l.NorthdCtl}})
 	}
@@ -249,9 +247,9 @@ func (n *Node) northdDaemon() *daemon {
 }
 
 func (n *Node) ovsdbDaemon() *daemon {
-	l := n.lay
+	l := n.nc.Layout
 	d := n.dbServerDaemon(dbServer{name: "ovsdb-server", db: l.ConfDB, schema: n.cfg.OVSSchema, sock: l.DBSock, pid: l.OVSDBPid, ctl: l.OVSDBCtl,
-		log:       filepath.Join(n.cfg.Paths.OVSLogDir, "ovsdb-server.log"),
+		log:       l.OVSDBLog,
 		extraArgs: []string{"--remote=db:Open_vSwitch,Open_vSwitch,manager_options"}}, &n.ovs,
 		n.keepConn(&n.ovs, vswitch.FullDatabaseModel, "unix:"+l.DBSock, "ovsdb-server (conf.db)", nil, nil))
 	return d
@@ -259,8 +257,8 @@ func (n *Node) ovsdbDaemon() *daemon {
 
 func (n *Node) vswitchdDaemon() *daemon {
 	d := n.newDaemon("ovs-vswitchd")
-	l := n.lay
-	d.logFile, d.ctl = filepath.Join(n.cfg.Paths.OVSLogDir, "ovs-vswitchd.log"), fixedCtl(l.VSwitchdCtl)
+	l := n.nc.Layout
+	d.logFile, d.ctl = l.VSwitchdLog, fixedCtl(l.VSwitchdCtl)
 	var target int
 	d.prepare = func(ctx context.Context, _ bool) error {
 		if err := ClearStale(staleFiles{Prog: "ovs-vswitchd", Pidfile: l.VSwitchdPid, Others: []string{l.VSwitchdCtl}}); err != nil {
@@ -274,7 +272,7 @@ func (n *Node) vswitchdDaemon() *daemon {
 	}
 	d.spec = func() (process.Spec, error) {
 		args := []string{"unix:" + l.DBSock, "--pidfile=" + l.VSwitchdPid, "--unixctl=" + l.VSwitchdCtl}
-		if n.pre.Datapath == "netdev" {
+		if n.nc.Datapath.IsUserspace() {
 			args = append(args, "--disable-system")
 		}
 		if n.cfg.MLockAll {
@@ -302,7 +300,7 @@ func (n *Node) vswitchdDaemon() *daemon {
 		return err
 	}
 	d.afterStop = func(ctx context.Context) error {
-		if n.cfg.KeepDatapath || n.pre.Datapath != "netdev" {
+		if n.cfg.KeepDatapath || !n.nc.Datapath.IsUserspace() {
 			return nil
 		}
 		return n.removeTaps(ctx)
@@ -343,8 +341,8 @@ func (n *Node) removeTaps(ctx context.Context) error {
 
 func (n *Node) controllerDaemon() *daemon {
 	d := n.newDaemon("ovn-controller")
-	l := n.lay
-	d.logFile = filepath.Join(n.cfg.Paths.OVNLogDir, "ovn-controller.log")
+	l := n.nc.Layout
+	d.logFile = l.ControllerLog
 	d.ctl = func(c *process.Child) string { return l.ControllerCtl(c.Pid()) }
 	d.prepare = func(ctx context.Context, _ bool) error {
 		if err := ClearStale(staleFiles{Prog: "ovn-controller", Pidfile: l.ControllerPid}); err != nil {
@@ -417,7 +415,7 @@ func (n *Node) waitFlows(ctx context.Context, sb *ovsdbconn.Conn, c *process.Chi
 				defer t.Stop()
 				tick = t.C
 			}
-			flows, err := unixctl.Call(ctx, n.lay.VSwitchdCtl, "bridge/dump-flows", "br-int")
+			flows, err := unixctl.Call(ctx, n.nc.Layout.VSwitchdCtl, "bridge/dump-flows", "br-int")
 			if err == nil && strings.Contains(flows, "actions=") {
 				return nil
 			}

@@ -9,83 +9,17 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/ovnhost/ovnhost/internal/layout"
 	"github.com/ovnhost/ovnhost/supervisor/config"
 )
 
-// Layout names every file the node's daemons use, derived from the
-// configured directories. Pure: computing it touches nothing.
-type Layout struct {
-	P config.Paths
-
-	ConfDB, SystemIDFile, DBSock, OVSDBPid, OVSDBCtl string
-	VSwitchdPid, VSwitchdCtl, BrIntMgmt              string
-	ControllerPid                                    string
-	NBDB, SBDB, NBSock, SBSock, NBPid, SBPid         string
-	NBCtl, SBCtl, NorthdPid, NorthdCtl               string
-}
-
-// NewLayout plans the files under cfg's directories.
-func NewLayout(p config.Paths) Layout {
-	return Layout{
-		P:             p,
-		ConfDB:        filepath.Join(p.OVSDBDir, "conf.db"),
-		SystemIDFile:  filepath.Join(p.OVSDBDir, "system-id.conf"),
-		DBSock:        filepath.Join(p.OVSRunDir, "db.sock"),
-		OVSDBPid:      filepath.Join(p.OVSRunDir, "ovsdb-server.pid"),
-		OVSDBCtl:      filepath.Join(p.OVSRunDir, "ovsdb-server.ctl"),
-		VSwitchdPid:   filepath.Join(p.OVSRunDir, "ovs-vswitchd.pid"),
-		VSwitchdCtl:   filepath.Join(p.OVSRunDir, "ovs-vswitchd.ctl"),
-		BrIntMgmt:     filepath.Join(p.OVSRunDir, "br-int.mgmt"),
-		ControllerPid: filepath.Join(p.OVNRunDir, "ovn-controller.pid"),
-		NBDB:          filepath.Join(p.OVNDBDir, "ovnnb_db.db"),
-		SBDB:          filepath.Join(p.OVNDBDir, "ovnsb_db.db"),
-		NBSock:        filepath.Join(p.OVNRunDir, "ovnnb_db.sock"),
-		SBSock:        filepath.Join(p.OVNRunDir, "ovnsb_db.sock"),
-		NBPid:         filepath.Join(p.OVNRunDir, "ovnnb_db.pid"),
-		SBPid:         filepath.Join(p.OVNRunDir, "ovnsb_db.pid"),
-		NBCtl:         filepath.Join(p.OVNRunDir, "ovnnb_db.ctl"),
-		SBCtl:         filepath.Join(p.OVNRunDir, "ovnsb_db.ctl"),
-		NorthdPid:     filepath.Join(p.OVNRunDir, "ovn-northd.pid"),
-		NorthdCtl:     filepath.Join(p.OVNRunDir, "ovn-northd.ctl"),
-	}
-}
-
-// ControllerCtl is ovn-controller's control socket: 23.03 has no --unixctl
-// flag and names it after its pid.
-func (l Layout) ControllerCtl(pid int) string {
-	return filepath.Join(l.P.OVNRunDir, fmt.Sprintf("ovn-controller.%d.ctl", pid))
-}
-
-// dirSpec is a directory to create with its mode; runtime dirs also get the
-// configured owner, since /run is a tmpfs emptied at every boot.
-type dirSpec struct {
-	Path    string
-	Mode    os.FileMode
-	Runtime bool
-}
-
-// Dirs lists every directory the node needs.
-func (l Layout) Dirs(allInOne bool) []dirSpec {
-	d := []dirSpec{
-		{l.P.OVSDBDir, 0o750, false},
-		{l.P.OVSLogDir, 0o750, false},
-		{l.P.OVSRunDir, 0o755, true},
-		{l.P.OVNRunDir, 0o755, true},
-		{l.P.OVNLogDir, 0o750, false},
-	}
-	if allInOne {
-		d = append(d, dirSpec{l.P.OVNDBDir, 0o750, false})
-	}
-	return d
-}
-
-// PrepareDirs creates the directories; runtime ones are (re)owned every
-// start. The error names the directory and the setting that moves it.
-func (l Layout) PrepareDirs(allInOne bool, owner config.Owner) error {
+// PrepareDirs creates the node's directories; runtime ones are (re)owned
+// every start. The error names the directory and the setting that moves it.
+func PrepareDirs(p layout.Paths, allInOne bool, owner config.Owner) error {
 	var errs []error
-	for _, d := range l.Dirs(allInOne) {
+	for _, d := range p.Dirs(allInOne) {
 		if err := os.MkdirAll(d.Path, d.Mode); err != nil {
-			errs = append(errs, fmt.Errorf("cannot create %s: %w; move it with --%s", d.Path, err, settingFor(l.P, d.Path)))
+			errs = append(errs, fmt.Errorf("cannot create %s: %w; move it with %s", d.Path, err, d.Setting.Key()))
 			continue
 		}
 		if d.Runtime {
@@ -100,25 +34,6 @@ func (l Layout) PrepareDirs(allInOne bool, owner config.Owner) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// settingFor names the flag that relocates dir.
-func settingFor(p config.Paths, dir string) string {
-	switch dir {
-	case p.OVSDBDir:
-		return "ovs-db-dir (OPENVSWITCH_DIR)"
-	case p.OVSRunDir:
-		return "ovs-run-dir (OVS_RUNDIR)"
-	case p.OVSLogDir:
-		return "ovs-log-dir (OVS_LOGDIR)"
-	case p.OVNDBDir:
-		return "ovn-db-dir (OVN_DIR)"
-	case p.OVNRunDir:
-		return "ovn-run-dir (OVN_RUNDIR)"
-	case p.OVNLogDir:
-		return "ovn-log-dir (OVN_LOGDIR)"
-	}
-	return "the matching directory setting"
 }
 
 // ProcessAlive reports whether pid is running prog (matched on the basename
@@ -171,9 +86,4 @@ func ClearStale(s staleFiles) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// lockFile is ovsdb-server's lock next to a database file.
-func lockFile(db string) string {
-	return filepath.Join(filepath.Dir(db), "."+filepath.Base(db)+".~lock~")
 }

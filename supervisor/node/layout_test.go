@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ovnhost/ovnhost/internal/layout"
 	"github.com/ovnhost/ovnhost/supervisor/config"
 )
 
@@ -50,16 +51,15 @@ func TestClearStaleKeepsFilesOfALiveDaemon(t *testing.T) {
 
 func TestPrepareDirsRecreatesRuntimeDirsWithModeAndNamesTheSetting(t *testing.T) {
 	root := t.TempDir()
-	p := config.Paths{OVSDBDir: root + "/db", OVSRunDir: root + "/run/ovs", OVSLogDir: root + "/log", OVNDBDir: root + "/ovn", OVNRunDir: root + "/run/ovn", OVNLogDir: root + "/log"}
-	l := NewLayout(p)
-	if err := l.PrepareDirs(true, config.Owner{UID: -1, GID: -1}); err != nil {
+	p := layout.Paths{OVSDBDir: root + "/db", OVSRunDir: root + "/run/ovs", OVSLogDir: root + "/log", OVNDBDir: root + "/ovn", OVNRunDir: root + "/run/ovn", OVNLogDir: root + "/log"}
+	if err := PrepareDirs(p, true, config.Owner{UID: -1, GID: -1}); err != nil {
 		t.Fatal(err)
 	}
 	// /run is a tmpfs: after a reboot the directory is gone.
 	if err := os.RemoveAll(root + "/run"); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.PrepareDirs(true, config.Owner{UID: -1, GID: -1}); err != nil {
+	if err := PrepareDirs(p, true, config.Owner{UID: -1, GID: -1}); err != nil {
 		t.Fatal(err)
 	}
 	st, err := os.Stat(p.OVSRunDir)
@@ -72,7 +72,7 @@ func TestPrepareDirsRecreatesRuntimeDirsWithModeAndNamesTheSetting(t *testing.T)
 		t.Fatal(err)
 	}
 	p.OVNRunDir = blocker + "/ovn"
-	err = NewLayout(p).PrepareDirs(false, config.Owner{UID: -1, GID: -1})
+	err = PrepareDirs(p, false, config.Owner{UID: -1, GID: -1})
 	if err == nil || !strings.Contains(err.Error(), "ovn-run-dir (OVN_RUNDIR)") {
 		t.Fatalf("got %v", err)
 	}

@@ -13,12 +13,13 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
+	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
 	"github.com/ovnhost/ovnhost/supervisor/config"
 	"github.com/ovnhost/ovnhost/supervisor/health"
 	"github.com/ovnhost/ovnhost/supervisor/lifecycle"
-	"github.com/ovnhost/ovnhost/supervisor/preflight"
 	"github.com/ovnhost/ovnhost/supervisor/process"
 )
 
@@ -28,10 +29,12 @@ const Vendor = "ovnhost"
 // Node supervises the daemons of one node.
 type Node struct {
 	cfg    *config.Config
-	pre    *preflight.Result
-	lay    Layout
+	nc     *nodeconfig.NodeConfig
 	log    *slog.Logger
 	health *health.Reporter
+	// explainExec turns a failed exec into its cause (file capabilities
+	// beyond the bounding set); given by main, which owns the host checks.
+	explainExec func(binary string, err error) error
 
 	// ctx lives from Start to Stop; restarts run under it.
 	ctx    context.Context
@@ -49,11 +52,28 @@ type Node struct {
 	daemons map[string]*daemon
 	units   []lifecycle.Unit
 	extra   []lifecycle.Unit
+	// observed are the extra units whose readiness the group's observer
+	// reports (the daemons report their children themselves).
+	observed map[string]lifecycle.Unit
+}
+
+// Options are the node's collaborators.
+type Options struct {
+	Log    *slog.Logger
+	Health *health.Reporter
+	// TLS are the SSL files behind nc's remotes, re-read on rotation (nil
+	// without ENABLE_SSL).
+	TLS *ovsdbconn.TLSFiles
+	// ExplainExec turns an exec error into its cause; nil leaves it as is.
+	ExplainExec func(binary string, err error) error
 }
 
 // New plans the node; nothing is started.
-func New(cfg *config.Config, pre *preflight.Result, log *slog.Logger, h *health.Reporter) (*Node, error) {
-	n := &Node{cfg: cfg, pre: pre, lay: NewLayout(cfg.Paths), log: log, health: h, daemons: map[string]*daemon{}}
+func New(cfg *config.Config, nc *nodeconfig.NodeConfig, o Options) (*Node, error) {
+	n := &Node{cfg: cfg, nc: nc, log: o.Log, health: o.Health, tls: o.TLS, explainExec: o.ExplainExec, daemons: map[string]*daemon{}}
+	if n.explainExec == nil {
+		n.explainExec = func(_ string, err error) error { return err }
+	}
 	progs := []string{"ovsdb-server", "ovs-vswitchd", "ovn-controller", "ovsdb-tool"}
 	if !cfg.Remote() {
 		progs = append(progs, "ovn-northd")
@@ -70,13 +90,6 @@ func New(cfg *config.Config, pre *preflight.Result, log *slog.Logger, h *health.
 	}
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("programs not found in %v: %v; install openvswitch-switch, ovn-host (and ovn-central for all-in-one) or set --bin-dirs", cfg.BinDirs, missing)
-	}
-	if cfg.EnableSSL {
-		t, err := ovsdbconn.LoadTLS(cfg.SSLKey, cfg.SSLCert, cfg.SSLCACert, log)
-		if err != nil {
-			return nil, fmt.Errorf("ENABLE_SSL: %w; check --ssl-key, --ssl-cert and --ssl-ca-cert (default <ssl-dir>/ovn-privkey.pem, ovn-cert.pem, cacert.pem)", err)
-		}
-		n.tls = t
 	}
 	n.units = n.plan()
 	return n, nil
@@ -120,7 +133,40 @@ func findProgram(dirs []string, name string) (string, bool) {
 
 // AddUnit appends a unit started after ovn-controller is ready and stopped
 // before it (the CNI server).
-func (n *Node) AddUnit(u lifecycle.Unit) { n.extra = append(n.extra, u) }
+// Registered now, so READY=1 also waits for it.
+func (n *Node) AddUnit(u lifecycle.Unit) {
+	if n.observed == nil {
+		n.observed = map[string]lifecycle.Unit{}
+	}
+	n.health.Register(u.Name())
+	n.observed[u.Name()] = u
+	n.extra = append(n.extra, u)
+}
+
+// unitHealth reports the added units' start to health through the
+// lifecycle's observer hook, so units need not know about health.
+type unitHealth struct{ n *Node }
+
+// Awaiter is a unit that says what its start waits for.
+type Awaiter interface{ Awaits() string }
+
+func (o unitHealth) Starting(name string) {
+	u, ok := o.n.observed[name]
+	if !ok {
+		return
+	}
+	what := "the start of " + name
+	if a, ok := u.(Awaiter); ok {
+		what = a.Awaits()
+	}
+	o.n.health.Waiting(name, what)
+}
+
+func (o unitHealth) Started(name string, took time.Duration) {
+	if _, ok := o.n.observed[name]; ok {
+		o.n.health.Ready(name, took, took)
+	}
+}
 
 // OVS is the long-lived connection to the local conf.db (valid once
 // ovsdb-server is ready).
@@ -133,14 +179,14 @@ func (n *Node) OVS() *ovsdbconn.Conn {
 // SystemID is the chassis name (valid once the OVS configuration ran).
 func (n *Node) SystemID() string { return n.systemID }
 
-// Layout is the file plan.
-func (n *Node) Layout() Layout { return n.lay }
+// Config is the node's resolved configuration.
+func (n *Node) Config() *nodeconfig.NodeConfig { return n.nc }
 
 // Start prepares the directories and starts every unit in order, returning
 // once the whole node is ready.
 func (n *Node) Start(ctx context.Context) error {
 	n.ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	if err := n.lay.PrepareDirs(!n.cfg.Remote(), n.cfg.RunOwner); err != nil {
+	if err := PrepareDirs(n.nc.Layout.Paths, n.nc.AllInOne, n.cfg.RunOwner); err != nil {
 		return err
 	}
 	if n.tls != nil {
@@ -150,7 +196,7 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	go n.rotateLogs(n.ctx)
 	units := append(n.units, n.extra...)
-	n.group = lifecycle.Group{Units: units, Log: n.log}
+	n.group = lifecycle.Group{Units: units, Log: n.log, Observer: unitHealth{n}}
 	return n.group.Start(ctx, n.cfg.StopTimeout)
 }
 
@@ -199,7 +245,7 @@ func (n *Node) Daemon(name string) *process.Child {
 // childEnv points every OVS/OVN program at our directories, so nothing
 // falls back to /etc or /usr/local/var.
 func (n *Node) childEnv() []string {
-	p := n.cfg.Paths
+	p := n.nc.Layout.Paths
 	return []string{
 		"OVS_RUNDIR=" + p.OVSRunDir, "OVS_LOGDIR=" + p.OVSLogDir, "OVS_DBDIR=" + p.OVSDBDir,
 		"OVS_SYSCONFDIR=" + p.OVSDBDir,

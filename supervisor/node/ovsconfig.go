@@ -32,13 +32,13 @@ func (u *ovsConfigUnit) Start(ctx context.Context) error {
 	if len(roots) == 1 {
 		existing = roots[0].ExternalIDs["system-id"]
 	}
-	id, created, err := loadSystemID(n.lay.SystemIDFile, existing)
+	id, created, err := loadSystemID(n.nc.Layout.SystemIDFile, existing)
 	if err != nil {
 		return err
 	}
 	n.systemID = id
 	if created {
-		n.log.Info("new system-id (chassis name) saved", "system_id", id, "file", n.lay.SystemIDFile)
+		n.log.Info("new system-id (chassis name) saved", "system_id", id, "file", n.nc.Layout.SystemIDFile)
 	}
 	ops, err := n.ovsConfigOps(ctx, roots)
 	if err != nil {
@@ -57,10 +57,10 @@ func (n *Node) ExternalIDs() map[string]string {
 		"hostname":                    n.cfg.NodeName,
 		"ovn-remote":                  n.cfg.SBRemote,
 		"ovn-encap-type":              n.cfg.TunnelType,
-		"ovn-encap-ip":                n.pre.EncapIP,
+		"ovn-encap-ip":                n.nc.EncapIP,
 		"ovn-remote-probe-interval":   strconv.FormatInt(n.cfg.ProbeInterval.Milliseconds(), 10),
 		"ovn-openflow-probe-interval": strconv.FormatInt(int64(n.cfg.OpenflowProbeInterval.Seconds()), 10),
-		"ovn-bridge-datapath-type":    n.pre.Datapath,
+		"ovn-bridge-datapath-type":    string(n.nc.Datapath),
 		"ovn-bridge":                  "br-int",
 	}
 	return ids
@@ -96,7 +96,7 @@ func (n *Node) ovsConfigOps(ctx context.Context, roots []vswitch.OpenvSwitch) ([
 	switch {
 	case err == nil:
 		// Exists (earlier run): enforce what OVN needs, keep the rest.
-		br.DatapathType = n.pre.Datapath
+		br.DatapathType = string(n.nc.Datapath)
 		br.FailMode = &secure
 		oc := maps.Clone(br.OtherConfig)
 		if oc == nil {
@@ -112,7 +112,7 @@ func (n *Node) ovsConfigOps(ctx context.Context, roots []vswitch.OpenvSwitch) ([
 	default:
 		iface := &vswitch.Interface{UUID: "brintiface", Name: "br-int", Type: "internal"}
 		port := &vswitch.Port{UUID: "brintport", Name: "br-int", Interfaces: []string{iface.UUID}}
-		nb := &vswitch.Bridge{UUID: "brint", Name: "br-int", DatapathType: n.pre.Datapath, FailMode: &secure,
+		nb := &vswitch.Bridge{UUID: "brint", Name: "br-int", DatapathType: string(n.nc.Datapath), FailMode: &secure,
 			OtherConfig: map[string]string{"disable-in-band": "true"},
 			ExternalIDs: map[string]string{"vendor": Vendor},
 			Ports:       []string{port.UUID}}

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/moby/sys/capability"
+	"github.com/ovnhost/ovnhost/internal/layout"
+	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 	"github.com/ovnhost/ovnhost/supervisor/config"
 )
 
@@ -111,8 +113,8 @@ func TestHealthyHostPasses(t *testing.T) {
 	if r.Failed() || Worst(r.Checks) != Pass {
 		t.Fatalf("healthy host did not pass:\n%s", buf.String())
 	}
-	if r.Datapath != DatapathSystem || r.TunnelIface != "ens33" || r.EncapIP != "192.168.1.10" {
-		t.Fatalf("got datapath=%s iface=%s encap=%s", r.Datapath, r.TunnelIface, r.EncapIP)
+	if fd := r.Findings; !fd.KernelDatapath || fd.TunnelIface != "ens33" || fd.EncapIP != "192.168.1.10" || fd.UnderlayMTU != 1500 {
+		t.Fatalf("got %+v", fd)
 	}
 }
 
@@ -124,19 +126,19 @@ func TestDatapath(t *testing.T) {
 		loadErr    error
 		loadAdds   bool
 		opts       Options
-		wantDP     string
+		wantKernel bool
 		wantStatus Status
 		wantLoads  int
 		wantFound  string
 	}{
-		{"present", nil, true, nil, false, Options{}, DatapathSystem, Pass, 0, "present"},
-		{"auto, disabled modules, falls back", []string{"DISABLE_MODULES_MANAGEMENT=true"}, false, nil, false, Options{}, DatapathNetdev, Warn, 0, "DISABLE_MODULES_MANAGEMENT=true"},
-		{"kernel, disabled modules, fails", []string{"DISABLE_MODULES_MANAGEMENT=true", "OVNHOST_DATAPATH=kernel"}, false, nil, false, Options{}, DatapathSystem, Fail, 0, "datapath=kernel requires it"},
-		{"netdev never probes", []string{"OVNHOST_DATAPATH=netdev"}, false, nil, false, Options{}, DatapathNetdev, Pass, 0, "datapath=netdev"},
-		{"auto loads module", nil, false, nil, true, Options{}, DatapathSystem, Pass, 1, "loaded module openvswitch"},
-		{"auto load fails", nil, false, errors.New("modprobe: FATAL"), false, Options{}, DatapathNetdev, Warn, 1, "modprobe: FATAL"},
-		{"doctor never loads", nil, false, nil, true, Options{NoModuleLoad: true}, DatapathNetdev, Warn, 0, "diagnostics only look"},
-		{"kernel, load fails", []string{"OVNHOST_DATAPATH=kernel"}, false, errors.New("not found"), false, Options{}, DatapathSystem, Fail, 1, "not found"},
+		{"present", nil, true, nil, false, Options{}, true, Pass, 0, "present"},
+		{"auto, disabled modules, falls back", []string{"DISABLE_MODULES_MANAGEMENT=true"}, false, nil, false, Options{}, false, Warn, 0, "DISABLE_MODULES_MANAGEMENT=true"},
+		{"kernel, disabled modules, fails", []string{"DISABLE_MODULES_MANAGEMENT=true", "OVNHOST_DATAPATH=kernel"}, false, nil, false, Options{}, false, Fail, 0, "datapath=kernel requires it"},
+		{"netdev never probes", []string{"OVNHOST_DATAPATH=netdev"}, false, nil, false, Options{}, false, Pass, 0, "datapath=netdev"},
+		{"auto loads module", nil, false, nil, true, Options{}, true, Pass, 1, "loaded module openvswitch"},
+		{"auto load fails", nil, false, errors.New("modprobe: FATAL"), false, Options{}, false, Warn, 1, "modprobe: FATAL"},
+		{"doctor never loads", nil, false, nil, true, Options{NoModuleLoad: true}, false, Warn, 0, "diagnostics only look"},
+		{"kernel, load fails", []string{"OVNHOST_DATAPATH=kernel"}, false, errors.New("not found"), false, Options{}, false, Fail, 1, "not found"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -147,8 +149,8 @@ func TestDatapath(t *testing.T) {
 				f.loadAdds = "ovs_datapath"
 			}
 			dp, cs := CheckDatapath(defaultConfig(t, tc.env...), f, tc.opts)
-			if dp != tc.wantDP || cs[0].Status != tc.wantStatus || len(f.loads) != tc.wantLoads || !strings.Contains(cs[0].Found, tc.wantFound) {
-				t.Fatalf("got %s %+v loads=%v", dp, cs, f.loads)
+			if dp != tc.wantKernel || cs[0].Status != tc.wantStatus || len(f.loads) != tc.wantLoads || !strings.Contains(cs[0].Found, tc.wantFound) {
+				t.Fatalf("got %t %+v loads=%v", dp, cs, f.loads)
 			}
 			if cs[0].Status != Pass && cs[0].Fix == "" {
 				t.Fatal("no fix")
@@ -159,18 +161,18 @@ func TestDatapath(t *testing.T) {
 
 func TestTunnelSupport(t *testing.T) {
 	f := healthyFake()
-	if c := CheckTunnelSupport(defaultConfig(t), DatapathNetdev, f); c.Status != Pass {
+	if c := CheckTunnelSupport(defaultConfig(t), nodeconfig.Userspace, f); c.Status != Pass {
 		t.Fatal(c)
 	}
-	if c := CheckTunnelSupport(defaultConfig(t, "TUNNEL_TYPE=stt"), DatapathNetdev, f); c.Status != Fail {
+	if c := CheckTunnelSupport(defaultConfig(t, "TUNNEL_TYPE=stt"), nodeconfig.Userspace, f); c.Status != Fail {
 		t.Fatal(c)
 	}
 	f.linkKinds["geneve"] = false
-	c := CheckTunnelSupport(defaultConfig(t), DatapathSystem, f)
+	c := CheckTunnelSupport(defaultConfig(t), nodeconfig.Kernel, f)
 	if c.Status != Fail || !strings.Contains(c.Fix, "vxlan") {
 		t.Fatal(c)
 	}
-	if c := CheckTunnelSupport(defaultConfig(t, "TUNNEL_TYPE=vxlan"), DatapathSystem, f); c.Status != Pass {
+	if c := CheckTunnelSupport(defaultConfig(t, "TUNNEL_TYPE=vxlan"), nodeconfig.Kernel, f); c.Status != Pass {
 		t.Fatal(c)
 	}
 }
@@ -419,11 +421,11 @@ func TestSystemID(t *testing.T) {
 	if c := CheckSystemID(cfg, f); c.Status != Pass || !strings.Contains(c.Found, "generated") {
 		t.Fatal(c)
 	}
-	f.files[SystemIDFile(cfg)] = "  \n"
+	f.files[layout.New(cfg.Paths).SystemIDFile] = "  \n"
 	if c := CheckSystemID(cfg, f); c.Status != Fail {
 		t.Fatal(c)
 	}
-	f.files[SystemIDFile(cfg)] = "6c1c5a5e-0d3a-4cf3-9b33-07c0d2f1a1aa\n"
+	f.files[layout.New(cfg.Paths).SystemIDFile] = "6c1c5a5e-0d3a-4cf3-9b33-07c0d2f1a1aa\n"
 	if c := CheckSystemID(cfg, f); c.Status != Pass || !strings.Contains(c.Found, "6c1c5a5e-") {
 		t.Fatal(c)
 	}
@@ -503,7 +505,7 @@ func TestDatapathWithoutSysModule(t *testing.T) {
 	f.genl["ovs_datapath"] = false
 	f.caps.Effective &^= CapMask(capability.CAP_SYS_MODULE)
 	dp, cs := CheckDatapath(defaultConfig(t), f, Options{})
-	if dp != DatapathNetdev || len(f.loads) != 0 || !strings.Contains(cs[0].Found, "lacks CAP_SYS_MODULE") {
-		t.Fatalf("%s %+v %v", dp, cs, f.loads)
+	if dp || len(f.loads) != 0 || !strings.Contains(cs[0].Found, "lacks CAP_SYS_MODULE") {
+		t.Fatalf("%t %+v %v", dp, cs, f.loads)
 	}
 }

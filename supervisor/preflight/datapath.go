@@ -5,6 +5,7 @@ import (
 
 	"github.com/moby/sys/capability"
 
+	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 	"github.com/ovnhost/ovnhost/supervisor/config"
 )
 
@@ -14,14 +15,14 @@ import (
 // modinfo, /proc/modules and /sys/module say nothing useful.
 const OVSDatapathFamily = "ovs_datapath"
 
-// CheckDatapath decides the datapath type. When the kernel datapath is
+// CheckDatapath reports whether the kernel datapath is there. When it is
 // missing it loads the openvswitch module if module management is enabled,
-// then follows cfg.Datapath: kernel fails, netdev uses userspace, auto falls
+// then judges cfg.Datapath: kernel fails, netdev uses userspace, auto falls
 // back to userspace with a warning.
-func CheckDatapath(cfg *config.Config, f DatapathFacts, opts Options) (string, []Check) {
+func CheckDatapath(cfg *config.Config, f DatapathFacts, opts Options) (kernel bool, checks []Check) {
 	const name = "datapath"
-	if cfg.Datapath == config.DatapathNetdev {
-		return DatapathNetdev, []Check{{Name: name, Status: Pass,
+	if cfg.Datapath == nodeconfig.ChooseUserspace {
+		return false, []Check{{Name: name, Status: Pass,
 			Found: "userspace (netdev) datapath chosen by datapath=netdev; the kernel datapath is not used"}}
 	}
 	present, err := f.GenlFamily(OVSDatapathFamily)
@@ -41,7 +42,7 @@ func CheckDatapath(cfg *config.Config, f DatapathFacts, opts Options) (string, [
 			if lerr := f.LoadModule("openvswitch"); lerr != nil {
 				note += fmt.Sprintf("; loading module openvswitch failed: %v", lerr)
 			} else if present, err = f.GenlFamily(OVSDatapathFamily); present {
-				return DatapathSystem, []Check{{Name: name, Status: Pass,
+				return true, []Check{{Name: name, Status: Pass,
 					Found: "kernel datapath: loaded module openvswitch, generic netlink family ovs_datapath present"}}
 			} else {
 				note += "; module openvswitch loaded but family ovs_datapath still missing"
@@ -52,16 +53,16 @@ func CheckDatapath(cfg *config.Config, f DatapathFacts, opts Options) (string, [
 		}
 	}
 	if present {
-		return DatapathSystem, []Check{{Name: name, Status: Pass,
+		return true, []Check{{Name: name, Status: Pass,
 			Found: "kernel datapath: generic netlink family ovs_datapath present"}}
 	}
 	found := "no kernel datapath: generic netlink family ovs_datapath is not registered" + note
 	switch cfg.Datapath {
-	case config.DatapathKernel:
-		return DatapathSystem, []Check{{Name: name, Status: Fail, Found: found + "; datapath=kernel requires it",
+	case nodeconfig.ChooseKernel:
+		return false, []Check{{Name: name, Status: Fail, Found: found + "; datapath=kernel requires it",
 			Fix: loadFix(cfg) + ", or set datapath=netdev for the userspace datapath"}}
 	default: // auto
-		return DatapathNetdev, []Check{{Name: name, Status: Warn, Found: found + "; falling back to the userspace (netdev) datapath",
+		return false, []Check{{Name: name, Status: Warn, Found: found + "; falling back to the userspace (netdev) datapath",
 			Fix: loadFix(cfg) + " for the kernel datapath, or set datapath=netdev to accept userspace"}}
 	}
 }
@@ -75,13 +76,13 @@ func loadFix(cfg *config.Config) string {
 
 // CheckTunnelSupport reports whether the chosen datapath can carry
 // cfg.TunnelType. Run it only when the chosen datapath is available.
-func CheckTunnelSupport(cfg *config.Config, datapath string, f DatapathFacts) Check {
+func CheckTunnelSupport(cfg *config.Config, datapath nodeconfig.Datapath, f DatapathFacts) Check {
 	name := "tunnel-support"
 	tt := cfg.TunnelType
 	if tt == "" {
 		tt = "geneve"
 	}
-	if datapath == DatapathNetdev {
+	if datapath.IsUserspace() {
 		if tt == "stt" {
 			return Check{Name: name, Status: Fail, Found: "TUNNEL_TYPE=stt but the userspace (netdev) datapath has no STT",
 				Fix: "use TUNNEL_TYPE=geneve or vxlan, or load the kernel datapath with STT support"}

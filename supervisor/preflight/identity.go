@@ -3,23 +3,17 @@ package preflight
 import (
 	"errors"
 	"io/fs"
-	"path/filepath"
 	"strings"
 
+	"github.com/ovnhost/ovnhost/internal/layout"
 	"github.com/ovnhost/ovnhost/supervisor/config"
 )
-
-// SystemIDFile is where the node keeps its OVS system-id (the OVN chassis
-// name), under the OVS state directory.
-func SystemIDFile(cfg *config.Config) string {
-	return filepath.Join(cfg.Paths.OVSDBDir, "system-id.conf")
-}
 
 // CheckSystemID looks at the stored system-id. Whether another chassis uses
 // it can only be told from the SB database: netctl doctor does that.
 func CheckSystemID(cfg *config.Config, f FileFacts) Check {
 	const name = "system-id"
-	path := SystemIDFile(cfg)
+	path := layout.New(cfg.Paths).SystemIDFile
 	b, err := f.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):

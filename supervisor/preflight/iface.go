@@ -7,21 +7,9 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 	"github.com/ovnhost/ovnhost/supervisor/config"
 )
-
-// TunnelOverhead is the bytes of encapsulation taken from the underlay MTU
-// (the values Kube-OVN uses: Geneve with OVN's options, VXLAN, STT).
-func TunnelOverhead(tunnelType string) int {
-	switch tunnelType {
-	case "vxlan":
-		return 50
-	case "stt":
-		return 78
-	default:
-		return 100
-	}
-}
 
 // SelectIface picks the tunnel interface: the first IFACE entry that
 // matches an interface, as an exact name or else as a regular expression
@@ -102,12 +90,26 @@ func firstAddr(l Link) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// CheckInterfaces chooses the tunnel interface and the encap IP, and checks
+// CheckInterfaces finds the tunnel interface and the encap IP, and checks
 // the MTU headroom for the tunnel type.
 func CheckInterfaces(cfg *config.Config, f LinkFacts) (iface, encapIP string, checks []Check) {
+	t, checks := checkInterfaces(cfg, f)
+	return t.iface, t.encapIP, checks
+}
+
+// tunnelFound is what the interface checks found.
+type tunnelFound struct {
+	iface, encapIP string
+	mtu            int
+}
+
+func checkInterfaces(cfg *config.Config, f LinkFacts) (found tunnelFound, checks []Check) {
+	var iface, encapIP string
+	defer func() { found.iface, found.encapIP = iface, encapIP }()
 	links, err := f.Links()
 	if err != nil {
-		return "", fallbackEncap(cfg), []Check{{Name: "tunnel-interface", Status: Fail, Found: "cannot list interfaces: " + err.Error(), Fix: "run ovnhost with CAP_NET_ADMIN in the host network namespace"}}
+		encapIP = fallbackEncap(cfg)
+		return found, []Check{{Name: "tunnel-interface", Status: Fail, Found: "cannot list interfaces: " + err.Error(), Fix: "run ovnhost with CAP_NET_ADMIN in the host network namespace"}}
 	}
 	var defaults []string
 	if len(cfg.Iface) == 0 {
@@ -167,7 +169,7 @@ func CheckInterfaces(cfg *config.Config, f LinkFacts) (iface, encapIP string, ch
 			checks = append(checks, Check{Name: "encap-ip", Status: Pass, Found: encapIP + " (first address of " + iface + ")"})
 		} else if a, ok := movedAddr(links); ok {
 			encapIP = a.String()
-			checks = append(checks, Check{Name: "encap-ip", Status: Pass, Found: encapIP + " (on " + PhysBridge + ", where the underlay address moves when " + iface + " is attached to OVS)"})
+			checks = append(checks, Check{Name: "encap-ip", Status: Pass, Found: encapIP + " (on " + nodeconfig.PhysBridge + ", where the underlay address moves when " + iface + " is attached to OVS)"})
 		} else {
 			encapIP = "127.0.0.1"
 			checks = append(checks, Check{Name: "encap-ip", Status: Fail, Found: iface + " has no IPv4 or global IPv6 address",
@@ -181,7 +183,8 @@ func CheckInterfaces(cfg *config.Config, f LinkFacts) (iface, encapIP string, ch
 
 	// MTU headroom.
 	if iface != "" {
-		over := TunnelOverhead(cfg.TunnelType)
+		found.mtu = link.MTU
+		over := nodeconfig.TunnelOverhead(cfg.TunnelType)
 		tt := cfg.TunnelType
 		if tt == "" {
 			tt = "geneve"
@@ -196,7 +199,7 @@ func CheckInterfaces(cfg *config.Config, f LinkFacts) (iface, encapIP string, ch
 		}
 		checks = append(checks, c)
 	}
-	return iface, encapIP, checks
+	return found, checks
 }
 
 func fallbackEncap(cfg *config.Config) string {
@@ -206,14 +209,9 @@ func fallbackEncap(cfg *config.Config) string {
 	return "127.0.0.1"
 }
 
-// PhysBridge is the OVS bridge whose internal port carries the underlay
-// address once the tunnel interface is attached to OVS (userspace
-// datapath): on a restart the address is found there, not on the interface.
-const PhysBridge = "br-phy"
-
 func movedAddr(links []Link) (netip.Addr, bool) {
 	for _, l := range links {
-		if l.Name == PhysBridge {
+		if l.Name == nodeconfig.PhysBridge {
 			return firstAddr(l)
 		}
 	}

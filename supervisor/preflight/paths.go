@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/ovnhost/ovnhost/internal/layout"
 	"github.com/ovnhost/ovnhost/supervisor/config"
 )
 
@@ -18,17 +19,13 @@ type PathSetting struct {
 
 // PathSettings lists every directory of cfg that must be writable.
 func PathSettings(cfg *config.Config) []PathSetting {
-	p := cfg.Paths
-	ps := []PathSetting{
-		{"ovs-db-dir", "OPENVSWITCH_DIR", p.OVSDBDir, "/var/lib/openvswitch"},
-		{"ovs-run-dir", "OVS_RUNDIR", p.OVSRunDir, "/run/openvswitch"},
-		{"ovs-log-dir", "OVS_LOGDIR", p.OVSLogDir, "/var/log/openvswitch"},
-		{"ovn-db-dir", "OVN_DIR", p.OVNDBDir, "/var/lib/ovn"},
-		{"ovn-run-dir", "OVN_RUNDIR", p.OVNRunDir, "/run/ovn"},
-		{"ovn-log-dir", "OVN_LOGDIR", p.OVNLogDir, "/var/log/ovn"},
-		{"cni-bin-dir", "CNI_BIN_DIR", cfg.CNIBinDir, "/opt/cni/bin"},
-		{"cni-conf-dir", "CNI_CONF_DIR", cfg.CNIConfDir, "/etc/cni/net.d"},
+	var ps []PathSetting
+	for _, d := range layout.DirSettings {
+		ps = append(ps, PathSetting{d.Name, d.Env, *d.Dir(&cfg.Paths), d.Default})
 	}
+	ps = append(ps,
+		PathSetting{"cni-bin-dir", "CNI_BIN_DIR", cfg.CNIBinDir, "/opt/cni/bin"},
+		PathSetting{"cni-conf-dir", "CNI_CONF_DIR", cfg.CNIConfDir, "/etc/cni/net.d"})
 	if cfg.CNISocket != "" {
 		ps = append(ps, PathSetting{"cni-socket", "", filepath.Dir(cfg.CNISocket), "/run/ovnhost"})
 	}

@@ -15,6 +15,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 	"github.com/ovnhost/ovnhost/supervisor/config"
 )
 
@@ -37,24 +38,13 @@ type Check struct {
 	Fix    string `json:"fix,omitempty"`
 }
 
-// Result is what preflight decided.
+// Result is what preflight checked and found. It decides nothing: the
+// node's configuration is resolved from the settings and these findings
+// (config.Resolve).
 type Result struct {
-	Checks []Check
-	// Datapath is the value for Bridge.datapath_type: "system" (kernel
-	// datapath) or "netdev" (userspace).
-	Datapath string
-	// TunnelIface is the chosen tunnel interface ("" if none).
-	TunnelIface string
-	// EncapIP is cfg.EncapIP if set, else the first IPv4 (then global IPv6)
-	// address of TunnelIface, else 127.0.0.1 (with a warning).
-	EncapIP string
+	Checks   []Check
+	Findings nodeconfig.Findings
 }
-
-// Datapath types as OVS spells them in Bridge.datapath_type.
-const (
-	DatapathSystem = "system"
-	DatapathNetdev = "netdev"
-)
 
 // Options changes what Run may do to the host.
 type Options struct {
@@ -73,12 +63,12 @@ func Run(ctx context.Context, cfg *config.Config) *Result {
 // RunWith runs the checks against the given facts.
 func RunWith(ctx context.Context, cfg *config.Config, f Facts, opts Options) *Result {
 	r := &Result{}
-	dp, dpChecks := CheckDatapath(cfg, f, opts)
-	r.Datapath = dp
+	kernel, dpChecks := CheckDatapath(cfg, f, opts)
+	r.Findings.KernelDatapath = kernel
 	r.add(dpChecks...)
 	// Tunnel devices of the kernel datapath are only worth probing when it
 	// is there; a missing datapath has already failed or fallen back.
-	if dp == DatapathNetdev || Worst(dpChecks) == Pass {
+	if dp, err := nodeconfig.PickDatapath(cfg.Datapath, kernel); err == nil {
 		r.add(CheckTunnelSupport(cfg, dp, f))
 	}
 	pc, err := f.ProcessCaps()
@@ -89,8 +79,8 @@ func RunWith(ctx context.Context, cfg *config.Config, f Facts, opts Options) *Re
 	}
 	r.add(CheckBinaries(cfg, Binaries(cfg), pc, err, f)...)
 	r.add(CheckPaths(PathSettings(cfg), f)...)
-	iface, encap, ichecks := CheckInterfaces(cfg, f)
-	r.TunnelIface, r.EncapIP = iface, encap
+	tun, ichecks := checkInterfaces(cfg, f)
+	r.Findings.TunnelIface, r.Findings.EncapIP, r.Findings.UnderlayMTU = tun.iface, tun.encapIP, tun.mtu
 	r.add(ichecks...)
 	r.add(CheckSystemID(cfg, f))
 	r.add(CheckSSL(cfg, f)...)
@@ -120,9 +110,8 @@ func Worst(cs []Check) Status {
 // for each one that did not pass. Failures are never cut short.
 func (r *Result) Print(w io.Writer) {
 	PrintChecks(w, r.Checks)
-	if r.Datapath != "" {
-		fmt.Fprintf(w, "datapath_type=%s tunnel_iface=%s encap_ip=%s\n", r.Datapath, orNone(r.TunnelIface), orNone(r.EncapIP))
-	}
+	fd := r.Findings
+	fmt.Fprintf(w, "kernel_datapath=%t tunnel_iface=%s underlay_mtu=%d encap_ip=%s\n", fd.KernelDatapath, orNone(fd.TunnelIface), fd.UnderlayMTU, orNone(fd.EncapIP))
 }
 
 // PrintChecks writes checks in the format of Result.Print.

@@ -160,7 +160,7 @@ func (a *adder) measure(b *testing.B, total, conc int) latencies {
 func BenchmarkCNIAdd(b *testing.B) {
 	ref := refPlugins(b)
 	n := startNode(b, nodeOpts{})
-	ovn := &adder{name: "ovnhost", bin: n.installedPlugin(), path: n.cfg.CNIBinDir, conf: n.netconf(b, "", nil)}
+	ovn := &adder{name: "ovnhost", bin: n.installedPlugin(), path: n.cfg.BinDir, conf: n.netconf(b, "", nil)}
 	hostLocalDir := b.TempDir()
 	refConf, _ := json.Marshal(map[string]any{
 		"cniVersion": "1.0.0", "name": "refnet", "type": "bridge", "bridge": "cniref0", "isGateway": true, "ipMasq": false,
@@ -258,7 +258,7 @@ func BenchmarkCNIAddKubernetes(b *testing.B) {
 			b.Fatalf("only %d of %d pods annotated by the controller", len(annotated), total)
 		}
 	}
-	ovn := &adder{name: "ovnhost", bin: k.installedPlugin(), path: k.cfg.CNIBinDir, conf: k.netconf(b, "", nil), pods: names}
+	ovn := &adder{name: "ovnhost", bin: k.installedPlugin(), path: k.cfg.BinDir, conf: k.netconf(b, "", nil), pods: names}
 	refConf, _ := json.Marshal(map[string]any{
 		"cniVersion": "1.0.0", "name": "refnet", "type": "bridge", "bridge": "cniref0", "isGateway": true, "ipMasq": false,
 		"ipam": map[string]any{"type": "host-local", "subnet": "10.88.0.0/16", "dataDir": b.TempDir()},

@@ -35,9 +35,9 @@ import (
 	"github.com/ovnhost/ovnhost/cni/podnet"
 	"github.com/ovnhost/ovnhost/cni/podnet/podnettest"
 	"github.com/ovnhost/ovnhost/cni/server"
+	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
 	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
-	"github.com/ovnhost/ovnhost/supervisor/config"
 	"github.com/ovnhost/ovnhost/tests/harness/kubeapi"
 	"github.com/ovnhost/ovnhost/tests/harness/ovncentral"
 	"github.com/ovnhost/ovnhost/tests/testenv"
@@ -162,7 +162,7 @@ type node struct {
 	central *ovncentral.Central
 	ovs     client.Client
 	procs   []*daemon
-	cfg     *config.Config
+	cfg     *server.Options
 	srv     *server.Server
 	reg     *prometheus.Registry
 	logs    lockedBuffer // everything the CNI server logged (warn and up)
@@ -196,7 +196,7 @@ type daemon struct {
 
 type nodeOpts struct {
 	mirrorOutput string
-	beforeServer func(cfg *config.Config) // runs before the CNI server starts
+	beforeServer func(cfg *server.Options) // runs before the CNI server starts
 	serverOpts   []server.Option
 	noServer     bool
 }
@@ -276,16 +276,17 @@ func startNode(t testing.TB, o nodeOpts) *node {
 		"--log-file="+filepath.Join(dir, "ovn-controller.log"), "-vconsole:off", "--no-chdir",
 		"--pidfile="+filepath.Join(dir, "ovn-controller.pid"))
 
-	n.cfg = &config.Config{
-		NodeName:   "node1",
-		NBRemote:   n.central.NB(),
-		SBRemote:   n.central.SB(),
-		CNIBinDir:  filepath.Join(dir, "cni-bin"),
-		CNIConfDir: filepath.Join(dir, "cni-conf"),
-		CNISocket:  filepath.Join(dir, "cni.sock"),
-		Datapath:   "netdev",
+	n.cfg = &server.Options{
+		Node: &nodeconfig.NodeConfig{
+			Name:     "node1",
+			Datapath: nodeconfig.Userspace,
+			NB:       nodeconfig.Remote{Endpoint: n.central.NB()},
+			SB:       nodeconfig.Remote{Endpoint: n.central.SB()},
+		},
+		BinDir:  filepath.Join(dir, "cni-bin"),
+		ConfDir: filepath.Join(dir, "cni-conf"),
+		Socket:  filepath.Join(dir, "cni.sock"),
 	}
-	n.cfg.Paths.OVSRunDir = dir
 	n.cfg.MirrorOutput = o.mirrorOutput
 	if o.beforeServer != nil {
 		o.beforeServer(n.cfg)
@@ -306,7 +307,9 @@ func (n *node) startServer(opts ...server.Option) {
 	}
 	log := slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{t}, &n.logs), &slog.HandlerOptions{Level: level}))
 	opts = append([]server.Option{server.WithRegisterer(n.reg), server.WithPluginSource(plugin(t))}, opts...)
-	srv, err := server.New(n.cfg, n.ovs, log, opts...)
+	o := *n.cfg
+	o.OVS, o.Log = n.ovs, log
+	srv, err := server.New(o, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -485,7 +488,7 @@ type cniOut struct {
 // netconf is the installed conflist's plugin entry as a runtime passes it.
 func (n *node) netconf(t testing.TB, version string, extra map[string]any) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(n.cfg.CNIConfDir, server.ConflistName))
+	b, err := os.ReadFile(filepath.Join(n.cfg.ConfDir, server.ConflistName))
 	if err != nil {
 		t.Fatalf("installed conflist: %v", err)
 	}
@@ -529,7 +532,7 @@ func resultIP(t testing.TB, b []byte) string {
 	return strings.Split(r.IPs[0].Address, "/")[0]
 }
 
-func (n *node) installedPlugin() string { return filepath.Join(n.cfg.CNIBinDir, "ovnhost-cni") }
+func (n *node) installedPlugin() string { return filepath.Join(n.cfg.BinDir, "ovnhost-cni") }
 
 func runPlugin(t testing.TB, bin string, c cniCall) cniOut {
 	t.Helper()

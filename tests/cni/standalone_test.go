@@ -23,7 +23,6 @@ import (
 	"github.com/ovnhost/ovnhost/cni/podnet"
 	"github.com/ovnhost/ovnhost/cni/server"
 	"github.com/ovnhost/ovnhost/internal/ovnnb"
-	"github.com/ovnhost/ovnhost/supervisor/config"
 )
 
 // listen opens a TCP listener inside netns (it stays there).
@@ -264,7 +263,7 @@ func TestDelIdempotentCheckAndDaemonDown(t *testing.T) {
 	n.stopServer()
 	r := n.netns(t)
 	out = runPlugin(t, n.installedPlugin(), cniCall{Command: "ADD", ContainerID: "down", Netns: r, IfName: "eth0", Args: "K8S_POD_NAMESPACE=default;K8S_POD_NAME=down", Conf: n.netconf(t, "", nil)})
-	if out.Code == 0 || out.Err.Code != 11 || !strings.Contains(out.Err.Msg, n.cfg.CNISocket) {
+	if out.Code == 0 || out.Err.Code != 11 || !strings.Contains(out.Err.Msg, n.cfg.Socket) {
 		t.Fatalf("ADD with the daemon stopped: exit %d code %d %q", out.Code, out.Err.Code, out.Err.Msg)
 	}
 }
@@ -368,11 +367,11 @@ func TestInstallRestoresConflist(t *testing.T) {
 	if err != nil || st.Mode().Perm() != 0o755 {
 		t.Fatalf("installed plugin: %v %v", st, err)
 	}
-	sock, err := os.Stat(n.cfg.CNISocket)
+	sock, err := os.Stat(n.cfg.Socket)
 	if err != nil || sock.Mode().Perm()&0o007 != 0 {
 		t.Fatalf("socket mode %v %v: must not be world-accessible", sock.Mode(), err)
 	}
-	conf := filepath.Join(n.cfg.CNIConfDir, "00-ovnhost.conflist")
+	conf := filepath.Join(n.cfg.ConfDir, "00-ovnhost.conflist")
 	want, _ := os.ReadFile(conf)
 	if err := os.Remove(conf); err != nil {
 		t.Fatal(err)
@@ -521,12 +520,12 @@ func capture(t testing.TB, ifName string, fn func()) []byte {
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 func TestConflictingConfigsReported(t *testing.T) {
-	n := startNode(t, nodeOpts{beforeServer: func(cfg *config.Config) {
+	n := startNode(t, nodeOpts{beforeServer: func(cfg *server.Options) {
 		// A stale flannel file that would win over ours, as on a converted node.
-		if err := os.MkdirAll(cfg.CNIConfDir, 0o755); err != nil {
+		if err := os.MkdirAll(cfg.ConfDir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(cfg.CNIConfDir, "00-flannel.conf"), []byte(`{"cniVersion":"0.3.1","name":"cbr0","type":"flannel"}`), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(cfg.ConfDir, "00-flannel.conf"), []byte(`{"cniVersion":"0.3.1","name":"cbr0","type":"flannel"}`), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}})

@@ -231,20 +231,20 @@ func TestNoKernelDatapathModulesDisabled(t *testing.T) {
 	}
 	spy := &noLoad{Host: h}
 	dp, cs := preflight.CheckDatapath(loadConfig(t, "DISABLE_MODULES_MANAGEMENT=true"), spy, preflight.Options{})
-	if dp != preflight.DatapathNetdev || cs[0].Status != preflight.Warn || !strings.Contains(cs[0].Found, "DISABLE_MODULES_MANAGEMENT=true") {
-		t.Errorf("auto: %s %+v", dp, cs)
+	if dp || cs[0].Status != preflight.Warn || !strings.Contains(cs[0].Found, "DISABLE_MODULES_MANAGEMENT=true") {
+		t.Errorf("auto: %t %+v", dp, cs)
 	}
 	dp, cs = preflight.CheckDatapath(loadConfig(t, "DISABLE_MODULES_MANAGEMENT=true", "OVNHOST_DATAPATH=kernel"), spy, preflight.Options{})
 	if cs[0].Status != preflight.Fail || cs[0].Fix == "" {
-		t.Errorf("kernel: %s %+v", dp, cs)
+		t.Errorf("kernel: %t %+v", dp, cs)
 	}
 	if spy.loads != 0 {
 		t.Errorf("LoadModule called %d times with module management disabled", spy.loads)
 	}
 	// The whole run agrees.
 	r := preflight.Run(context.Background(), loadConfig(t, "DISABLE_MODULES_MANAGEMENT=true"))
-	if r.Datapath != preflight.DatapathNetdev {
-		t.Errorf("Run: datapath %s", r.Datapath)
+	if r.Findings.KernelDatapath {
+		t.Errorf("Run: kernel datapath found: %+v", r.Findings)
 	}
 	r = preflight.Run(context.Background(), loadConfig(t, "DISABLE_MODULES_MANAGEMENT=true", "OVNHOST_DATAPATH=kernel"))
 	if !r.Failed() {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ovnhost/ovnhost/controller/kube"
 	"github.com/ovnhost/ovnhost/internal/ovnnb"
+	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
 	"github.com/ovnhost/ovnhost/internal/version"
 )
 
@@ -31,24 +32,11 @@ func env(k, def string) string {
 }
 
 // nbFromDBIPs turns OVN_DB_IPS ("10.0.0.1,10.0.0.2") into NB endpoints
-// (ssl: when ENABLE_SSL=true, as Kube-OVN does).
+// (ssl: when ENABLE_SSL=true, as Kube-OVN does), the same way the node
+// daemon derives them.
 func nbFromDBIPs(ips string) string {
-	scheme := "tcp:"
-	if os.Getenv("ENABLE_SSL") == "true" {
-		scheme = "ssl:"
-	}
-	if ips == "" {
-		return ""
-	}
-	var eps []string
-	for _, ip := range strings.Split(ips, ",") {
-		ip = strings.TrimSpace(ip)
-		if strings.Contains(ip, ":") {
-			ip = "[" + ip + "]"
-		}
-		eps = append(eps, scheme+ip+":6641")
-	}
-	return strings.Join(eps, ",")
+	nb, _ := ovsdbconn.ClusterRemotes(strings.Split(ips, ","), os.Getenv("ENABLE_SSL") == "true")
+	return nb
 }
 
 func main() {

@@ -3,13 +3,12 @@ package main
 import (
 	"context"
 	"log/slog"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ovnhost/ovnhost/cni/server"
+	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 	"github.com/ovnhost/ovnhost/supervisor/config"
-	"github.com/ovnhost/ovnhost/supervisor/health"
 	"github.com/ovnhost/ovnhost/supervisor/node"
 )
 
@@ -23,36 +22,35 @@ func cniPossible(cfg *config.Config, environ map[string]string) bool {
 // cniUnit builds the CNI server when it starts: it needs the long-lived
 // conf.db connection, which exists only once ovsdb-server is ready.
 type cniUnit struct {
-	n        *node.Node
-	cfg      *config.Config
-	log      *slog.Logger
-	reg      prometheus.Registerer
-	health   *health.Reporter
-	datapath string
-	srv      *server.Server
+	n    *node.Node
+	opts server.Options
+	reg  prometheus.Registerer
+	srv  *server.Server
 }
 
-func newCNIUnit(n *node.Node, cfg *config.Config, log *slog.Logger, h *health.Reporter, datapath string) *cniUnit {
-	// Registered now, so READY=1 also waits for the CNI socket.
-	h.Register("cni-server")
-	return &cniUnit{n: n, cfg: cfg, log: log, reg: h.Registry(), health: h, datapath: datapath}
+func newCNIUnit(n *node.Node, cfg *config.Config, nc *nodeconfig.NodeConfig, log *slog.Logger, reg prometheus.Registerer) *cniUnit {
+	return &cniUnit{n: n, reg: reg, opts: server.Options{
+		Node: nc, Log: log,
+		Socket: cfg.CNISocket, SocketGroup: cfg.CNISocketGroup,
+		BinDir: cfg.CNIBinDir, ConfDir: cfg.CNIConfDir,
+		MirrorOutput: cfg.MirrorOutput, Kubeconfig: cfg.Kubeconfig,
+	}}
 }
 
 func (u *cniUnit) Name() string { return "cni-server" }
 
+// Awaits is what /readyz says while the unit starts.
+func (u *cniUnit) Awaits() string { return "the CNI socket " + u.opts.Socket }
+
 func (u *cniUnit) Start(ctx context.Context) error {
-	t0 := time.Now()
-	u.health.Waiting("cni-server", "the CNI socket "+u.cfg.CNISocket)
-	s, err := server.New(u.cfg, u.n.OVS().Client, u.log, server.WithRegisterer(u.reg), server.WithDatapathType(u.datapath))
+	o := u.opts
+	o.OVS = u.n.OVS().Client
+	s, err := server.New(o, server.WithRegisterer(u.reg))
 	if err != nil {
 		return err
 	}
 	u.srv = s
-	if err := s.Start(ctx); err != nil {
-		return err
-	}
-	u.health.Ready("cni-server", time.Since(t0), time.Since(t0))
-	return nil
+	return s.Start(ctx)
 }
 
 func (u *cniUnit) Stop(ctx context.Context) error {

@@ -13,6 +13,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,6 +28,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ovnhost/ovnhost/internal/nodeconfig"
+	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
 	"github.com/ovnhost/ovnhost/internal/version"
 	"github.com/ovnhost/ovnhost/supervisor/config"
 	"github.com/ovnhost/ovnhost/supervisor/health"
@@ -109,7 +112,22 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	if err := watchConfigFile(ctx, cfg, args[1:], environ, level, log); err != nil {
 		log.Warn("cannot watch the config file; changes need a restart", "file", cfg.File, "err", err)
 	}
-	return runNode(ctx, cfg, pre, log, environ)
+	var tlsFiles *ovsdbconn.TLSFiles
+	var tlsConfig *tls.Config
+	if cfg.EnableSSL {
+		tlsFiles, err = ovsdbconn.LoadTLS(cfg.SSLKey, cfg.SSLCert, cfg.SSLCACert, log)
+		if err != nil {
+			fmt.Fprintf(stderr, "ovnhost: ENABLE_SSL: %v; check --ssl-key, --ssl-cert and --ssl-ca-cert (default <ssl-dir>/ovn-privkey.pem, ovn-cert.pem, cacert.pem)\n", err)
+			return exitConfig
+		}
+		tlsConfig = tlsFiles.Config()
+	}
+	nc, err := cfg.Resolve(pre.Findings, tlsConfig)
+	if err != nil {
+		fmt.Fprintln(stderr, "ovnhost:", err)
+		return exitPreflight
+	}
+	return runNode(ctx, cfg, nc, tlsFiles, log, environ)
 }
 
 func envMap(environ []string) map[string]string {
@@ -131,10 +149,10 @@ func newLogger(cfg *config.Config, level *slog.LevelVar, w io.Writer) *slog.Logg
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-func runNode(ctx context.Context, cfg *config.Config, pre *preflight.Result, log *slog.Logger, environ []string) int {
+func runNode(ctx context.Context, cfg *config.Config, nc *nodeconfig.NodeConfig, tlsFiles *ovsdbconn.TLSFiles, log *slog.Logger, environ []string) int {
 	h := health.New()
-	log.Info("starting", "version", version.Version, "node", cfg.NodeName, "mode", cfg.Mode, "datapath", pre.Datapath,
-		"encap_ip", pre.EncapIP, "sb", cfg.SBRemote)
+	log.Info("starting", "version", version.Version, "node", nc.Name, "mode", cfg.Mode, "datapath", nc.Datapath,
+		"tunnel_iface", nc.TunnelIface, "encap_ip", nc.EncapIP, "pod_mtu", nc.PodMTU, "sb", nc.SB)
 	if cfg.HealthAddr != "" {
 		l, err := net.Listen("tcp", cfg.HealthAddr)
 		if err != nil {
@@ -150,13 +168,13 @@ func runNode(ctx context.Context, cfg *config.Config, pre *preflight.Result, log
 	defer wcancel()
 	go h.RunWatchdog(wctx)
 
-	n, err := node.New(cfg, pre, log, h)
+	n, err := node.New(cfg, nc, node.Options{Log: log, Health: h, TLS: tlsFiles, ExplainExec: preflight.ExplainExec})
 	if err != nil {
 		log.Error("cannot run the node", "err", err)
 		return exitFailure
 	}
 	if cniPossible(cfg, envMap(environ)) {
-		n.AddUnit(newCNIUnit(n, cfg, log, h, pre.Datapath))
+		n.AddUnit(newCNIUnit(n, cfg, nc, log, h.Registry()))
 	} else {
 		log.Warn("CNI server disabled: no Kubernetes configuration and no northbound database to allocate pod addresses from", "fix", "set KUBECONFIG (or run in-cluster), or OVN_DB_IPS for standalone allocation")
 	}
