@@ -22,7 +22,9 @@ type PodNetwork struct {
 	Routes      []podnet.Route // from the routes annotation
 	IngressMbps int
 	EgressMbps  int
-	Mirror      bool
+	// MTU is the Subnet's mtu (0: the node's pod MTU).
+	MTU    int
+	Mirror bool
 }
 
 // AnnotationError is a bad or missing annotation: it fails that pod only.
@@ -103,6 +105,13 @@ func ParseAnnotations(ann map[string]string) (*PodNetwork, error) {
 		return nil, &AnnotationError{annotations.MACAddress, ann[annotations.MACAddress], "not a unicast Ethernet MAC (want 0a:58:0a:10:00:05)"}
 	}
 	n.MAC = mac
+	if v := strings.TrimSpace(ann[annotations.MTU]); v != "" {
+		mtu, err := strconv.Atoi(v)
+		if err != nil || mtu < 576 || mtu > 65535 {
+			return nil, &AnnotationError{annotations.MTU, v, "not an MTU from 576 to 65535 (the Subnet's mtu, written by the controller)"}
+		}
+		n.MTU = mtu
+	}
 	if err := parseOptional(ann, n); err != nil {
 		return nil, err
 	}

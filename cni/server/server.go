@@ -532,8 +532,13 @@ func (s *Server) handle(ctx context.Context, req *protocol.Request) ([]byte, *cn
 	return nil, fail(types.ErrInvalidEnvironmentVariables, "bad_request", "unknown CNI command %q", req.Command)
 }
 
-func (s *Server) podMTU(q *request) int {
-	if q.conf.MTU > 0 {
+// podMTU is the pod interface's MTU: its Subnet's mtu (n may be nil), else
+// the conflist's, else the node's (underlay minus encapsulation).
+func (s *Server) podMTU(q *request, n *PodNetwork) int {
+	switch {
+	case n != nil && n.MTU > 0:
+		return n.MTU
+	case q.conf.MTU > 0:
 		return q.conf.MTU
 	}
 	return s.mtu
@@ -567,7 +572,7 @@ func (s *Server) add(ctx context.Context, q *request) (_ []byte, cerr *cniError)
 	if err := s.removeStale(ctx, q); err != nil {
 		return nil, fail(types.ErrInternal, "ovs", "remove stale ports of %s: %v", q.pod.LSP(), err)
 	}
-	pc := podnet.Config{NetNS: q.Netns, IfName: q.IfName, HostIfName: q.host, MAC: n.MAC, MTU: s.podMTU(q),
+	pc := podnet.Config{NetNS: q.Netns, IfName: q.IfName, HostIfName: q.host, MAC: n.MAC, MTU: s.podMTU(q, n),
 		Addrs: n.Addrs, Routes: n.podRoutes(), TxChecksumOff: s.dpType.IsUserspace()}
 	if err := pc.Validate(); err != nil {
 		return nil, fail(types.ErrInvalidNetworkConfig, "bad_request", "%v", err)
@@ -714,7 +719,7 @@ func (s *Server) result(q *request, n *PodNetwork, res *podnet.Result) ([]byte, 
 	r := &types100.Result{CNIVersion: types100.ImplementedSpecVersion}
 	r.Interfaces = []*types100.Interface{
 		{Name: res.HostIfName, Mac: res.HostMAC.String()},
-		{Name: q.IfName, Mac: n.MAC.String(), Sandbox: q.Netns, Mtu: s.podMTU(q)},
+		{Name: q.IfName, Mac: n.MAC.String(), Sandbox: q.Netns, Mtu: s.podMTU(q, n)},
 	}
 	idx := 1
 	for _, a := range n.Addrs {
@@ -770,10 +775,14 @@ func (s *Server) check(ctx context.Context, q *request) *cniError {
 	if err != nil {
 		return fail(types.ErrDecodingFailure, "bad_request", "CHECK: prevResult: %v", err)
 	}
-	pc := podnet.Config{NetNS: q.Netns, IfName: q.IfName, HostIfName: q.host, MTU: s.podMTU(q)}
+	pc := podnet.Config{NetNS: q.Netns, IfName: q.IfName, HostIfName: q.host, MTU: s.podMTU(q, nil)}
 	for _, i := range prev.Interfaces {
 		if i.Sandbox != "" && i.Name == q.IfName {
 			pc.MAC, _ = net.ParseMAC(i.Mac)
+			if i.Mtu > 0 {
+				// ADD reported the MTU it set (the Subnet's may differ from the node's).
+				pc.MTU = i.Mtu
+			}
 		}
 	}
 	for _, ip := range prev.IPs {

@@ -19,6 +19,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -622,6 +623,9 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 		annotations.Allocated: "true", annotations.IPAddress: a.IPString(), annotations.MACAddress: a.MAC,
 		annotations.CIDR: a.CIDR, annotations.Gateway: a.Gateway, annotations.LogicalSwitch: a.Subnet, annotations.Routed: "true",
 	}
+	if mtu := c.subnetMTU(a.Subnet); mtu > 0 {
+		want[annotations.MTU] = strconv.Itoa(mtu)
+	}
 	same := true
 	for k, v := range want {
 		if ann[k] != v {
@@ -737,6 +741,16 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 	}
 	c.statusQ.AddAfter(a.Subnet, c.cfg.StatusDelay)
 	return nil
+}
+
+// subnetMTU is the mtu a valid Subnet asks for (0 when it sets none).
+func (c *Controller) subnetMTU(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.valid[name]; ok && s != nil {
+		return s.Spec.MTU
+	}
+	return 0
 }
 
 func (c *Controller) syncSubnet(ctx context.Context, name string) error {

@@ -15,6 +15,7 @@ const (
 	Gateway       = prefix + "gateway"        // the subnet's gateway(s)
 	LogicalSwitch = prefix + "logical_switch" // subnet name (pod or namespace annotation)
 	Routed        = prefix + "routed"         // "true" once routes are programmed
+	MTU           = prefix + "mtu"            // the Subnet's mtu when it sets one (not a Kube-OVN annotation)
 	PortName      = prefix + "port_name"      // node annotation: "node-<name>"
 	Chassis       = prefix + "chassis"        // node annotation: OVS system-id (written by the node daemon)
 	IngressRate   = prefix + "ingress_rate"   // Mbit/s, set by users

@@ -8,7 +8,6 @@ package config
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"regexp"
 	"strings"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/ovnhost/ovnhost/internal/layout"
 	"github.com/ovnhost/ovnhost/internal/nodeconfig"
+	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
 )
 
 // Mode says where the OVN databases are.
@@ -154,22 +154,13 @@ func (c *Config) finish() Errors {
 	if c.NodeName != "" && (!dnsLabel.MatchString(c.NodeName) || len(c.NodeName) > 253) {
 		errs = append(errs, &Error{Key: "node-name", Value: c.NodeName, Reason: "not a valid Kubernetes node name", Fix: "use lower-case letters, digits, '-' and '.' (NODE_NAME)"})
 	}
-	scheme := "tcp"
-	if c.EnableSSL {
-		scheme = "ssl"
-	}
 	switch {
 	case len(c.OVNDBIPs) > 0:
 		c.Mode = Remote
-		nb := make([]string, len(c.OVNDBIPs))
-		sb := make([]string, len(c.OVNDBIPs))
-		for i, ip := range c.OVNDBIPs {
-			nb[i] = fmt.Sprintf("%s:%s", scheme, net.JoinHostPort(ip, "6641"))
-			sb[i] = fmt.Sprintf("%s:%s", scheme, net.JoinHostPort(ip, "6642"))
-		}
-		c.NBRemote = strings.Join(nb, ",")
+		var sb string
+		c.NBRemote, sb = ovsdbconn.ClusterRemotes(c.OVNDBIPs, c.EnableSSL)
 		if c.SBRemote == "" {
-			c.SBRemote = strings.Join(sb, ",")
+			c.SBRemote = sb
 		}
 	case c.SBRemote != "":
 		// Only the SB address: a node of an existing cluster; the node

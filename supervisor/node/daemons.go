@@ -165,26 +165,8 @@ func transact(ctx context.Context, c *ovsdbconn.Conn, ops ...ovsdb.Operation) er
 	return err
 }
 
-// resultErr turns failed operations into one error with the server's words.
 // everyRow matches all rows: OVSDB requires a where clause.
 var everyRow = []ovsdb.Condition{{Column: "_uuid", Function: ovsdb.ConditionNotEqual, Value: ovsdb.UUID{GoUUID: "00000000-0000-0000-0000-000000000000"}}}
-
-func resultErr(res []ovsdb.OperationResult, ops []ovsdb.Operation) error {
-	if _, err := ovsdb.CheckOperationResults(res, ops); err != nil {
-		var msgs []string
-		for i, r := range res {
-			if r.Error != "" {
-				op := "commit"
-				if i < len(ops) {
-					op = ops[i].Op + " " + ops[i].Table
-				}
-				msgs = append(msgs, fmt.Sprintf("%s: %s: %s", op, r.Error, r.Details))
-			}
-		}
-		return fmt.Errorf("transaction failed: %s", strings.Join(msgs, "; "))
-	}
-	return nil
-}
 
 // bumpCfg adds one to column of the only row of table and returns the new
 // value, atomically (mutate then select in one transaction).
@@ -193,11 +175,8 @@ func bumpCfg(ctx context.Context, c *ovsdbconn.Conn, table, column string) (int,
 		{Op: ovsdb.OperationMutate, Table: table, Where: everyRow, Mutations: []ovsdb.Mutation{{Column: column, Mutator: ovsdb.MutateOperationAdd, Value: 1}}},
 		{Op: ovsdb.OperationSelect, Table: table, Where: everyRow, Columns: []string{column}},
 	}
-	res, err := c.Transact(ctx, ops...)
+	res, err := ovsdbconn.Transact(ctx, c, "bump "+table+"."+column, ops...)
 	if err != nil {
-		return 0, err
-	}
-	if err := resultErr(res, ops); err != nil {
 		return 0, err
 	}
 	if len(res) < 2 || len(res[1].Rows) != 1 {
