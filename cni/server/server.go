@@ -1,7 +1,7 @@
 // Package server is the CNI server embedded in the ovnhost node daemon. The
 // ovnhost-cni plugin forwards every CNI request to it over a unix socket
 // (HTTP, package cni/protocol); the server wires the pod: veth pair and
-// addresses (package netctl/podnet), the OVS port on br-int with Kube-OVN's
+// addresses (package cni/podnet), the OVS port on br-int with Kube-OVN's
 // external_ids, QoS and mirroring (libovsdb), and answers once ovn-controller
 // has set ovn-installed=true on the interface.
 //

@@ -3,7 +3,7 @@
 //
 // The controller runs it against Subnets and pod annotations; the node daemon
 // runs the same code in standalone mode (no Kubernetes) through package
-// controller/ovnnet, which pairs it with the northbound programming.
+// internal/ovnnet, which pairs it with the northbound programming.
 //
 // Usage:
 //
