@@ -378,3 +378,25 @@ func parseSize(v string) (int64, error) {
 	}
 	return n * mult, nil
 }
+
+// Described is a setting as a message names it: flag, the environment
+// variable users know it by (Kube-OVN's when there is one), the default.
+type Described struct {
+	Name, Env, Default string
+}
+
+// Describe looks a setting up in the table, so messages elsewhere name it
+// without writing its names and default a second time. It panics on a name
+// the table lacks: that is a programming error, caught by any test.
+func Describe(name string) Described {
+	for _, s := range settings() {
+		if s.Name == name {
+			d := Described{Name: s.Name, Default: s.Default}
+			if len(s.Env) > 0 {
+				d.Env = s.Env[0]
+			}
+			return d
+		}
+	}
+	panic("config: no setting " + name)
+}

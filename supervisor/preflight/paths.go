@@ -23,11 +23,17 @@ func PathSettings(cfg *config.Config) []PathSetting {
 	for _, d := range layout.DirSettings {
 		ps = append(ps, PathSetting{d.Name, d.Env, *d.Dir(&cfg.Paths), d.Default})
 	}
-	ps = append(ps,
-		PathSetting{"cni-bin-dir", "CNI_BIN_DIR", cfg.CNIBinDir, "/opt/cni/bin"},
-		PathSetting{"cni-conf-dir", "CNI_CONF_DIR", cfg.CNIConfDir, "/etc/cni/net.d"})
-	if cfg.CNISocket != "" {
-		ps = append(ps, PathSetting{"cni-socket", "", filepath.Dir(cfg.CNISocket), "/run/ovnhost"})
+	for _, s := range []struct{ name, dir string }{{"cni-bin-dir", cfg.CNIBinDir}, {"cni-conf-dir", cfg.CNIConfDir}, {"cni-socket", cfg.CNISocket}} {
+		d := config.Describe(s.name)
+		path, suggest := s.dir, d.Default
+		if s.name == "cni-socket" {
+			// The socket's directory is what must be writable.
+			path, suggest = filepath.Dir(s.dir), filepath.Dir(d.Default)
+			if s.dir == "" {
+				path = ""
+			}
+		}
+		ps = append(ps, PathSetting{d.Name, d.Env, path, suggest})
 	}
 	var out []PathSetting
 	for _, s := range ps {
