@@ -11,8 +11,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
 	"github.com/ovnhost/ovnhost/internal/nodeconfig"
+	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
 )
 
 // The userspace datapath sends encapsulated packets only from an address
@@ -367,7 +367,7 @@ func (tx *moveTx) rollback(cause error, from, to string) error {
 	if len(failed) == 0 {
 		return fmt.Errorf("%w; rolled back: %s has all its addresses and routes again and %s is as it was", cause, from, to)
 	}
-	return fmt.Errorf("%w; rolling back failed too, so %s and %s are not as they were: %s; to finish by hand, run: %s",
+	return fmt.Errorf("%w; rolling back failed too, so %s and %s are not quite as they were: %s; to finish by hand, run: %s",
 		cause, from, to, strings.Join(failed, "; "), strings.Join(manual, "; "))
 }
 
@@ -448,10 +448,13 @@ func routeSpec(r netlink.Route, dev string) string {
 		b.WriteString(" onlink")
 	}
 	if r.Protocol != 0 {
-		fmt.Fprintf(&b, " proto %d", int(r.Protocol))
+		fmt.Fprintf(&b, " proto %s", r.Protocol)
 	}
-	if r.Scope != netlink.SCOPE_UNIVERSE {
-		fmt.Fprintf(&b, " scope %d", int(r.Scope))
+	if scope := r.Scope.String(); r.Scope != netlink.SCOPE_UNIVERSE {
+		if scope == "unknown" {
+			scope = fmt.Sprint(int(r.Scope))
+		}
+		fmt.Fprintf(&b, " scope %s", scope)
 	}
 	if r.Src != nil {
 		fmt.Fprintf(&b, " src %s", r.Src)
