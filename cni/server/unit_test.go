@@ -4,6 +4,7 @@ import (
 	"github.com/ovnhost/ovnhost/internal/annotations"
 
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ovnhost/ovnhost/cni/protocol"
 )
 
 func good() map[string]string {
@@ -130,7 +133,7 @@ func TestWriteAtomicAndConflist(t *testing.T) {
 		CNIVersion string           `json:"cniVersion"`
 		Plugins    []map[string]any `json:"plugins"`
 	}
-	if err := json.Unmarshal(Conflist("/run/x.sock"), &c); err != nil || c.CNIVersion != "1.1.0" || c.Plugins[0]["type"] != "ovnhost-cni" || c.Plugins[0]["socket"] != "/run/x.sock" {
+	if err := json.Unmarshal(Conflist("/run/x.sock", "1.1.0"), &c); err != nil || c.CNIVersion != "1.1.0" || c.Plugins[0]["type"] != "ovnhost-cni" || c.Plugins[0]["socket"] != "/run/x.sock" {
 		t.Fatalf("conflist %+v %v", c, err)
 	}
 }
@@ -142,5 +145,50 @@ func TestParseArgs(t *testing.T) {
 	}
 	if _, err := parseArgs("novalue"); err == nil || !strings.Contains(err.Error(), "KEY=VALUE") {
 		t.Fatal(err)
+	}
+}
+
+// TestMTUAnnotationAndPodMTUPrecedence: the controller's ovn.kubernetes.io/mtu
+// (the Subnet's mtu) reaches PodNetwork.MTU; a value that is no MTU fails
+// the pod with an AnnotationError naming the key; the pod interface's MTU
+// is the Subnet's, else the conflist's, else the node's.
+func TestMTUAnnotationAndPodMTUPrecedence(t *testing.T) {
+	n, err := ParseAnnotations(good())
+	if err != nil || n.MTU != 0 {
+		t.Fatalf("no mtu annotation: MTU %d, err %v (want 0: the node decides)", n.MTU, err)
+	}
+	ann := good()
+	ann[annotations.MTU] = "1300"
+	if n, err = ParseAnnotations(ann); err != nil || n.MTU != 1300 {
+		t.Fatalf("%s=1300: %+v %v", annotations.MTU, n, err)
+	}
+	for _, bad := range []string{"abc", "100", "-1", "70000"} {
+		ann := good()
+		ann[annotations.MTU] = bad
+		_, err := ParseAnnotations(ann)
+		var ae *AnnotationError
+		if !errors.As(err, &ae) || ae.Key != annotations.MTU || ae.Value != bad || !strings.Contains(err.Error(), annotations.MTU) {
+			t.Errorf("%s=%q: got %#v, want an *AnnotationError naming the key", annotations.MTU, bad, err)
+		}
+	}
+
+	s := &Server{mtu: 1400}
+	withConf := func(mtu int) *request { return &request{conf: protocol.NetConf{MTU: mtu}} }
+	for _, c := range []struct {
+		name string
+		q    *request
+		n    *PodNetwork
+		want int
+	}{
+		{"subnet wins over conflist and node", withConf(1450), &PodNetwork{MTU: 1300}, 1300},
+		{"subnet wins over node", withConf(0), &PodNetwork{MTU: 9000}, 9000},
+		{"conflist without subnet mtu", withConf(1450), &PodNetwork{}, 1450},
+		{"conflist with no pod network (DEL/CHECK)", withConf(1450), nil, 1450},
+		{"node when neither", withConf(0), &PodNetwork{}, 1400},
+		{"node with no pod network", withConf(0), nil, 1400},
+	} {
+		if got := s.podMTU(c.q, c.n); got != c.want {
+			t.Errorf("%s: podMTU %d, want %d", c.name, got, c.want)
+		}
 	}
 }
