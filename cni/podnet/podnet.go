@@ -230,8 +230,10 @@ func Teardown(hostIfName, netnsPath, ifName string) error {
 			if err == nil {
 				defer h.Close()
 				if l, err := h.LinkByName(ifName); err == nil {
-					if v, isVeth := l.(*netlink.Veth); isVeth {
-						if peer, perr := netlink.VethPeerIndex(v); perr != nil || peer <= 0 || !hostIndexExists(peer) {
+					if _, isVeth := l.(*netlink.Veth); isVeth {
+						// IFLA_LINK of a veth is its peer's ifindex in the
+						// peer's namespace (here: the host's).
+						if peer := l.Attrs().ParentIndex; peer <= 0 || !hostIndexExists(peer) {
 							_ = h.LinkDel(l)
 						}
 					}
@@ -245,6 +247,24 @@ func Teardown(hostIfName, netnsPath, ifName string) error {
 func hostIndexExists(idx int) bool {
 	_, err := netlink.LinkByIndex(idx)
 	return err == nil
+}
+
+// vethPeerProblem says why host (seen from the host's namespace) and pod
+// (seen from the pod's) are not the two ends of one veth pair, or "".
+//
+// Each end's IFLA_LINK (LinkAttrs.ParentIndex) is its peer's ifindex in the
+// peer's own namespace, as the bridge plugin's CHECK compares it. ethtool's
+// peer_ifindex (netlink.VethPeerIndex) cannot be used: that ioctl looks the
+// interface up by name in the calling thread's namespace, so for a pod's
+// eth0 it asks about the host's eth0 (ifindex 0 from a NIC without veth
+// statistics) or fails.
+func vethPeerProblem(host, pod netlink.Link) string {
+	h, p := host.Attrs(), pod.Attrs()
+	if p.ParentIndex != h.Index || h.ParentIndex != p.Index {
+		return fmt.Sprintf("veth peer is ifindex %d (seen from the pod), not the host end %s (%d, whose peer is ifindex %d, the pod end is %d)",
+			p.ParentIndex, h.Name, h.Index, h.ParentIndex, p.Index)
+	}
+	return ""
 }
 
 // Check verifies the pod interface against cfg and names every difference.
@@ -281,9 +301,9 @@ func Check(cfg Config) error {
 	if a.Flags&net.FlagUp == 0 {
 		problems = append(problems, "interface is down")
 	}
-	if v, ok := link.(*netlink.Veth); ok {
-		if peer, err := netlink.VethPeerIndex(v); err == nil && peer != host.Attrs().Index {
-			problems = append(problems, fmt.Sprintf("veth peer is ifindex %d, not the host end %s (%d)", peer, cfg.HostIfName, host.Attrs().Index))
+	if _, ok := link.(*netlink.Veth); ok {
+		if p := vethPeerProblem(host, link); p != "" {
+			problems = append(problems, p)
 		}
 	} else {
 		problems = append(problems, "not a veth")

@@ -19,6 +19,31 @@ const DefaultSocket = "/run/ovnhost/cni.sock"
 // PluginType is the plugin's binary name and "type" in the conflist.
 const PluginType = "ovnhost-cni"
 
+// ConfVersions are the cniVersion values the installed conflist may carry
+// (node setting cni-version). The plugin itself answers every version from
+// 0.1.0 to 1.1.0; these are the ones worth installing.
+var ConfVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
+
+// DefaultConfVersion is the conflist's cniVersion unless the node sets
+// cni-version: the highest version every supported runtime accepts.
+// libcni 0.8.x (Kubernetes up to 1.23 with dockershim) stops at 0.4.0,
+// libcni 1.0/1.1 (containerd 1.6/1.7, CRI-O up to 1.29, podman 4 with its
+// CNI backend, nerdctl 1.x) at 1.0.0; only libcni 1.2+ knows 1.1.0 (GC,
+// STATUS). 0.4.0 has CHECK; the runtimes that know newer versions call
+// the plugin at 0.4.0 and simply never send GC or STATUS.
+// See docs/cni-versions.md.
+const DefaultConfVersion = "0.4.0"
+
+// ValidConfVersion says whether v is one of ConfVersions.
+func ValidConfVersion(v string) bool {
+	for _, c := range ConfVersions {
+		if v == c {
+			return true
+		}
+	}
+	return false
+}
+
 // Request is one CNI invocation, forwarded as the plugin received it.
 type Request struct {
 	Command     string          `json:"command"` // ADD, DEL, CHECK, GC, STATUS

@@ -24,6 +24,7 @@ const ConflistName = cniconf.Conflist
 // something removes or changes them while the daemon runs.
 type installer struct {
 	binDir, confDir, socket string
+	version                 string // the conflist's cniVersion
 	src                     string
 	log                     *slog.Logger
 }
@@ -39,7 +40,11 @@ func newInstaller(cfg Options, src string, log *slog.Logger) *installer {
 	if confDir == "" {
 		confDir = "/etc/cni/net.d"
 	}
-	return &installer{binDir: binDir, confDir: confDir, socket: cfg.Socket, src: src, log: log}
+	v := cfg.ConfVersion
+	if v == "" {
+		v = protocol.DefaultConfVersion
+	}
+	return &installer{binDir: binDir, confDir: confDir, socket: cfg.Socket, version: v, src: src, log: log}
 }
 
 // defaultPluginSource looks for ovnhost-cni next to the running executable,
@@ -54,10 +59,16 @@ func defaultPluginSource() string {
 	return filepath.Join("/usr/libexec/ovnhost", protocol.PluginType)
 }
 
-// Conflist returns the network configuration ovnhost installs.
-func Conflist(socket string) []byte {
+// Conflist returns the network configuration ovnhost installs, with
+// cniVersion version (node setting cni-version; "" is
+// protocol.DefaultConfVersion). The runtime calls the plugin in that
+// version; the plugin answers any.
+func Conflist(socket, version string) []byte {
+	if version == "" {
+		version = protocol.DefaultConfVersion
+	}
 	conf := map[string]any{
-		"cniVersion": "1.1.0",
+		"cniVersion": version,
 		"name":       "ovnhost",
 		"plugins": []map[string]any{{
 			"type":   protocol.PluginType,
@@ -82,7 +93,7 @@ func (in *installer) installAll() error {
 		in.log.Info("installed CNI plugin", "path", binPath)
 	}
 	confPath := filepath.Join(in.confDir, ConflistName)
-	changed, err = writeAtomic(confPath, Conflist(in.socket), 0o644)
+	changed, err = writeAtomic(confPath, Conflist(in.socket, in.version), 0o644)
 	if err != nil {
 		return fmt.Errorf("install the CNI configuration into %s (setting cni-conf-dir): %w", in.confDir, err)
 	}

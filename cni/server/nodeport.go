@@ -133,5 +133,10 @@ func (s *Server) applyNodePort(ctx context.Context, nn *NodeNetwork) error {
 		return fmt.Errorf("%s (iface-id %s) not installed by ovn-controller: %w", NodePortName, nn.PortName, err)
 	}
 	s.log.Info("node port ready", "port", NodePortName, "lsp", nn.PortName, "address", nn.Addr, "routes", len(routes))
+	if nn.Egress != nil && s.cfg.Egress != nil {
+		if err := s.cfg.Egress(ctx, *nn.Egress); err != nil {
+			return fmt.Errorf("egress NAT on the host: %w", err)
+		}
+	}
 	return nil
 }

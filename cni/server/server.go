@@ -18,6 +18,8 @@ import (
 	"github.com/ovnhost/ovnhost/internal/annotations"
 
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -99,11 +101,18 @@ type Options struct {
 	SocketGroup string // group allowed on the socket ("" root only)
 	BinDir      string // where the plugin is installed
 	ConfDir     string // where the conflist is installed
+	// ConfVersion is the installed conflist's cniVersion (default
+	// protocol.DefaultConfVersion; one of protocol.ConfVersions). Requests
+	// are answered in the version they carry, whatever this is.
+	ConfVersion string
 	// MirrorOutput is the port mirrored pods' traffic is copied to.
 	MirrorOutput string
 	// Kubeconfig selects Kubernetes mode ("" tries in-cluster, then
 	// standalone allocation from Node.NB).
 	Kubeconfig string
+	// Egress is told what the host must masquerade for pod egress (the
+	// node daemon's host NAT); nil leaves the host alone.
+	Egress func(ctx context.Context, plan EgressPlan) error
 }
 
 // Server is the CNI server unit.
@@ -157,6 +166,12 @@ func New(o Options, opts ...Option) (*Server, error) {
 	}
 	if o.Socket == "" {
 		o.Socket = protocol.DefaultSocket
+	}
+	if o.ConfVersion == "" {
+		o.ConfVersion = protocol.DefaultConfVersion
+	}
+	if !protocol.ValidConfVersion(o.ConfVersion) {
+		return nil, fmt.Errorf("cni server: conflist cniVersion %q is not one of %s", o.ConfVersion, strings.Join(protocol.ConfVersions, ", "))
 	}
 	s := &Server{cfg: o, node: o.Node, ovs: &ovsOps{cl: o.OVS, bridge: DefaultBridge}, log: o.Log.With("unit", "cni"),
 		reg: prometheus.DefaultRegisterer, dpType: o.Node.Datapath, mtu: o.Node.PodMTU,
@@ -464,9 +479,24 @@ func (s *Server) decode(req *protocol.Request) (*request, *cniError) {
 		return nil, fail(types.ErrInvalidEnvironmentVariables, "bad_request", "%v", err)
 	}
 	q.pod = PodRef{Namespace: args["K8S_POD_NAMESPACE"], Name: args["K8S_POD_NAME"], ContainerID: req.ContainerID, Annotations: map[string]string{}}
+	if q.pod.Name == "" || q.pod.Namespace == "" {
+		if _, kube := s.src.(*kubeSource); kube && (req.Command == "ADD" || req.Command == "CHECK") {
+			// kubelet always passes both: a call without them is not a
+			// pod of this cluster (and would wait for annotations in vain).
+			var missing []string
+			for _, k := range []string{"K8S_POD_NAMESPACE", "K8S_POD_NAME"} {
+				if args[k] == "" {
+					missing = append(missing, k)
+				}
+			}
+			return nil, fail(types.ErrInvalidEnvironmentVariables, "bad_request",
+				"%s %s: CNI_ARGS %q has no %s; the ovnhost CNI server runs in Kubernetes mode (pods come from the API server), where the runtime must pass K8S_POD_NAMESPACE and K8S_POD_NAME (kubelet does); containers without a pod need a node in standalone mode (no kubeconfig)",
+				req.Command, req.ContainerID, req.Args, strings.Join(missing, " and "))
+		}
+	}
 	if q.pod.Name == "" {
-		// Plain containerd / nerdctl: the container is the pod.
-		q.pod.Name = shortID(req.ContainerID)
+		// podman, nerdctl, plain containerd: the container is the pod.
+		q.pod.Name = containerPodName(req.ContainerID)
 	}
 	if q.pod.Namespace == "" {
 		q.pod.Namespace = "default"
@@ -479,6 +509,58 @@ func (s *Server) decode(req *protocol.Request) (*request, *cniError) {
 	}
 	q.host = podnet.HostIfName(req.ContainerID, req.IfName)
 	return q, nil
+}
+
+// containerPodName is the pod name of a container attached without
+// Kubernetes arguments (podman, nerdctl): the runtime's short ID (12
+// characters) for the usual hexadecimal IDs and short IDs that are valid
+// names as they are, else a readable prefix and a hash of the whole ID.
+// It is a valid DNS label of at most 31 characters, so "<name>.default" is
+// a valid OVN port name, and the same container ID always gives the same
+// name (DEL and GC find what ADD made).
+func containerPodName(id string) string {
+	if isLabel(id) && (len(id) <= 12 || isHex(id)) {
+		return shortID(id)
+	}
+	var b strings.Builder
+	for _, r := range strings.ToLower(id) {
+		if b.Len() >= 20 {
+			break
+		}
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+		} else if b.Len() > 0 && !strings.HasSuffix(b.String(), "-") {
+			b.WriteByte('-')
+		}
+	}
+	sum := sha256.Sum256([]byte(id))
+	prefix := strings.TrimSuffix(b.String(), "-")
+	if prefix == "" {
+		prefix = "ctr"
+	}
+	return prefix + "-" + hex.EncodeToString(sum[:5])
+}
+
+func isHex(s string) bool {
+	for _, r := range s {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// isLabel: lowercase letters, digits and inner '-'.
+func isLabel(s string) bool {
+	if s == "" || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 func shortID(id string) string {
@@ -524,9 +606,15 @@ func (s *Server) handle(ctx context.Context, req *protocol.Request) ([]byte, *cn
 		unlock := s.locks.lock(req.ContainerID)
 		defer unlock()
 		return nil, s.check(ctx, q)
-	case "STATUS":
-		return nil, s.status(ctx)
-	case "GC":
+	case "STATUS", "GC":
+		// The plugin's skel already refuses these below 1.1.0; a request
+		// that reaches the server anyway gets the same answer.
+		if ok, err := version.GreaterThanOrEqualTo(q.conf.CNIVersion, "1.1.0"); err != nil || !ok {
+			return nil, fail(types.ErrIncompatibleCNIVersion, "bad_request", "config version does not allow %s (cniVersion %q; %s needs 1.1.0)", req.Command, q.conf.CNIVersion, req.Command)
+		}
+		if req.Command == "STATUS" {
+			return nil, s.status(ctx)
+		}
 		return nil, s.gc(ctx, q)
 	}
 	return nil, fail(types.ErrInvalidEnvironmentVariables, "bad_request", "unknown CNI command %q", req.Command)
@@ -716,6 +804,20 @@ func routeFromCNI(r *types.Route) (podnet.Route, bool) {
 }
 
 func (s *Server) result(q *request, n *PodNetwork, res *podnet.Result) ([]byte, error) {
+	return encodeResult(s.buildResult(q, n, res), q.conf.CNIVersion)
+}
+
+// encodeResult converts r with the CNI library to the request's version
+// (what the runtime's libcni will parse) and encodes it.
+func encodeResult(r *types100.Result, cniVersion string) ([]byte, error) {
+	conv, err := r.GetAsVersion(cniVersion)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(conv)
+}
+
+func (s *Server) buildResult(q *request, n *PodNetwork, res *podnet.Result) *types100.Result {
 	r := &types100.Result{CNIVersion: types100.ImplementedSpecVersion}
 	r.Interfaces = []*types100.Interface{
 		{Name: res.HostIfName, Mac: res.HostMAC.String()},
@@ -739,11 +841,7 @@ func (s *Server) result(q *request, n *PodNetwork, res *podnet.Result) ([]byte, 
 		r.Routes = append(r.Routes, tr)
 	}
 	r.DNS = q.conf.DNS
-	conv, err := r.GetAsVersion(q.conf.CNIVersion)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(conv)
+	return r
 }
 
 func (s *Server) del(ctx context.Context, q *request) *cniError {
@@ -765,17 +863,21 @@ func (s *Server) del(ctx context.Context, q *request) *cniError {
 }
 
 func (s *Server) check(ctx context.Context, q *request) *cniError {
-	if err := version.ParsePrevResult(&q.conf.NetConf); err != nil {
-		return fail(types.ErrDecodingFailure, "bad_request", "CHECK: prevResult: %v", err)
-	}
-	if q.conf.PrevResult == nil {
+	if q.conf.RawPrevResult == nil {
 		return fail(types.ErrInvalidNetworkConfig, "bad_request", "CHECK needs prevResult in the network configuration")
 	}
-	prev, err := types100.NewResultFromResult(q.conf.PrevResult)
+	prev, err := prevResult(&q.conf.NetConf)
 	if err != nil {
 		return fail(types.ErrDecodingFailure, "bad_request", "CHECK: prevResult: %v", err)
 	}
 	pc := podnet.Config{NetNS: q.Netns, IfName: q.IfName, HostIfName: q.host, MTU: s.podMTU(q, nil)}
+	if !hasMTU(prev, q.IfName) {
+		// Results before 1.0.0 carry no MTU: the host end was created with
+		// the pod end's MTU (the Subnet's may differ from the node's).
+		if l, err := netlink.LinkByName(q.host); err == nil {
+			pc.MTU = l.Attrs().MTU
+		}
+	}
 	for _, i := range prev.Interfaces {
 		if i.Sandbox != "" && i.Name == q.IfName {
 			pc.MAC, _ = net.ParseMAC(i.Mac)
@@ -812,6 +914,28 @@ func (s *Server) check(ctx context.Context, q *request) *cniError {
 		return fail(types.ErrInternal, "check", "CHECK %s: OVS interface %s is not ovn-installed", q.pod.Key(), q.host)
 	}
 	return nil
+}
+
+// prevResult parses CHECK's prevResult in the configuration's cniVersion
+// (0.4.0, 1.0.0 or 1.1.0 form) with the CNI library and converts it to the
+// current result type.
+func prevResult(conf *types.NetConf) (*types100.Result, error) {
+	if err := version.ParsePrevResult(conf); err != nil {
+		return nil, err
+	}
+	if conf.PrevResult == nil {
+		return nil, errors.New("missing")
+	}
+	return types100.NewResultFromResult(conf.PrevResult)
+}
+
+func hasMTU(r *types100.Result, ifName string) bool {
+	for _, i := range r.Interfaces {
+		if i.Sandbox != "" && i.Name == ifName && i.Mtu > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) status(ctx context.Context) *cniError {

@@ -52,6 +52,15 @@ type NodeNetwork struct {
 	Gateway  netip.Addr
 	MAC      net.HardwareAddr
 	PodCIDRs []netip.Prefix
+	// Egress is what the node masquerades (nil: this source does not say).
+	Egress *EgressPlan
+}
+
+// EgressPlan is the host side of pod egress: traffic from NATOutgoing
+// subnets to anything outside Cluster leaves masqueraded to the node.
+type EgressPlan struct {
+	NATOutgoing []netip.Prefix
+	Cluster     []netip.Prefix
 }
 
 // DefaultCIDR is Kube-OVN's default pod subnet, always routed through ovn0.
@@ -116,7 +125,7 @@ func (s *standaloneSource) Stop() {
 
 func (s *standaloneSource) PodNetwork(ctx context.Context, ref PodRef) (*PodNetwork, error) {
 	req := ovnnet.PodRequest{Namespace: ref.Namespace, Name: ref.Name, Subnet: ref.Annotations[annotations.LogicalSwitch],
-		MAC: ref.Annotations[annotations.MACAddress], ExternalIDs: map[string]string{ovnnb.KeyNode: s.node}}
+		MAC: ref.Annotations[annotations.MACAddress], ExternalIDs: map[string]string{ovnnb.KeyNode: s.node}, Node: s.node}
 	if v := ref.Annotations[annotations.IPAddress]; v != "" {
 		ips, err := ipam.ParseIPs(v)
 		if err != nil {
@@ -172,6 +181,14 @@ func (s *standaloneSource) NodeNetwork(ctx context.Context) (*NodeNetwork, error
 	} else {
 		nn.PodCIDRs = []netip.Prefix{netip.MustParsePrefix(DefaultCIDR)}
 	}
+	// Standalone offers Kube-OVN's defaults: ovn-default has natOutgoing.
+	plan := &EgressPlan{NATOutgoing: nn.PodCIDRs, Cluster: []netip.Prefix{netip.MustParsePrefix(ovnnet.DefaultServiceCIDR)}}
+	for _, name := range s.net.IPAM.SubnetNames() {
+		if sc, ok := s.net.IPAM.Subnet(name); ok {
+			plan.Cluster = append(plan.Cluster, sc.CIDRs...)
+		}
+	}
+	nn.Egress = plan
 	return nn, nil
 }
 

@@ -588,7 +588,7 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 			return nil
 		}
 	}
-	req := ovnnet.PodRequest{Namespace: ns, Name: name, Subnet: c.subnetForPod(pod), IPs: ips, MAC: ann[annotations.MACAddress]}
+	req := ovnnet.PodRequest{Namespace: ns, Name: name, Subnet: c.subnetForPod(pod), IPs: ips, MAC: ann[annotations.MACAddress], Node: pod.Spec.NodeName}
 	c.mu.Lock()
 	prob := c.problems[req.Subnet]
 	c.mu.Unlock()

@@ -115,6 +115,8 @@ func Connect(ctx context.Context, o Options) (*Client, error) {
 			client.WithTable(&nbdb.LogicalRouter{}),
 			client.WithTable(&nbdb.LogicalRouterPort{}),
 			client.WithTable(&nbdb.LogicalRouterStaticRoute{}),
+			client.WithTable(&nbdb.LogicalRouterPolicy{}),
+			client.WithTable(&nbdb.AddressSet{}),
 		},
 		TLS:     o.TLS,
 		Log:     o.Logger.With("component", "libovsdb"),

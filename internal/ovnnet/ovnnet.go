@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
 
 	"github.com/ovnhost/ovnhost/internal/ipam"
 	"github.com/ovnhost/ovnhost/internal/ovnnb"
@@ -55,6 +56,8 @@ type Config struct {
 	Router        string // default "ovn-cluster"
 	DefaultSubnet string // default "ovn-default"
 	JoinSubnet    string // default "join"
+	// ServiceCIDRs never leave the cluster (default 10.96.0.0/12).
+	ServiceCIDRs []netip.Prefix
 }
 
 // Network is IPAM + NB for one cluster (or one standalone host).
@@ -62,6 +65,9 @@ type Network struct {
 	IPAM *ipam.IPAM
 	NB   *ovnnb.Client
 	cfg  Config
+
+	mu      sync.Mutex
+	nodeIPs map[string][]netip.Addr // node -> its internal addresses (kept in the cluster set)
 }
 
 // New returns a Network with an empty IPAM.
@@ -75,7 +81,7 @@ func New(nb *ovnnb.Client, cfg Config) *Network {
 	if cfg.JoinSubnet == "" {
 		cfg.JoinSubnet = JoinSubnet
 	}
-	return &Network{IPAM: ipam.New(), NB: nb, cfg: cfg}
+	return &Network{IPAM: ipam.New(), NB: nb, cfg: cfg, nodeIPs: map[string][]netip.Addr{}}
 }
 
 // Config returns the effective names.
@@ -116,7 +122,10 @@ func (n *Network) AddSubnet(ctx context.Context, cfg ipam.SubnetConfig) error {
 	if err := n.IPAM.AddSubnet(cfg); err != nil {
 		return err
 	}
-	return n.NB.EnsureSwitch(ctx, ovnnb.Switch{Name: cfg.Name, Router: n.cfg.Router, CIDRs: cfg.CIDRs, Gateways: cfg.Gateways})
+	if err := n.NB.EnsureSwitch(ctx, ovnnb.Switch{Name: cfg.Name, Router: n.cfg.Router, CIDRs: cfg.CIDRs, Gateways: cfg.Gateways}); err != nil {
+		return err
+	}
+	return n.syncClusterSet(ctx)
 }
 
 // RemoveSubnet deletes the switch and forgets the subnet's allocations.
@@ -125,7 +134,7 @@ func (n *Network) RemoveSubnet(ctx context.Context, name string) error {
 		return err
 	}
 	n.IPAM.RemoveSubnet(name)
-	return nil
+	return n.syncClusterSet(ctx)
 }
 
 // PodRequest asks for a pod's address and port.
@@ -135,6 +144,9 @@ type PodRequest struct {
 	IPs             []netip.Addr // static addresses (optional)
 	MAC             string       // static MAC (optional)
 	ExternalIDs     map[string]string
+	// Node is where the pod runs ("" not yet scheduled): its traffic to
+	// outside the cluster leaves through that node.
+	Node string
 }
 
 // AddPod allocates (or returns the existing allocation of) the pod and
@@ -163,6 +175,9 @@ func (n *Network) AddPod(ctx context.Context, r PodRequest) (ipam.Allocation, er
 		}
 		return ipam.Allocation{}, err
 	}
+	if err := n.podEgress(ctx, r.Node, a.IPs); err != nil {
+		return a, fmt.Errorf("ovnnet: egress of pod %s/%s through node %s: %w", r.Namespace, r.Name, r.Node, err)
+	}
 	return a, nil
 }
 
@@ -174,6 +189,11 @@ func (n *Network) Restore(owner, subnet string, ips []netip.Addr, mac string) (i
 
 // DeletePod removes the pod's port and releases its address.
 func (n *Network) DeletePod(ctx context.Context, namespace, name string) error {
+	if a, ok := n.IPAM.Lookup(PodOwner(namespace, name)); ok {
+		if err := n.forgetPodEgress(ctx, a.IPs); err != nil {
+			return err
+		}
+	}
 	if err := n.NB.DeletePort(ctx, PortName(namespace, name)); err != nil {
 		return err
 	}
@@ -241,12 +261,31 @@ func (n *Network) AddNode(ctx context.Context, r NodeRequest) (ipam.Allocation, 
 			return a, err
 		}
 	}
+	var join, gw netip.Addr
+	for _, ip := range a.IPs {
+		if ip.Is4() {
+			join = ip
+		}
+	}
+	if s, ok := n.IPAM.Subnet(n.cfg.JoinSubnet); ok {
+		for _, g := range s.Gateways {
+			if g.Is4() {
+				gw = g
+			}
+		}
+	}
+	if err := n.ensureNodeEgress(ctx, r.Name, join, gw, r.InternalIPs); err != nil {
+		return a, fmt.Errorf("ovnnet: egress through node %s: %w", r.Name, err)
+	}
 	return a, nil
 }
 
 // DeleteNode removes the node's port, routes and join address.
 func (n *Network) DeleteNode(ctx context.Context, name string) error {
 	if err := n.NB.DeleteRoutes(ctx, n.cfg.Router, map[string]string{ovnnb.KeyNode: name}); err != nil {
+		return err
+	}
+	if err := n.removeNodeEgress(ctx, name); err != nil {
 		return err
 	}
 	if err := n.NB.DeletePort(ctx, NodePortName(name)); err != nil {
@@ -269,11 +308,16 @@ func (n *Network) GarbageCollect(ctx context.Context, keep func(p ovnnb.Port) bo
 		if keep(p) {
 			continue
 		}
-		if node := p.ExternalIDs[ovnnb.KeyNode]; node != "" {
+		// A pod's port may carry its node too (standalone): only a port
+		// without a pod is the node's own.
+		if node := p.ExternalIDs[ovnnb.KeyNode]; node != "" && p.ExternalIDs[ovnnb.KeyPod] == "" {
 			if err := n.DeleteNode(ctx, node); err != nil {
 				return deleted, err
 			}
 		} else {
+			if err := n.forgetPodEgress(ctx, p.IPs); err != nil {
+				return deleted, err
+			}
 			if err := n.NB.DeletePort(ctx, p.Name); err != nil {
 				return deleted, err
 			}
@@ -299,7 +343,7 @@ func (n *Network) RestoreFromNB(ctx context.Context) (int, error) {
 	var errs []error
 	for _, p := range ports {
 		owner := p.ExternalIDs[ovnnb.KeyPod]
-		if node := p.ExternalIDs[ovnnb.KeyNode]; node != "" {
+		if node := p.ExternalIDs[ovnnb.KeyNode]; node != "" && owner == "" {
 			owner = NodeOwner(node)
 		}
 		if owner == "" || p.Switch == "" {

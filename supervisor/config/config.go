@@ -80,6 +80,7 @@ type Config struct {
 	CNIConfDir     string
 	CNISocket      string
 	CNISocketGroup string
+	CNIVersion     string // cniVersion of the installed conflist
 	MirrorOutput   string
 	Kubeconfig     string
 	LogLevel       string

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ovnhost/ovnhost/cni/protocol"
 	"github.com/ovnhost/ovnhost/internal/layout"
 	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 )
@@ -275,6 +276,17 @@ func baseSettings() []setting {
 					}
 				}
 				c.CNISocketGroup = v
+				return nil
+			}},
+		{Name: "cni-version", Env: nil, Default: protocol.DefaultConfVersion,
+			Help: "cniVersion of the installed conflist: " + strings.Join(protocol.ConfVersions, ", ") + " (the highest the node's container runtime accepts; docs/cni-versions.md)",
+			Set: func(c *Config, v string) error {
+				v = strings.TrimSpace(v)
+				if !protocol.ValidConfVersion(v) {
+					return bad("not a CNI version ovnhost installs", "use one of "+strings.Join(protocol.ConfVersions, ", ")+
+						" (0.4.0 for every runtime; 1.0.0 for containerd 1.6+/CRI-O/podman 4; 1.1.0 only for runtimes with libcni 1.2 or later, e.g. containerd 2)")
+				}
+				c.CNIVersion = v
 				return nil
 			}},
 		{Name: "mirror-output", Env: []string{"MIRROR_IFACE"}, Default: "mirror0", Help: "output port of the traffic mirror for pods annotated ovn.kubernetes.io/mirror=true",

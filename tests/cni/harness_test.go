@@ -91,6 +91,9 @@ func reexecInNetns() int {
 	cmd := exec.Command("ip", append([]string{"netns", "exec", name, exe}, os.Args[1:]...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), envInNetns+"="+name)
+	if !testing.Short() {
+		cmd.Env = append(cmd.Env, buildOldLibcnis()...)
+	}
 	if wantsBench() {
 		if dir, err := buildRefPlugins(); err != nil {
 			cmd.Env = append(cmd.Env, envRefDir+"_ERR="+err.Error())

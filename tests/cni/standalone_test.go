@@ -227,7 +227,7 @@ func TestStaticIPAndRates(t *testing.T) {
 func TestDelIdempotentCheckAndDaemonDown(t *testing.T) {
 	n := startNode(t, nodeOpts{})
 	p := n.add(t, "chk", "")
-	conf := n.netconf(t, "1.1.0", map[string]any{"prevResult": jsonRaw(p.raw)})
+	conf := n.netconf(t, "", map[string]any{"prevResult": jsonRaw(p.raw)})
 	call := cniCall{Command: "CHECK", ContainerID: p.id, Netns: p.netns, IfName: "eth0", Args: p.args, Conf: conf}
 	if out := runPlugin(t, n.installedPlugin(), call); out.Code != 0 {
 		t.Fatalf("CHECK of a good pod: %s", out.Err.Msg)

@@ -94,7 +94,10 @@ func TestDefaultTopologyNodesAndSubnetValidation(t *testing.T) {
 		for _, r := range rs {
 			got = append(got, r.IPPrefix+" via "+r.Nexthop+" node="+r.ExternalIDs["node"])
 		}
-		return slices.Equal(got, []string{"192.168.10.11 via " + nodeIP + " node=node-a"}), strings.Join(got, "; ")
+		// The node's internal address, and the egress default route to the
+		// join switch (the per-node policies reroute it to each node).
+		slices.Sort(got)
+		return slices.Equal(got, []string{"0.0.0.0/0 via 100.64.0.1 node=", "192.168.10.11 via " + nodeIP + " node=node-a"}), strings.Join(got, "; ")
 	}
 	e.waitFor(30*time.Second, "route to node-a's internal IP via its join address", routes)
 

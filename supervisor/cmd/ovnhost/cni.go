@@ -32,7 +32,7 @@ func newCNIUnit(n *node.Node, cfg *config.Config, nc *nodeconfig.NodeConfig, log
 	return &cniUnit{n: n, reg: reg, opts: server.Options{
 		Node: nc, Log: log,
 		Socket: cfg.CNISocket, SocketGroup: cfg.CNISocketGroup,
-		BinDir: cfg.CNIBinDir, ConfDir: cfg.CNIConfDir,
+		BinDir: cfg.CNIBinDir, ConfDir: cfg.CNIConfDir, ConfVersion: cfg.CNIVersion,
 		MirrorOutput: cfg.MirrorOutput, Kubeconfig: cfg.Kubeconfig,
 	}}
 }

@@ -1,0 +1,238 @@
+package ovnnb
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+
+	"github.com/ovn-kubernetes/libovsdb/model"
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
+
+	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
+)
+
+// AddressSet is a named set of addresses or CIDRs that matches refer to as
+// $Name. Names must match [a-zA-Z_.][a-zA-Z_.0-9]* (OVN's rule).
+type AddressSet struct {
+	Name        string
+	Addresses   []string
+	ExternalIDs map[string]string
+}
+
+func (c *Client) addressSet(ctx context.Context, name string) (*nbdb.AddressSet, error) {
+	var as []nbdb.AddressSet
+	if err := c.cl.WhereCache(func(a *nbdb.AddressSet) bool { return a.Name == name }).List(ctx, &as); err != nil {
+		return nil, err
+	}
+	if len(as) == 0 {
+		return nil, nil
+	}
+	return &as[0], nil
+}
+
+// EnsureAddressSet creates the set or sets its addresses to exactly these.
+func (c *Client) EnsureAddressSet(ctx context.Context, s AddressSet) error {
+	addrs := slices.Clone(s.Addresses)
+	slices.Sort(addrs)
+	addrs = slices.Compact(addrs)
+	ids := vendorIDs(s.ExternalIDs)
+	cur, err := c.addressSet(ctx, s.Name)
+	if err != nil {
+		return err
+	}
+	var ops []ovsdb.Operation
+	if cur == nil {
+		ops, err = c.cl.Create(&nbdb.AddressSet{Name: s.Name, Addresses: addrs, ExternalIDs: ids})
+	} else {
+		have := slices.Clone(cur.Addresses)
+		slices.Sort(have)
+		if slices.Equal(have, addrs) && maps.Equal(cur.ExternalIDs, ids) {
+			return nil
+		}
+		upd := &nbdb.AddressSet{UUID: cur.UUID, Addresses: addrs, ExternalIDs: ids}
+		ops, err = c.cl.Where(upd).Update(upd, &upd.Addresses, &upd.ExternalIDs)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = c.transact(ctx, "ensure address set "+s.Name, ops)
+	return err
+}
+
+// AddressSetInsert adds addresses to an existing set (no-op for ones present).
+func (c *Client) AddressSetInsert(ctx context.Context, name string, addrs ...string) error {
+	return c.mutateAddressSet(ctx, name, ovsdb.MutateOperationInsert, addrs)
+}
+
+// AddressSetDelete removes addresses from a set; a missing set is fine.
+func (c *Client) AddressSetDelete(ctx context.Context, name string, addrs ...string) error {
+	return c.mutateAddressSet(ctx, name, ovsdb.MutateOperationDelete, addrs)
+}
+
+func (c *Client) mutateAddressSet(ctx context.Context, name string, op ovsdb.Mutator, addrs []string) error {
+	if len(addrs) == 0 {
+		return nil
+	}
+	cur, err := c.addressSet(ctx, name)
+	if err != nil {
+		return err
+	}
+	if cur == nil {
+		if op == ovsdb.MutateOperationDelete {
+			return nil
+		}
+		return fmt.Errorf("ovnnb: address set %q does not exist", name)
+	}
+	if op == ovsdb.MutateOperationInsert && !slices.ContainsFunc(addrs, func(a string) bool { return !slices.Contains(cur.Addresses, a) }) {
+		return nil
+	}
+	if op == ovsdb.MutateOperationDelete && !slices.ContainsFunc(addrs, func(a string) bool { return slices.Contains(cur.Addresses, a) }) {
+		return nil
+	}
+	ops, err := c.cl.Where(cur).Mutate(cur, model.Mutation{Field: &cur.Addresses, Mutator: op, Value: addrs})
+	if err != nil {
+		return err
+	}
+	_, err = c.transact(ctx, fmt.Sprintf("%s %v in address set %s", op, addrs, name), ops)
+	return err
+}
+
+// DeleteAddressSet removes the set if it exists.
+func (c *Client) DeleteAddressSet(ctx context.Context, name string) error {
+	cur, err := c.addressSet(ctx, name)
+	if err != nil || cur == nil {
+		return err
+	}
+	ops, err := c.cl.Where(cur).Delete()
+	if err != nil {
+		return err
+	}
+	_, err = c.transact(ctx, "delete address set "+name, ops)
+	return err
+}
+
+// Policy is a logical router policy: packets matching Match at Priority are
+// rerouted to Nexthop (or allowed when Nexthop is invalid).
+type Policy struct {
+	Router      string
+	Priority    int
+	Match       string
+	Nexthop     netip.Addr
+	ExternalIDs map[string]string
+}
+
+func (c *Client) policies(ctx context.Context, r *nbdb.LogicalRouter, keep func(*nbdb.LogicalRouterPolicy) bool) ([]*nbdb.LogicalRouterPolicy, error) {
+	var cur []*nbdb.LogicalRouterPolicy
+	err := c.cl.WhereCache(func(p *nbdb.LogicalRouterPolicy) bool {
+		return slices.Contains(r.Policies, p.UUID) && keep(p)
+	}).List(ctx, &cur)
+	return cur, err
+}
+
+// EnsurePolicy creates or updates the router's policy of that priority and
+// match (OVN's own key for a policy).
+func (c *Client) EnsurePolicy(ctx context.Context, p Policy) error {
+	r, err := c.router(ctx, p.Router)
+	if err != nil {
+		return err
+	}
+	if r == nil {
+		return fmt.Errorf("ovnnb: policy %q: router %q does not exist", p.Match, p.Router)
+	}
+	// nexthops, not the deprecated nexthop column, which northd 23.03 ignores.
+	action, nexthops := nbdb.LogicalRouterPolicyActionAllow, []string(nil)
+	if p.Nexthop.IsValid() {
+		action, nexthops = nbdb.LogicalRouterPolicyActionReroute, []string{p.Nexthop.String()}
+	}
+	ids := vendorIDs(p.ExternalIDs)
+	cur, err := c.policies(ctx, r, func(x *nbdb.LogicalRouterPolicy) bool { return x.Priority == p.Priority && x.Match == p.Match })
+	if err != nil {
+		return err
+	}
+	var ops []ovsdb.Operation
+	if len(cur) > 0 {
+		x := cur[0]
+		if x.Action == action && slices.Equal(x.Nexthops, nexthops) && x.Nexthop == nil && maps.Equal(x.ExternalIDs, ids) {
+			return nil
+		}
+		x.Action, x.Nexthops, x.Nexthop, x.ExternalIDs = action, nexthops, nil, ids
+		ops, err = c.cl.Where(x).Update(x, &x.Action, &x.Nexthops, &x.Nexthop, &x.ExternalIDs)
+		if err != nil {
+			return err
+		}
+	} else {
+		x := &nbdb.LogicalRouterPolicy{UUID: "newpolicy", Priority: p.Priority, Match: p.Match, Action: action, Nexthops: nexthops, ExternalIDs: ids}
+		o, err := c.cl.Create(x)
+		if err != nil {
+			return err
+		}
+		m, err := c.cl.Where(r).Mutate(r, model.Mutation{Field: &r.Policies, Mutator: ovsdb.MutateOperationInsert, Value: []string{x.UUID}})
+		if err != nil {
+			return err
+		}
+		ops = append(o, m...)
+	}
+	_, err = c.transact(ctx, fmt.Sprintf("ensure policy %d %q on %s", p.Priority, p.Match, p.Router), ops)
+	return err
+}
+
+// DeletePolicies removes the ovnhost policies of a router whose external IDs
+// contain match.
+func (c *Client) DeletePolicies(ctx context.Context, router string, match map[string]string) error {
+	r, err := c.router(ctx, router)
+	if err != nil || r == nil {
+		return err
+	}
+	cur, err := c.policies(ctx, r, func(x *nbdb.LogicalRouterPolicy) bool { return owned(x.ExternalIDs, match) })
+	if err != nil || len(cur) == 0 {
+		return err
+	}
+	var uuids []string
+	for _, x := range cur {
+		uuids = append(uuids, x.UUID)
+	}
+	ops, err := c.cl.Where(r).Mutate(r, model.Mutation{Field: &r.Policies, Mutator: ovsdb.MutateOperationDelete, Value: uuids})
+	if err != nil {
+		return err
+	}
+	_, err = c.transact(ctx, "delete policies on "+router, ops)
+	return err
+}
+
+// owned: ours (vendor) and carrying every key of match.
+func owned(ids, match map[string]string) bool {
+	if ids[KeyVendor] != Vendor {
+		return false
+	}
+	for k, v := range match {
+		if ids[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// CreateAddressSetIfMissing creates the set (with s.Addresses) unless one of
+// that name exists; an existing set keeps its addresses.
+func (c *Client) CreateAddressSetIfMissing(ctx context.Context, s AddressSet) error {
+	cur, err := c.addressSet(ctx, s.Name)
+	if err != nil || cur != nil {
+		return err
+	}
+	return c.EnsureAddressSet(ctx, s)
+}
+
+// AddressSets lists the ovnhost address sets whose external IDs contain match.
+func (c *Client) AddressSets(ctx context.Context, match map[string]string) ([]AddressSet, error) {
+	var cur []nbdb.AddressSet
+	if err := c.cl.WhereCache(func(a *nbdb.AddressSet) bool { return owned(a.ExternalIDs, match) }).List(ctx, &cur); err != nil {
+		return nil, err
+	}
+	out := make([]AddressSet, len(cur))
+	for i, a := range cur {
+		out[i] = AddressSet{Name: a.Name, Addresses: a.Addresses, ExternalIDs: a.ExternalIDs}
+	}
+	return out, nil
+}
