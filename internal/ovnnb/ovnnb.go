@@ -366,6 +366,16 @@ type Port struct {
 	MAC         string
 	IPs         []netip.Addr
 	ExternalIDs map[string]string // added to vendor and ls
+	// Gateway ports (a node's ovn0) forward traffic for any destination:
+	// port security would drop what the node routes on.
+	NoPortSecurity bool
+}
+
+func (p Port) portSecurity() []string {
+	if p.NoPortSecurity {
+		return nil
+	}
+	return []string{p.Addresses()}
 }
 
 // Addresses is the Logical_Switch_Port addresses / port_security entry: "mac ip [ip]".
@@ -394,7 +404,7 @@ func (c *Client) EnsurePort(ctx context.Context, p Port) error {
 	var ops []ovsdb.Operation
 	switch {
 	case errors.Is(err, client.ErrNotFound):
-		lsp := &nbdb.LogicalSwitchPort{UUID: "newport", Name: p.Name, Addresses: []string{addr}, PortSecurity: []string{addr}, ExternalIDs: ids}
+		lsp := &nbdb.LogicalSwitchPort{UUID: "newport", Name: p.Name, Addresses: []string{addr}, PortSecurity: p.portSecurity(), ExternalIDs: ids}
 		o, err := c.cl.Create(lsp)
 		if err != nil {
 			return err
@@ -408,10 +418,10 @@ func (c *Client) EnsurePort(ctx context.Context, p Port) error {
 	case err != nil:
 		return err
 	default:
-		if slices.Equal(cur.Addresses, []string{addr}) && slices.Equal(cur.PortSecurity, []string{addr}) && maps.Equal(cur.ExternalIDs, ids) {
+		if slices.Equal(cur.Addresses, []string{addr}) && slices.Equal(cur.PortSecurity, p.portSecurity()) && maps.Equal(cur.ExternalIDs, ids) {
 			return nil
 		}
-		upd := &nbdb.LogicalSwitchPort{UUID: cur.UUID, Addresses: []string{addr}, PortSecurity: []string{addr}, ExternalIDs: ids}
+		upd := &nbdb.LogicalSwitchPort{UUID: cur.UUID, Addresses: []string{addr}, PortSecurity: p.portSecurity(), ExternalIDs: ids}
 		o, err := c.cl.Where(upd).Update(upd, &upd.Addresses, &upd.PortSecurity, &upd.ExternalIDs)
 		if err != nil {
 			return err

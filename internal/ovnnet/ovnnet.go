@@ -228,7 +228,7 @@ func (n *Network) AddNode(ctx context.Context, r NodeRequest) (ipam.Allocation, 
 		return ipam.Allocation{}, err
 	}
 	if err := n.NB.EnsurePort(ctx, ovnnb.Port{Name: NodePortName(r.Name), Switch: n.cfg.JoinSubnet, MAC: a.MAC, IPs: a.IPs,
-		ExternalIDs: map[string]string{ovnnb.KeyNode: r.Name}}); err != nil {
+		ExternalIDs: map[string]string{ovnnb.KeyNode: r.Name}, NoPortSecurity: true}); err != nil {
 		if !had {
 			n.IPAM.Release(owner)
 		}

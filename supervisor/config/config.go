@@ -53,7 +53,9 @@ type Config struct {
 	HWOffload bool
 	Datapath  nodeconfig.DatapathChoice
 	// PodMTU is the pod interface MTU; 0 derives it from the underlay.
-	PodMTU     int
+	PodMTU int
+	// NATBackend is how pod egress is masqueraded: auto, nft or iptables-legacy.
+	NATBackend string
 	DisableMod bool // DISABLE_MODULES_MANAGEMENT
 	MLockAll   bool
 	// UserspaceTunnel puts the tunnel interface on OVS bridge br-phy and

@@ -198,6 +198,8 @@ func baseSettings() []setting {
 				c.Datapath = nodeconfig.DatapathChoice(choice)
 				return nil
 			}},
+		{Name: "nat-backend", Env: nil, Default: "auto", Help: "how pod egress is masqueraded: nft, iptables-legacy, or auto (the one the host's iptables uses)",
+			Set: func(c *Config, v string) error { return oneOf(&c.NATBackend, "auto", "nft", "iptables-legacy")(c, v) }},
 		{Name: "pod-mtu", Env: nil, Default: "0", Help: "MTU of pod interfaces; 0 takes the tunnel interface's MTU minus the encapsulation (100 bytes for geneve, 50 for vxlan, 78 for stt)",
 			Set: func(c *Config, v string) error {
 				n, err := strconv.Atoi(strings.TrimSpace(v))

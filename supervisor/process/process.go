@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -70,7 +71,7 @@ func Start(spec Spec, log *slog.Logger) (*Child, error) {
 		return nil, err
 	}
 	c := &Child{Spec: spec, cmd: cmd, exited: make(chan struct{})}
-	if err := cmd.Start(); err != nil {
+	if err := startOnSpawner(cmd); err != nil {
 		return nil, &ExecError{Path: spec.Path, Err: unwrapExec(err)}
 	}
 	c.started = time.Now()
@@ -225,4 +226,31 @@ func (c *Child) Stop(ctx context.Context, graceful func() error) error {
 	_ = syscall.Kill(-c.Pid(), syscall.SIGKILL)
 	<-c.exited
 	return fmt.Errorf("%s (pid %d) did not stop in time and was killed", c.Spec.Name, c.Pid())
+}
+
+// The kernel sends PR_SET_PDEATHSIG when the *thread* that forked the child
+// exits, not the process. Go discards a thread whose goroutine ends locked
+// to it (namespace helpers do on failure, tests on purpose), which would
+// SIGTERM every daemon forked from it. So children are forked from one
+// thread that stays locked for the life of the process.
+var spawnRequests = make(chan spawnRequest)
+
+type spawnRequest struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func init() {
+	go func() {
+		runtime.LockOSThread() // never unlocked: this thread lives as long as the process
+		for r := range spawnRequests {
+			r.done <- r.cmd.Start()
+		}
+	}()
+}
+
+func startOnSpawner(cmd *exec.Cmd) error {
+	done := make(chan error, 1)
+	spawnRequests <- spawnRequest{cmd: cmd, done: done}
+	return <-done
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -70,5 +71,40 @@ func TestExecFailureIsAnExecError(t *testing.T) {
 	var ee *ExecError
 	if !errors.As(err, &ee) || !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("got %v, want ExecError wrapping ENOENT", err)
+	}
+}
+
+// Children are forked from a thread that never exits, so a discarded OS
+// thread (a goroutine ending while locked, as namespace helpers do) does not
+// deliver the parent-death signal to them. Without the spawner thread a
+// child forked from one of the discarded threads gets SIGTERM.
+func TestChildSurvivesDiscardedThreads(t *testing.T) {
+	var children []*Child
+	for i := 0; i < 8; i++ {
+		// Start from goroutines on threads that are then discarded.
+		done := make(chan *Child)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+			c, err := Start(Spec{Name: "sleep", Path: "/bin/sleep", Args: []string{"30"}}, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Error(err)
+			}
+			done <- c
+		}()
+		if c := <-done; c != nil {
+			children = append(children, c)
+		}
+	}
+	defer func() {
+		for _, c := range children {
+			_ = c.Signal(syscall.SIGKILL)
+		}
+	}()
+	for _, c := range children {
+		select {
+		case <-c.Exited():
+			t.Fatalf("child %d died when a thread of the supervisor ended: %s", c.Pid(), c.ExitReason())
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/ovnhost/ovnhost/internal/version"
 	"github.com/ovnhost/ovnhost/supervisor/config"
 	"github.com/ovnhost/ovnhost/supervisor/health"
+	"github.com/ovnhost/ovnhost/supervisor/hostnat"
 	"github.com/ovnhost/ovnhost/supervisor/node"
 	"github.com/ovnhost/ovnhost/supervisor/preflight"
 )
@@ -174,7 +175,11 @@ func runNode(ctx context.Context, cfg *config.Config, nc *nodeconfig.NodeConfig,
 		return exitFailure
 	}
 	if cniPossible(cfg, envMap(environ)) {
-		n.AddUnit(newCNIUnit(n, cfg, nc, log, h.Registry()))
+		egress := &egressUnit{backend: cfg.NATBackend, keepDatapath: cfg.KeepDatapath, log: log}
+		n.AddUnit(egress)
+		cni := newCNIUnit(n, cfg, nc, log, h.Registry())
+		cni.opts.Egress = egress.apply
+		n.AddUnit(cni)
 	} else {
 		log.Warn("CNI server disabled: no Kubernetes configuration and no northbound database to allocate pod addresses from", "fix", "set KUBECONFIG (or run in-cluster), or OVN_DB_IPS for standalone allocation")
 	}
@@ -226,6 +231,10 @@ func cleanup(args, environ []string, stdout, stderr io.Writer) int {
 		return exitConfig
 	}
 	removed, err := node.Cleanup(cfg, purge)
+	if err == nil {
+		// The egress masquerade rules of either backend (no-op when absent).
+		err = hostnat.Cleanup(nil)
+	}
 	for _, r := range removed {
 		fmt.Fprintln(stdout, "removed", r)
 	}

@@ -1,0 +1,127 @@
+package node_test
+
+import (
+	"bufio"
+	"net"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ovnhost/ovnhost/tests/testenv"
+)
+
+// outside is a network namespace behind the node's underlay standing in for
+// the internet: it answers TCP with the source address it saw, and it has
+// no route to any pod subnet, so only masqueraded traffic gets an answer.
+type outside struct {
+	ns   string
+	addr string // host:port of the responder
+}
+
+func newOutside(t *testing.T, n *node) *outside {
+	t.Helper()
+	o := &outside{ns: newNetns(t, "ohx"), addr: "192.168.206.1:7000"}
+	run(t, "ip", "link", "add", "ul0", "netns", n.ns, "type", "veth", "peer", "name", "wan0", "netns", o.ns)
+	run(t, "ip", "-n", n.ns, "addr", "add", "192.168.206.2/24", "dev", "ul0")
+	run(t, "ip", "-n", n.ns, "link", "set", "ul0", "up")
+	run(t, "ip", "-n", n.ns, "route", "add", "default", "via", "192.168.206.1")
+	run(t, "ip", "-n", o.ns, "addr", "add", "192.168.206.1/24", "dev", "wan0")
+	run(t, "ip", "-n", o.ns, "link", "set", "wan0", "up")
+	l, err := listenInNetns(o.ns, o.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+			_, _ = c.Write([]byte(host + "\n"))
+			c.Close()
+		}
+	}()
+	return o
+}
+
+// sourceSeen connects from a pod's namespace to the outside and returns the
+// source address the outside saw.
+func (o *outside) sourceSeen(podNS string, timeout time.Duration) (string, error) {
+	var c net.Conn
+	err := inNetns(podNS, func() (err error) {
+		c, err = net.DialTimeout("tcp", o.addr, timeout)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return strings.TrimSpace(line), err
+}
+
+// A pod on a natOutgoing subnet (standalone's ovn-default, as Kube-OVN's)
+// reaches the outside through its own node, masqueraded to the node's
+// address; flushed NAT rules come back; stop and cleanup leave no rule.
+func TestPodEgressLeavesMasqueradedThroughItsNode(t *testing.T) {
+	n := newNode(t)
+	testenv.Binary(t, "ovnhost-cni")
+	out := newOutside(t, n)
+	n.env = append(n.env, "IFACE=ul0")
+	n.start()
+	pod := newNetns(t, "ohe")
+	if res, err := cni(n, "ADD", pod, "egress"); err != nil {
+		t.Fatalf("ADD: %v\n%s\n%s", err, res, n.logTail())
+	}
+	t.Cleanup(func() { _, _ = cni(n, "DEL", pod, "egress") })
+
+	src, err := out.sourceSeen(pod, 5*time.Second)
+	if err != nil || src != "192.168.206.2" {
+		t.Fatalf("pod to outside: saw source %q (%v), want the node's 192.168.206.2\n%s\n%s", src, err, n.logTail(), egressState(n))
+	}
+
+	// Another agent flushes the NAT rules (as firewall-cmd --reload does):
+	// they are back within a second.
+	if out, err := exec.Command("ip", "netns", "exec", n.ns, "nft", "flush", "ruleset").CombinedOutput(); err != nil {
+		t.Fatalf("nft flush ruleset: %v %s", err, out)
+	}
+	deadline := time.Now().Add(time.Second)
+	for {
+		src, err = out.sourceSeen(pod, 200*time.Millisecond)
+		if err == nil && src == "192.168.206.2" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("egress not restored within 1s of a flush: %q %v\n%s", src, err, n.logTail())
+		}
+	}
+
+	if code := n.stop(); code != 0 {
+		t.Fatalf("stop: exit %d\n%s", code, n.logTail())
+	}
+	rules, _ := exec.Command("ip", "netns", "exec", n.ns, "nft", "list", "ruleset").CombinedOutput()
+	if strings.Contains(string(rules), "ovnhost") {
+		t.Fatalf("NAT rules left after stop:\n%s", rules)
+	}
+}
+
+// egressState is what a user would look at when egress fails.
+func egressState(n *node) string {
+	var b strings.Builder
+	for _, c := range [][]string{
+		{"ip", "netns", "exec", n.ns, "nft", "list", "ruleset"},
+		{"ip", "-n", n.ns, "route"},
+		{"ip", "netns", "exec", n.ns, "cat", "/proc/sys/net/ipv4/ip_forward"},
+		{"ovn-nbctl", "--db=unix:" + n.path("ovn-run", "ovnnb_db.sock"), "lr-policy-list", "ovn-cluster"},
+		{"ovn-nbctl", "--db=unix:" + n.path("ovn-run", "ovnnb_db.sock"), "lr-route-list", "ovn-cluster"},
+		{"ovn-nbctl", "--db=unix:" + n.path("ovn-run", "ovnnb_db.sock"), "list", "address_set"},
+	} {
+		out, _ := exec.Command(c[0], c[1:]...).CombinedOutput()
+		b.WriteString("$ " + strings.Join(c, " ") + "\n" + string(out))
+	}
+	return b.String()
+}
