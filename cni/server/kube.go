@@ -17,6 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -36,8 +38,12 @@ type kubeSource struct {
 	nodeFac informers.SharedInformerFactory
 	pods    cache.SharedIndexInformer
 	nodes   cache.SharedIndexInformer
-	stop    chan struct{}
-	synced  chan struct{}
+	// subnets, when the source has a dynamic client (egress plan).
+	dyn       dynamic.Interface
+	subnetFac dynamicinformer.DynamicSharedInformerFactory
+	subnets   cache.SharedIndexInformer
+	stop      chan struct{}
+	synced    chan struct{}
 
 	mu      sync.Mutex
 	waiters map[string]map[chan struct{}]struct{} // pod key or "node" -> waiters
@@ -69,7 +75,13 @@ func newKubeSource(cfg *rest.Config, node string, log *slog.Logger) (*kubeSource
 	if err != nil {
 		return nil, err
 	}
-	return newKubeSourceFor(cs, node, log), nil
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	k := newKubeSourceFor(cs, node, log)
+	k.dyn = dyn
+	return k, nil
 }
 
 func newKubeSourceFor(cs kubernetes.Interface, node string, log *slog.Logger) *kubeSource {
@@ -110,12 +122,19 @@ func (k *kubeSource) Start(ctx context.Context) error {
 	}
 	k.factory.Start(k.stop)
 	k.nodeFac.Start(k.stop)
+	synced := []cache.InformerSynced{k.pods.HasSynced, k.nodes.HasSynced}
+	if k.dyn != nil {
+		if err := k.startSubnets(k.dyn); err != nil {
+			return err
+		}
+		synced = append(synced, k.subnets.HasSynced)
+	}
 	// Start does not wait for the API server: OVS and the pods already
 	// wired must not depend on it. Requests wait for the sync instead.
 	k.synced = make(chan struct{})
 	stop := k.stop
 	go func() {
-		if cache.WaitForCacheSync(stop, k.pods.HasSynced, k.nodes.HasSynced) {
+		if cache.WaitForCacheSync(stop, synced...) {
 			close(k.synced)
 		}
 	}()
@@ -137,6 +156,9 @@ func (k *kubeSource) Stop() {
 		close(k.stop)
 		k.factory.Shutdown()
 		k.nodeFac.Shutdown()
+		if k.subnetFac != nil {
+			k.subnetFac.Shutdown()
+		}
 		k.stop = nil
 	}
 }
@@ -336,6 +358,7 @@ func (k *kubeSource) NodeNetwork(ctx context.Context) (*NodeNetwork, error) {
 			n := obj.(*corev1.Node)
 			if nn, err := parseNodeAnnotations(n.Annotations); err == nil {
 				nn.PodCIDRs = k.knownPodCIDRs()
+				nn.Egress = k.egressPlan([]netip.Prefix{nn.Addr.Masked()})
 				return nn, nil
 			}
 		}

@@ -18,9 +18,12 @@ import (
 // so that the host (kubelet probes) reaches pods. It runs in the background
 // because in Kubernetes mode it waits for the controller's node annotations.
 func (s *Server) nodePortLoop(ctx context.Context) {
-	var changes, nodeChanges <-chan struct{}
+	var changes, nodeChanges, subnetChanges <-chan struct{}
 	ks, _ := s.src.(*kubeSource)
 	if ks != nil {
+		sch, scancel := ks.subscribe(subnetsKey)
+		defer scancel()
+		subnetChanges = sch
 		ch, cancel := ks.CIDRChanges()
 		defer cancel()
 		changes = ch
@@ -52,6 +55,8 @@ func (s *Server) nodePortLoop(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case <-changes: // a new pod CIDR: add its route
+				break wait
+			case <-subnetChanges: // natOutgoing or CIDRs changed: the host's NAT follows
 				break wait
 			case <-nodeChanges:
 				// Most node updates are status; act only when the

@@ -20,8 +20,14 @@ import (
 // DefaultServiceCIDR is Kube-OVN's service CIDR: never routed out.
 const DefaultServiceCIDR = "10.96.0.0/12"
 
-// EgressPriority is the router policy priority of the per-node reroute.
-const EgressPriority = 29000
+// Router policy priorities (Kube-OVN's): cluster destinations are allowed
+// (routed normally) above the per-node reroute. A negated match
+// (ip4.dst != $set) would expand into the cross product of each CIDR's
+// complement in OpenFlow: tens of thousands of flows with four subnets.
+const (
+	ClusterPriority = 31000
+	EgressPriority  = 29000
+)
 
 // External ID keys of egress rows.
 const (
@@ -41,8 +47,11 @@ func NodeAddressSet(node string) string {
 
 // nodeEgressMatch is the match of a node's reroute policy.
 func nodeEgressMatch(node string) string {
-	return fmt.Sprintf("ip4.src == $%s && ip4.dst != $%s", NodeAddressSet(node), ClusterAddressSet)
+	return fmt.Sprintf("ip4.src == $%s", NodeAddressSet(node))
 }
+
+// clusterMatch is the match of the policy that keeps cluster traffic routed.
+var clusterMatch = fmt.Sprintf("ip4.dst == $%s", ClusterAddressSet)
 
 // syncClusterSet rewrites the cluster address set from the subnets and
 // nodes known now.
@@ -90,6 +99,10 @@ func (n *Network) ensureNodeEgress(ctx context.Context, node string, joinIP, joi
 	n.nodeIPs[node] = slices.Clone(internal)
 	n.mu.Unlock()
 	if err := n.syncClusterSet(ctx); err != nil {
+		return err
+	}
+	if err := n.NB.EnsurePolicy(ctx, ovnnb.Policy{Router: n.cfg.Router, Priority: ClusterPriority, Match: clusterMatch,
+		ExternalIDs: map[string]string{keyEgress: "cluster"}}); err != nil {
 		return err
 	}
 	set := NodeAddressSet(node)

@@ -16,8 +16,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
@@ -67,6 +70,21 @@ func TestClusterOfTwoNodesWiresPodsAcrossNodes(t *testing.T) {
 
 	a, b := newNode(t), newNode(t)
 	run(t, "ip", "link", "add", "ul0", "netns", a.ns, "type", "veth", "peer", "name", "ul0", "netns", b.ns)
+	// The outside: each node's uplink (wan0) leads to it; it answers with
+	// the source address it sees and routes back only to the nodes (and to
+	// the routed subnet below, whose pods keep their own address).
+	world := &outside{ns: newNetns(t, "ohx"), addr: "192.168.207.1:7000"}
+	for i, n := range []*node{a, b} {
+		peer := fmt.Sprintf("wan%c", 'a'+i)
+		run(t, "ip", "link", "add", "wan0", "netns", n.ns, "type", "veth", "peer", "name", peer, "netns", world.ns)
+		run(t, "ip", "-n", n.ns, "addr", "add", fmt.Sprintf("192.168.%d.2/24", 207+i), "dev", "wan0")
+		run(t, "ip", "-n", n.ns, "link", "set", "wan0", "up")
+		run(t, "ip", "-n", n.ns, "route", "add", "default", "via", fmt.Sprintf("192.168.%d.1", 207+i))
+		run(t, "ip", "-n", world.ns, "addr", "add", fmt.Sprintf("192.168.%d.1/24", 207+i), "dev", peer)
+		run(t, "ip", "-n", world.ns, "link", "set", peer, "up")
+	}
+	run(t, "ip", "-n", world.ns, "route", "add", "10.70.0.0/16", "via", "192.168.207.2")
+	world.serve(t)
 	apiAddr := strings.TrimPrefix(api.URL, "https://")
 	for i, n := range []*node{a, b} {
 		name := fmt.Sprintf("node-%c", 'a'+i)
@@ -135,6 +153,43 @@ func TestClusterOfTwoNodesWiresPodsAcrossNodes(t *testing.T) {
 	if err := ping(a.ns, pods[0].ip, 3); err != nil {
 		t.Fatalf("node-a to its pod through ovn0: %v", err)
 	}
+
+	// Egress (ovn-default has natOutgoing): each pod leaves through its own
+	// node, masqueraded to that node's uplink address.
+	for i, p := range pods {
+		want := fmt.Sprintf("192.168.%d.2", 207+i)
+		if src, err := world.sourceSeen(p.ns, 5*time.Second); err != nil || src != want {
+			t.Fatalf("%s to the outside: saw source %q (%v), want its node's %s\n%s\n%s", p.name, src, err, want, p.node.logTail(), egressState(p.node))
+		}
+	}
+	// A subnet without natOutgoing: its pods leave routed, with their own address.
+	dc := dynamic.NewForConfigOrDie(api.Config)
+	if _, err := dc.Resource(schema.GroupVersionResource{Group: "kubeovn.io", Version: "v1", Resource: "subnets"}).Create(ctx,
+		&unstructured.Unstructured{Object: map[string]any{"apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": map[string]any{"name": "routed"},
+			"spec": map[string]any{"cidrBlock": "10.70.0.0/16", "natOutgoing": false}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	routed := &kubePod{node: a, name: "routed-a"}
+	if _, err := kc.CoreV1().Pods("default").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: routed.name,
+		Annotations: map[string]string{"ovn.kubernetes.io/logical_switch": "routed"}},
+		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "c", Image: "none"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	routed.ns = newNetns(t, "ohk")
+	if res, err := cni(a, "ADD", routed.ns, routed.name); err != nil {
+		var diag strings.Builder
+		for _, c := range [][]string{{"ovn-nbctl", "--db=" + central.NB(), "show"}, {"ovn-sbctl", "--db=" + central.SB(), "show"},
+			{"tail", "-20", a.path("log", "ovn-controller.log")}, {"sh", "-c", "tail -20 " + central.Dir + "/*northd*.log"}} {
+			o, _ := exec.Command(c[0], c[1:]...).CombinedOutput()
+			diag.WriteString("$ " + strings.Join(c, " ") + "\n" + string(o))
+		}
+		t.Fatalf("ADD %s: %v\n%s\n%s\n%s", routed.name, err, res, a.logTail(), diag.String())
+	}
+	pods = append(pods, routed)
+	if src, err := world.sourceSeen(routed.ns, 5*time.Second); err != nil || !strings.HasPrefix(src, "10.70.") {
+		t.Fatalf("%s (natOutgoing false) to the outside: saw source %q (%v), want its own 10.70.x address\n%s", routed.name, src, err, egressState(a))
+	}
+
 	for _, p := range pods {
 		if out, err := cni(p.node, "DEL", p.ns, p.name); err != nil {
 			t.Fatalf("DEL %s: %v\n%s", p.name, err, out)
@@ -145,7 +200,7 @@ func TestClusterOfTwoNodesWiresPodsAcrossNodes(t *testing.T) {
 // cni runs the plugin the node installed, as kubelet would, inside the
 // node's network namespace.
 func cni(n *node, command, podNS, pod string) ([]byte, error) {
-	conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"ovnhost","type":"ovnhost-cni","socket":%q}`, n.path("cni.sock"))
+	conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"ovnhost","type":"ovnhost-cni","socket":%q,"timeoutSeconds":60}`, n.path("cni.sock"))
 	cmd := exec.Command("ip", "netns", "exec", n.ns, n.path("cni-bin", "ovnhost-cni"))
 	cmd.Env = []string{"CNI_COMMAND=" + command, "CNI_CONTAINERID=" + podNS, "CNI_NETNS=/var/run/netns/" + podNS, "CNI_IFNAME=eth0",
 		"CNI_PATH=" + n.path("cni-bin"), "CNI_ARGS=K8S_POD_NAMESPACE=default;K8S_POD_NAME=" + pod}

@@ -28,7 +28,15 @@ func newOutside(t *testing.T, n *node) *outside {
 	run(t, "ip", "-n", n.ns, "route", "add", "default", "via", "192.168.206.1")
 	run(t, "ip", "-n", o.ns, "addr", "add", "192.168.206.1/24", "dev", "wan0")
 	run(t, "ip", "-n", o.ns, "link", "set", "wan0", "up")
-	l, err := listenInNetns(o.ns, o.addr)
+	o.serve(t)
+	return o
+}
+
+// serve answers each connection with its source address.
+func (o *outside) serve(t *testing.T) {
+	t.Helper()
+	_, port, _ := net.SplitHostPort(o.addr)
+	l, err := listenInNetns(o.ns, ":"+port)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +52,6 @@ func newOutside(t *testing.T, n *node) *outside {
 			c.Close()
 		}
 	}()
-	return o
 }
 
 // sourceSeen connects from a pod's namespace to the outside and returns the

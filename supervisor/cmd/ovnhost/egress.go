@@ -57,7 +57,11 @@ func (u *egressUnit) apply(ctx context.Context, plan server.EgressPlan) error {
 			return fmt.Errorf("enable IPv4 forwarding for pod egress: %w", err)
 		}
 	}
-	return m.Apply(ctx, hostnat.Rules{NATOutgoing: plan.NATOutgoing, Exclude: plan.Cluster})
+	if err := m.Apply(ctx, hostnat.Rules{NATOutgoing: plan.NATOutgoing, Exclude: plan.Cluster}); err != nil {
+		return err
+	}
+	u.log.Info("pod egress NAT applied", "masquerade_from", plan.NATOutgoing, "except_to", plan.Cluster)
+	return nil
 }
 
 func (u *egressUnit) Stop(ctx context.Context) error {

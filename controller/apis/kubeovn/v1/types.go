@@ -84,17 +84,16 @@ var notApplied = []struct {
 	asks        func(SubnetSpec) bool
 	consequence string
 }{
-	{"natOutgoing", func(s SubnetSpec) bool { return s.NatOutgoing },
-		"natOutgoing is recorded but not applied yet: pods of this subnet reach the cluster and nodes, not outside addresses."},
 	{"gatewayType", func(s SubnetSpec) bool { return s.GatewayType == "centralized" },
-		"gatewayType centralized is recorded but not applied yet: no traffic of this subnet is sent through a central gateway node."},
+		"gatewayType centralized is recorded but not applied yet: this subnet's traffic to outside addresses leaves through each pod's own node (distributed)."},
 	{"gatewayNode", func(s SubnetSpec) bool { return strings.TrimSpace(s.GatewayNode) != "" },
 		"gatewayNode is recorded but not applied yet: the node(s) it names do not act as this subnet's gateway."},
 }
 
 // NotAppliedFields lists, in spec order, the fields of spec that ask for
-// something the controller records but does not apply yet: natOutgoing true,
-// gatewayType centralized, a non-empty gatewayNode. Empty when there is none.
+// something the controller records but does not apply yet: gatewayType
+// centralized, a non-empty gatewayNode. (natOutgoing is applied: the node
+// masquerades, the router sends each pod's egress to its node.) Empty when there is none.
 func NotAppliedFields(spec SubnetSpec) []string {
 	var out []string
 	for _, n := range notApplied {

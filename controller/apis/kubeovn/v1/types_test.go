@@ -49,14 +49,14 @@ func TestNotAppliedFieldsAndMessage(t *testing.T) {
 		{SubnetSpec{}, nil, nil},
 		{SubnetSpec{GatewayType: "distributed"}, nil, nil},
 		{SubnetSpec{GatewayNode: "  "}, nil, nil},
-		{SubnetSpec{NatOutgoing: true, GatewayType: "distributed"}, []string{"natOutgoing"},
-			[]string{"natOutgoing is recorded but not applied yet: pods of this subnet reach the cluster and nodes, not outside addresses."}},
+		// natOutgoing is applied (egress masqueraded on each pod's node).
+		{SubnetSpec{NatOutgoing: true, GatewayType: "distributed"}, nil, nil},
 		{SubnetSpec{GatewayType: "centralized"}, []string{"gatewayType"},
 			[]string{"gatewayType centralized is recorded but not applied yet:"}},
 		{SubnetSpec{GatewayNode: "n1"}, []string{"gatewayNode"},
 			[]string{"gatewayNode is recorded but not applied yet:"}},
-		{SubnetSpec{NatOutgoing: true, GatewayType: "centralized", GatewayNode: "n1,n2"}, []string{"natOutgoing", "gatewayType", "gatewayNode"},
-			[]string{"natOutgoing is recorded", "gatewayType centralized is recorded", "gatewayNode is recorded"}},
+		{SubnetSpec{NatOutgoing: true, GatewayType: "centralized", GatewayNode: "n1,n2"}, []string{"gatewayType", "gatewayNode"},
+			[]string{"gatewayType centralized is recorded", "gatewayNode is recorded"}},
 	}
 	for _, c := range cases {
 		got := NotAppliedFields(c.spec)
@@ -84,7 +84,7 @@ func TestNotAppliedFieldsAndMessage(t *testing.T) {
 		}
 	}
 	// The message depends on the set only, not on the order it is given in.
-	if a, b := NotAppliedMessage([]string{"gatewayNode", "natOutgoing"}), NotAppliedMessage([]string{"natOutgoing", "gatewayNode"}); a != b {
+	if a, b := NotAppliedMessage([]string{"gatewayNode", "gatewayType"}), NotAppliedMessage([]string{"gatewayType", "gatewayNode"}); a != b {
 		t.Errorf("order changes the message: %q vs %q", a, b)
 	}
 	if NotAppliedMessage(nil) != "" || NotAppliedMessage([]string{"vlan"}) != "" {

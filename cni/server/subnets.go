@@ -1,0 +1,91 @@
+package server
+
+import (
+	"net/netip"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/ovnhost/ovnhost/internal/ovnnet"
+)
+
+// The node reads Subnets (kubeovn.io/v1) for the host side of egress: which
+// CIDRs are the cluster's and which of them ask for natOutgoing. Only
+// Subnets the controller has validated count: a Subnet's spec alone is
+// not trusted to rewrite the node's NAT.
+var subnetGVR = schema.GroupVersionResource{Group: "kubeovn.io", Version: "v1", Resource: "subnets"}
+
+const subnetsKey = "subnets"
+
+func (k *kubeSource) startSubnets(dyn dynamic.Interface) error {
+	k.subnetFac = dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	k.subnets = k.subnetFac.ForResource(subnetGVR).Informer()
+	_, err := k.subnets.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { k.signal(subnetsKey) },
+		UpdateFunc: func(any, any) { k.signal(subnetsKey) },
+		DeleteFunc: func(any) { k.signal(subnetsKey) },
+	})
+	if err != nil {
+		return err
+	}
+	k.subnetFac.Start(k.stop)
+	return nil
+}
+
+// egressPlan is what the host masquerades, from the validated Subnets
+// (nil without a Subnet informer: the host's NAT is left alone).
+func (k *kubeSource) egressPlan(join []netip.Prefix) *EgressPlan {
+	if k.subnets == nil {
+		return nil
+	}
+	plan := &EgressPlan{Cluster: append([]netip.Prefix{netip.MustParsePrefix(ovnnet.DefaultServiceCIDR)}, join...)}
+	for _, obj := range k.subnets.GetStore().List() {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		cidrs, nat, ok := subnetEgress(u)
+		if !ok {
+			continue
+		}
+		plan.Cluster = append(plan.Cluster, cidrs...)
+		if nat {
+			plan.NATOutgoing = append(plan.NATOutgoing, cidrs...)
+		}
+	}
+	sortPrefixes(plan.Cluster)
+	sortPrefixes(plan.NATOutgoing)
+	return plan
+}
+
+// subnetEgress reads a Subnet's CIDRs and natOutgoing; ok is false unless
+// the controller marked it Validated.
+func subnetEgress(u *unstructured.Unstructured) (cidrs []netip.Prefix, natOutgoing, ok bool) {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Validated" && m["status"] == "True" {
+			ok = true
+		}
+	}
+	if !ok {
+		return nil, false, false
+	}
+	block, _, _ := unstructured.NestedString(u.Object, "spec", "cidrBlock")
+	for _, s := range strings.Split(block, ",") {
+		if p, err := netip.ParsePrefix(strings.TrimSpace(s)); err == nil {
+			cidrs = append(cidrs, p.Masked())
+		}
+	}
+	natOutgoing, _, _ = unstructured.NestedBool(u.Object, "spec", "natOutgoing")
+	return cidrs, natOutgoing, len(cidrs) > 0
+}
+
+func sortPrefixes(ps []netip.Prefix) {
+	sort.Slice(ps, func(i, j int) bool { return ps[i].String() < ps[j].String() })
+}
