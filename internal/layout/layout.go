@@ -106,10 +106,10 @@ type Layout struct {
 	Paths
 
 	ConfDB, SystemIDFile, DBSock, OVSDBPid, OVSDBCtl, OVSDBLog string
-	VSwitchdPid, VSwitchdCtl, VSwitchdLog, BrIntMgmt            string
-	ControllerPid, ControllerLog                                string
-	NBDB, SBDB, NBSock, SBSock, NBPid, SBPid, NBLog, SBLog      string
-	NBCtl, SBCtl, NorthdPid, NorthdCtl, NorthdLog               string
+	VSwitchdPid, VSwitchdCtl, VSwitchdLog, BrIntMgmt           string
+	ControllerPid, ControllerLog                               string
+	NBDB, SBDB, NBSock, SBSock, NBPid, SBPid, NBLog, SBLog     string
+	NBCtl, SBCtl, NorthdPid, NorthdCtl, NorthdLog              string
 }
 
 // New plans the files under p's directories.
