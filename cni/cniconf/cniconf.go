@@ -161,6 +161,12 @@ func Analyze(dir string, names []string, read func(name string) ([]byte, error),
 		r.Status = Fail
 		r.Found = path + " does not call the " + PluginType + " plugin (types: " + strings.Join(r.Files[ourIdx].Types, ",") + ")"
 		r.Fix = "remove it and restart ovnhost to rewrite it"
+	case r.Files[ourIdx].Types[0] != PluginType:
+		// Chained plugins (portmap for hostPorts) come after ovnhost-cni:
+		// they need its result as prevResult.
+		r.Status = Fail
+		r.Found = path + " runs " + r.Files[ourIdx].Types[0] + " before the " + PluginType + " plugin (types: " + strings.Join(r.Files[ourIdx].Types, ",") + ")"
+		r.Fix = "remove it and restart ovnhost to rewrite it"
 	case len(r.Outranking) > 0:
 		first := r.Outranking[0]
 		if len(first.Types) > 0 && (first.Types[0] == "multus" || first.Types[0] == "multus-shim") && len(r.Outranking) == 1 {

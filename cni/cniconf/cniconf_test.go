@@ -48,6 +48,9 @@ func TestAnalyze(t *testing.T) {
 		{"unparsable first", map[string]string{Conflist: ours, "00-aaa.json": "{"}, Fail, []string{"containerd stops at the unparsable 00-aaa.json"}, "rm /etc/cni/net.d/00-aaa.json"},
 		{"ours broken", map[string]string{Conflist: "{nope"}, Fail, []string{"cannot be parsed"}, "restart ovnhost"},
 		{"ours wrong plugin", map[string]string{Conflist: flannel}, Fail, []string{"does not call the ovnhost-cni plugin"}, "restart ovnhost"},
+		{"ours without portmap", map[string]string{Conflist: `{"cniVersion":"0.4.0","name":"ovnhost","plugins":[{"type":"ovnhost-cni","socket":"/run/x.sock"}]}`}, Pass, []string{"only CNI configuration"}, ""},
+		{"ours chained with portmap", map[string]string{Conflist: `{"cniVersion":"0.4.0","name":"ovnhost","plugins":[{"type":"ovnhost-cni","socket":"/run/x.sock"},{"type":"portmap","capabilities":{"portMappings":true},"snat":true}]}`}, Pass, []string{"only CNI configuration"}, ""},
+		{"ours after portmap", map[string]string{Conflist: `{"cniVersion":"0.4.0","name":"ovnhost","plugins":[{"type":"portmap"},{"type":"ovnhost-cni"}]}`}, Fail, []string{"runs portmap before the ovnhost-cni plugin"}, "restart ovnhost"},
 		{"multus first", map[string]string{Conflist: ours, "00-multus.conf": multus}, Warn, []string{"Multus (00-multus.conf)"}, "clusterNetwork"},
 		{"conflist without plugins", map[string]string{Conflist: ours, "0-x.conflist": `{"name":"x"}`}, Fail, []string{"0-x.conflist (unparsable: no plugins)"}, "rm"},
 	}

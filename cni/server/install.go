@@ -8,7 +8,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"time"
 
+	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/ovnhost/ovnhost/cni/cniconf"
@@ -59,21 +62,44 @@ func defaultPluginSource() string {
 	return filepath.Join("/usr/libexec/ovnhost", protocol.PluginType)
 }
 
+// PortmapType is the CNI plugin (containernetworking-plugins' portmap)
+// chained after ovnhost-cni to implement pods' hostPorts.
+const PortmapType = "portmap"
+
 // Conflist returns the network configuration ovnhost installs, with
 // cniVersion version (node setting cni-version; "" is
 // protocol.DefaultConfVersion). The runtime calls the plugin in that
 // version; the plugin answers any.
 func Conflist(socket, version string) []byte {
+	return ConflistChain(socket, version, false)
+}
+
+// ConflistChain is Conflist, with portmap chained after ovnhost-cni when
+// portmap is true: the runtime passes ovnhost-cni's result (the pod's
+// addresses on its sandbox interface) to portmap as prevResult, and the
+// pod's port mappings (Kubernetes hostPort) through the portMappings
+// capability; portmap DNATs hostPort on the node to the pod, and removes
+// its rules on DEL. The content depends only on the arguments, so the
+// installer's restore logic always wants the same bytes.
+func ConflistChain(socket, version string, portmap bool) []byte {
 	if version == "" {
 		version = protocol.DefaultConfVersion
+	}
+	plugins := []map[string]any{{
+		"type":   protocol.PluginType,
+		"socket": socket,
+	}}
+	if portmap {
+		plugins = append(plugins, map[string]any{
+			"type":         PortmapType,
+			"capabilities": map[string]bool{"portMappings": true},
+			"snat":         true,
+		})
 	}
 	conf := map[string]any{
 		"cniVersion": version,
 		"name":       "ovnhost",
-		"plugins": []map[string]any{{
-			"type":   protocol.PluginType,
-			"socket": socket,
-		}},
+		"plugins":    plugins,
 	}
 	b, _ := json.MarshalIndent(conf, "", "  ")
 	return append(b, '\n')
@@ -93,15 +119,52 @@ func (in *installer) installAll() error {
 		in.log.Info("installed CNI plugin", "path", binPath)
 	}
 	confPath := filepath.Join(in.confDir, ConflistName)
-	changed, err = writeAtomic(confPath, Conflist(in.socket, in.version), 0o644)
+	portmap := in.portmapUsable()
+	changed, err = writeAtomic(confPath, ConflistChain(in.socket, in.version, portmap), 0o644)
 	if err != nil {
 		return fmt.Errorf("install the CNI configuration into %s (setting cni-conf-dir): %w", in.confDir, err)
 	}
 	if changed {
-		in.log.Info("installed CNI configuration", "path", confPath)
+		in.log.Info("installed CNI configuration", "path", confPath, "portmap", portmap)
 	}
 	in.report()
 	return nil
+}
+
+// portmapUsable reports whether the CNI bin dir has a portmap plugin that
+// speaks the conflist's cniVersion (Debian 12's containernetworking-plugins
+// 1.1.1 stops at 1.0.0): asked the way libcni asks, CNI_COMMAND=VERSION.
+// Without one, the conflist has no portmap and hostPorts are not mapped.
+func (in *installer) portmapUsable() bool {
+	path := filepath.Join(in.binDir, PortmapType)
+	st, err := os.Stat(path)
+	if err != nil || !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, err := invoke.GetVersionInfo(ctx, path, nil)
+	if err != nil {
+		in.warn("CNI plugin portmap does not answer VERSION: hostPorts are not mapped", "path", path, "err", err)
+		return false
+	}
+	supported := info.SupportedVersions()
+	if !slices.Contains(supported, in.version) {
+		in.warn("CNI plugin portmap does not support the conflist's cniVersion: hostPorts are not mapped",
+			"path", path, "cniVersion", in.version, "supported", supported)
+		return false
+	}
+	return true
+}
+
+// portmapSettle is how long the portmap binary must stay unchanged before
+// the installer probes it.
+const portmapSettle = 300 * time.Millisecond
+
+func (in *installer) warn(msg string, args ...any) {
+	if in.log != nil {
+		in.log.Warn(msg, args...)
+	}
 }
 
 // report logs what the container runtime will see in the conf dir.
@@ -178,10 +241,19 @@ func (in *installer) watch(ctx context.Context, w *fsnotify.Watcher) {
 		filepath.Join(in.confDir, ConflistName):       true,
 		filepath.Join(in.binDir, protocol.PluginType): true,
 	}
+	// portmap is probed once its events have settled (a copy is a Create
+	// and many Writes).
+	var settle <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-settle:
+			settle = nil
+			// portmap installed, upgraded or removed: chain it or not.
+			if err := in.installAll(); err != nil {
+				in.log.Error("cannot update the CNI configuration for portmap", "err", err)
+			}
 		case err, ok := <-w.Errors:
 			if !ok {
 				return
@@ -199,6 +271,8 @@ func (in *installer) watch(ctx context.Context, w *fsnotify.Watcher) {
 				} else {
 					in.log.Warn("CNI installation was changed by someone else; restored", "path", ev.Name, "op", ev.Op.String())
 				}
+			case ev.Name == filepath.Join(in.binDir, PortmapType):
+				settle = time.After(portmapSettle)
 			case filepath.Dir(ev.Name) == in.confDir && cniconf.IsConfFile(base) && base != ConflistName && ev.Op&(fsnotify.Create|fsnotify.Write|fsnotify.Rename) != 0:
 				in.report()
 			}

@@ -2,6 +2,7 @@ package ovnnb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -11,6 +12,7 @@ import (
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
+	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
 )
 
 // AddressSet is a named set of addresses or CIDRs that matches refer to as
@@ -42,18 +44,21 @@ func (c *Client) EnsureAddressSet(ctx context.Context, s AddressSet) error {
 	if err != nil {
 		return err
 	}
-	var ops []ovsdb.Operation
 	if cur == nil {
-		ops, err = c.cl.Create(&nbdb.AddressSet{Name: s.Name, Addresses: addrs, ExternalIDs: ids})
+		if err := c.CreateAddressSetIfMissing(ctx, AddressSet{Name: s.Name, Addresses: addrs, ExternalIDs: s.ExternalIDs}); err != nil {
+			return err
+		}
 	} else {
 		have := slices.Clone(cur.Addresses)
 		slices.Sort(have)
 		if slices.Equal(have, addrs) && maps.Equal(cur.ExternalIDs, ids) {
 			return nil
 		}
-		upd := &nbdb.AddressSet{UUID: cur.UUID, Addresses: addrs, ExternalIDs: ids}
-		ops, err = c.cl.Where(upd).Update(upd, &upd.Addresses, &upd.ExternalIDs)
 	}
+	// By name: it may have been created a moment ago (here or elsewhere).
+	upd := &nbdb.AddressSet{Addresses: addrs, ExternalIDs: ids}
+	ops, err := c.cl.WhereAll(upd, model.Condition{Field: &upd.Name, Function: ovsdb.ConditionEqual, Value: s.Name}).
+		Update(upd, &upd.Addresses, &upd.ExternalIDs)
 	if err != nil {
 		return err
 	}
@@ -75,28 +80,30 @@ func (c *Client) mutateAddressSet(ctx context.Context, name string, op ovsdb.Mut
 	if len(addrs) == 0 {
 		return nil
 	}
-	cur, err := c.addressSet(ctx, name)
-	if err != nil {
-		return err
-	}
-	if cur == nil {
-		if op == ovsdb.MutateOperationDelete {
+	if cur, err := c.addressSet(ctx, name); err == nil && cur != nil {
+		if op == ovsdb.MutateOperationInsert && !slices.ContainsFunc(addrs, func(a string) bool { return !slices.Contains(cur.Addresses, a) }) {
 			return nil
 		}
-		return fmt.Errorf("ovnnb: address set %q does not exist", name)
+		if op == ovsdb.MutateOperationDelete && !slices.ContainsFunc(addrs, func(a string) bool { return slices.Contains(cur.Addresses, a) }) {
+			return nil
+		}
 	}
-	if op == ovsdb.MutateOperationInsert && !slices.ContainsFunc(addrs, func(a string) bool { return !slices.Contains(cur.Addresses, a) }) {
-		return nil
-	}
-	if op == ovsdb.MutateOperationDelete && !slices.ContainsFunc(addrs, func(a string) bool { return slices.Contains(cur.Addresses, a) }) {
-		return nil
-	}
-	ops, err := c.cl.Where(cur).Mutate(cur, model.Mutation{Field: &cur.Addresses, Mutator: op, Value: addrs})
+	// By name, not by the cached UUID: a set created a moment ago may not
+	// be in the cache yet.
+	as := &nbdb.AddressSet{}
+	ops, err := c.cl.WhereAll(as, model.Condition{Field: &as.Name, Function: ovsdb.ConditionEqual, Value: name}).
+		Mutate(as, model.Mutation{Field: &as.Addresses, Mutator: op, Value: addrs})
 	if err != nil {
 		return err
 	}
-	_, err = c.transact(ctx, fmt.Sprintf("%s %v in address set %s", op, addrs, name), ops)
-	return err
+	res, err := c.transact(ctx, fmt.Sprintf("%s %v in address set %s", op, addrs, name), ops)
+	if err != nil {
+		return err
+	}
+	if op == ovsdb.MutateOperationInsert && len(res) > 0 && res[0].Count == 0 {
+		return fmt.Errorf("ovnnb: address set %q does not exist", name)
+	}
+	return nil
 }
 
 // DeleteAddressSet removes the set if it exists.
@@ -215,13 +222,29 @@ func owned(ids, match map[string]string) bool {
 }
 
 // CreateAddressSetIfMissing creates the set (with s.Addresses) unless one of
-// that name exists; an existing set keeps its addresses.
+// that name exists; an existing set keeps its addresses. Atomic in the
+// server: the insert is guarded by a wait for no row of that name, so
+// concurrent callers create it once.
 func (c *Client) CreateAddressSetIfMissing(ctx context.Context, s AddressSet) error {
-	cur, err := c.addressSet(ctx, s.Name)
-	if err != nil || cur != nil {
+	if cur, err := c.addressSet(ctx, s.Name); err != nil || cur != nil {
 		return err
 	}
-	return c.EnsureAddressSet(ctx, s)
+	zero := 0
+	wait := ovsdb.Operation{Op: ovsdb.OperationWait, Table: nbdb.AddressSetTable, Timeout: &zero,
+		Where:   []ovsdb.Condition{{Column: "name", Function: ovsdb.ConditionEqual, Value: s.Name}},
+		// "until the rows of that name are not [that name]": OVSDB requires
+		// a non-empty rows member here (an empty one is dropped by encoding).
+		Columns: []string{"name"}, Until: string(ovsdb.WaitConditionNotEqual), Rows: []ovsdb.Row{{"name": s.Name}}}
+	ins, err := c.cl.Create(&nbdb.AddressSet{Name: s.Name, Addresses: s.Addresses, ExternalIDs: vendorIDs(s.ExternalIDs)})
+	if err != nil {
+		return err
+	}
+	_, err = c.transact(ctx, "create address set "+s.Name, append([]ovsdb.Operation{wait}, ins...))
+	var tx *ovsdbconn.TxError
+	if errors.As(err, &tx) && tx.TimedOut() {
+		return nil // created by someone else meanwhile
+	}
+	return err
 }
 
 // AddressSets lists the ovnhost address sets whose external IDs contain match.

@@ -56,6 +56,9 @@ var clusterMatch = fmt.Sprintf("ip4.dst == $%s", ClusterAddressSet)
 // syncClusterSet rewrites the cluster address set from the subnets and
 // nodes known now.
 func (n *Network) syncClusterSet(ctx context.Context) error {
+	// One writer at a time: the set is rewritten from memory as a whole.
+	n.clusterSetMu.Lock()
+	defer n.clusterSetMu.Unlock()
 	var addrs []string
 	for _, name := range n.IPAM.SubnetNames() {
 		s, _ := n.IPAM.Subnet(name)

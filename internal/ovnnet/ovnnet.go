@@ -66,8 +66,9 @@ type Network struct {
 	NB   *ovnnb.Client
 	cfg  Config
 
-	mu      sync.Mutex
-	nodeIPs map[string][]netip.Addr // node -> its internal addresses (kept in the cluster set)
+	mu           sync.Mutex
+	nodeIPs      map[string][]netip.Addr // node -> its internal addresses (kept in the cluster set)
+	clusterSetMu sync.Mutex
 }
 
 // New returns a Network with an empty IPAM.

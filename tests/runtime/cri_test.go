@@ -39,17 +39,28 @@ func (e *env) writeJSON(name string, v any) string {
 // container running command.
 func (e *env) runPod(name string, command ...string) *pod {
 	e.t.Helper()
+	return e.runPodWith(name, nil, command...)
+}
+
+// runPodWith is runPod with extra fields of the sandbox config (e.g.
+// port_mappings).
+func (e *env) runPodWith(name string, extra map[string]any, command ...string) *pod {
+	e.t.Helper()
 	p := &pod{name: name}
 	logDir := e.path("cri", "logs", name)
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		e.t.Fatal(err)
 	}
-	p.cfg = e.writeJSON(name+"-pod.json", map[string]any{
+	sbCfg := map[string]any{
 		"metadata":      map[string]any{"name": name, "namespace": "default", "uid": name + "-uid", "attempt": 0},
 		"hostname":      name,
 		"log_directory": logDir,
 		"linux":         map[string]any{"cgroup_parent": e.cgParent},
-	})
+	}
+	for k, v := range extra {
+		sbCfg[k] = v
+	}
+	p.cfg = e.writeJSON(name+"-pod.json", sbCfg)
 	ctrCfg := e.writeJSON(name+"-ctr.json", map[string]any{
 		"metadata": map[string]any{"name": "busybox"},
 		"image":    map[string]any{"image": busyboxRef},

@@ -325,6 +325,8 @@ func newEnv(t *testing.T) *env {
 		}
 	}
 	requireFile(t, "/usr/lib/cni/loopback", "containernetworking-plugins")
+	requireFile(t, "/usr/lib/cni/portmap", "containernetworking-plugins")
+	testenv.RequireCommands(t, "iptables-save")
 	requireStatic(t, "/bin/busybox", "busybox-static")
 	testenv.Binary(t, "ovnhost")
 	testenv.Binary(t, "ovnhost-cni")
@@ -391,6 +393,19 @@ func (e *env) startNode() {
 		"--ovn-db-dir=" + e.path("ovn-db"), "--ovn-run-dir=" + e.path("ovn-run"), "--ovn-log-dir=" + e.path("log"),
 		"--health-addr=127.0.0.1:10665", "--node-name=runtime-node", "--stop-timeout=5s", "--start-timeout=30s",
 		"--cni-socket=" + e.path("cni.sock"), "--cni-bin-dir=" + e.path("cni-bin"), "--cni-conf-dir=" + e.path("cni-conf"),
+	}
+	// portmap (hostPorts) is in the bin dir before ovnhost starts, as on a
+	// node with Debian's containernetworking-plugins: the conflist ovnhost
+	// installs chains it after ovnhost-cni.
+	pm, err := os.ReadFile("/usr/lib/cni/portmap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(e.path("cni-bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(e.path("cni-bin", "portmap"), pm, 0o755); err != nil {
+		t.Fatal(err)
 	}
 	help, _ := exec.Command(bin, "run", "--help").CombinedOutput()
 	hasCNIVersion := bytes.Contains(help, []byte("-cni-version"))

@@ -1,0 +1,222 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+
+	"github.com/ovnhost/ovnhost/cni/cniconf"
+)
+
+// fakePortmap writes a portmap plugin into dir that answers CNI_COMMAND=VERSION
+// with the given supported versions (as containernetworking-plugins' does).
+func fakePortmap(t *testing.T, dir string, versions string) string {
+	t.Helper()
+	p := filepath.Join(dir, PortmapType)
+	script := "#!/bin/sh\n[ \"$CNI_COMMAND\" = VERSION ] || exit 1\ncat >/dev/null\n" +
+		`echo '{"cniVersion":"1.0.0","supportedVersions":[` + versions + `]}'` + "\n"
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+type chain struct {
+	CNIVersion string           `json:"cniVersion"`
+	Name       string           `json:"name"`
+	Plugins    []map[string]any `json:"plugins"`
+}
+
+func parseChain(t *testing.T, b []byte) chain {
+	t.Helper()
+	var c chain
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatalf("conflist %s: %v", b, err)
+	}
+	return c
+}
+
+func TestConflistChain(t *testing.T) {
+	if !bytes.Equal(Conflist("/run/x.sock", "0.4.0"), ConflistChain("/run/x.sock", "0.4.0", false)) {
+		t.Fatal("Conflist differs from ConflistChain without portmap")
+	}
+	for _, v := range []string{"", "0.3.1", "0.4.0", "1.0.0", "1.1.0"} {
+		for _, pm := range []bool{false, true} {
+			raw := ConflistChain("/run/x.sock", v, pm)
+			if !bytes.Equal(raw, ConflistChain("/run/x.sock", v, pm)) {
+				t.Fatal("not deterministic")
+			}
+			c := parseChain(t, raw)
+			want := 1
+			if pm {
+				want = 2
+			}
+			if len(c.Plugins) != want || c.Plugins[0]["type"] != "ovnhost-cni" || c.Plugins[0]["socket"] != "/run/x.sock" {
+				t.Fatalf("%s portmap=%v: plugins %v", v, pm, c.Plugins)
+			}
+			if pm {
+				p := c.Plugins[1]
+				caps, _ := p["capabilities"].(map[string]any)
+				if p["type"] != "portmap" || p["snat"] != true || caps["portMappings"] != true || len(p) != 3 {
+					t.Fatalf("portmap entry %v", p)
+				}
+			}
+			// libcni loads it, and passes port mappings only to portmap.
+			l, err := libcni.ConfListFromBytes(raw)
+			if err != nil || len(l.Plugins) != want {
+				t.Fatalf("libcni: %v %+v", err, l)
+			}
+			if pm && !l.Plugins[1].Network.Capabilities["portMappings"] {
+				t.Fatalf("libcni sees no portMappings capability: %+v", l.Plugins[1].Network)
+			}
+			// doctor and the server's report: ours, and fine.
+			r := cniconf.Analyze("/etc/cni/net.d", []string{ConflistName}, func(string) ([]byte, error) { return raw, nil }, "")
+			if r.Status != cniconf.Pass || !r.Files[0].Ours {
+				t.Fatalf("cniconf on %s: %s %s", raw, r.Status, r.Found)
+			}
+		}
+	}
+}
+
+func newTestInstaller(t *testing.T, version string) *installer {
+	t.Helper()
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src-ovnhost-cni")
+	if err := os.WriteFile(src, []byte("#!/bin/sh\n# ovnhost-cni\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return newInstaller(Options{Socket: "/run/x.sock", BinDir: filepath.Join(dir, "bin"), ConfDir: filepath.Join(dir, "conf"), ConfVersion: version},
+		src, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+func (in *installer) installed(t *testing.T) chain {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(in.confDir, ConflistName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parseChain(t, raw)
+}
+
+func TestInstallChainsPortmapWhenPresent(t *testing.T) {
+	for _, tc := range []struct {
+		name, version, portmap string // portmap: supported versions, "-" none
+		chained                bool
+	}{
+		{"absent", "0.4.0", "-", false},
+		{"present", "0.4.0", `"0.3.1","0.4.0","1.0.0"`, true},
+		{"present-default-version", "", `"0.4.0","1.0.0"`, true},
+		{"too-old-for-1.1.0", "1.1.0", `"0.3.1","0.4.0","1.0.0"`, false},
+		{"new-enough-for-1.1.0", "1.1.0", `"1.0.0","1.1.0"`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := newTestInstaller(t, tc.version)
+			if err := os.MkdirAll(in.binDir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if tc.portmap != "-" {
+				fakePortmap(t, in.binDir, tc.portmap)
+			}
+			if err := in.installAll(); err != nil {
+				t.Fatal(err)
+			}
+			c := in.installed(t)
+			if got := len(c.Plugins) == 2 && c.Plugins[1]["type"] == "portmap"; got != tc.chained {
+				t.Fatalf("chained %v, want %v: %v", got, tc.chained, c.Plugins)
+			}
+			if !bytes.Equal(mustRead(t, filepath.Join(in.confDir, ConflistName)), ConflistChain(in.socket, in.version, tc.chained)) {
+				t.Fatal("installed conflist is not ConflistChain's")
+			}
+		})
+	}
+	// A portmap that is not executable, or does not answer, is not chained.
+	in := newTestInstaller(t, "0.4.0")
+	_ = os.MkdirAll(in.binDir, 0o755)
+	_ = os.WriteFile(filepath.Join(in.binDir, PortmapType), []byte("#!/bin/sh\nexit 3\n"), 0o755)
+	if err := in.installAll(); err != nil {
+		t.Fatal(err)
+	}
+	if c := in.installed(t); len(c.Plugins) != 1 {
+		t.Fatalf("a failing portmap was chained: %v", c.Plugins)
+	}
+}
+
+func mustRead(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestWatchFollowsPortmap: portmap installed or removed while the daemon
+// runs rewrites the conflist; restoring a changed conflist keeps the chain.
+func TestWatchFollowsPortmap(t *testing.T) {
+	in := newTestInstaller(t, "0.4.0")
+	if err := in.installAll(); err != nil {
+		t.Fatal(err)
+	}
+	w, err := in.startWatch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { in.watch(ctx, w); close(done) }()
+	defer func() { cancel(); <-done }()
+	conf := filepath.Join(in.confDir, ConflistName)
+	waitFor := func(what string, want []byte) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !bytes.Equal(mustRead(t, conf), want) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: conflist is\n%s\nwant\n%s", what, mustRead(t, conf), want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	with, without := ConflistChain(in.socket, in.version, true), ConflistChain(in.socket, in.version, false)
+	waitFor("start", without)
+
+	fakePortmap(t, in.binDir, `"0.4.0"`)
+	waitFor("portmap installed", with)
+
+	if err := os.WriteFile(conf, []byte(`{"name":"x"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("conflist overwritten", with)
+
+	if err := os.Remove(filepath.Join(in.binDir, PortmapType)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("portmap removed", without)
+}
+
+// TestInstallProbesRealPortmap: Debian's containernetworking-plugins portmap
+// answers the VERSION probe and is chained at the default cniVersion.
+func TestInstallProbesRealPortmap(t *testing.T) {
+	const real = "/usr/lib/cni/portmap"
+	bin, err := os.ReadFile(real)
+	if err != nil {
+		t.Skipf("%s: %v (Debian package containernetworking-plugins)", real, err)
+	}
+	for _, v := range []string{"", "0.4.0", "1.0.0"} {
+		in := newTestInstaller(t, v)
+		_ = os.MkdirAll(in.binDir, 0o755)
+		if err := os.WriteFile(filepath.Join(in.binDir, PortmapType), bin, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if !in.portmapUsable() {
+			t.Fatalf("cniVersion %q: %s not usable", v, real)
+		}
+	}
+}
