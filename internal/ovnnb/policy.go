@@ -231,7 +231,7 @@ func (c *Client) CreateAddressSetIfMissing(ctx context.Context, s AddressSet) er
 	}
 	zero := 0
 	wait := ovsdb.Operation{Op: ovsdb.OperationWait, Table: nbdb.AddressSetTable, Timeout: &zero,
-		Where:   []ovsdb.Condition{{Column: "name", Function: ovsdb.ConditionEqual, Value: s.Name}},
+		Where: []ovsdb.Condition{{Column: "name", Function: ovsdb.ConditionEqual, Value: s.Name}},
 		// "until the rows of that name are not [that name]": OVSDB requires
 		// a non-empty rows member here (an empty one is dropped by encoding).
 		Columns: []string{"name"}, Until: string(ovsdb.WaitConditionNotEqual), Rows: []ovsdb.Row{{"name": s.Name}}}
