@@ -217,7 +217,7 @@ func cni(n *node, command, podNS, pod string) ([]byte, error) {
 // proxyAPIInto makes the API server (on the test's loopback) answer on the
 // same address inside the named namespace: a listener created from that
 // namespace, connections forwarded from the test's own.
-func proxyAPIInto(t *testing.T, ns, addr string) {
+func proxyAPIInto(t testing.TB, ns, addr string) {
 	t.Helper()
 	l, err := listenInNetns(ns, addr)
 	if err != nil {

@@ -19,7 +19,7 @@ type outside struct {
 	addr string // host:port of the responder
 }
 
-func newOutside(t *testing.T, n *node) *outside {
+func newOutside(t testing.TB, n *node) *outside {
 	t.Helper()
 	o := &outside{ns: newNetns(t, "ohx"), addr: "192.168.206.1:7000"}
 	run(t, "ip", "link", "add", "ul0", "netns", n.ns, "type", "veth", "peer", "name", "wan0", "netns", o.ns)
@@ -33,7 +33,7 @@ func newOutside(t *testing.T, n *node) *outside {
 }
 
 // serve answers each connection with its source address.
-func (o *outside) serve(t *testing.T) {
+func (o *outside) serve(t testing.TB) {
 	t.Helper()
 	_, port, _ := net.SplitHostPort(o.addr)
 	l, err := listenInNetns(o.ns, ":"+port)
@@ -71,15 +71,48 @@ func (o *outside) sourceSeen(podNS string, timeout time.Duration) (string, error
 	return strings.TrimSpace(line), err
 }
 
+// natBackend is one way the node masquerades: how another agent wipes its
+// rules and how a user lists what is left of them.
+type natBackend struct {
+	name  string
+	flush [][]string // run in the node's namespace
+	list  []string   // the NAT state, in the node's namespace
+}
+
+var natBackends = []natBackend{
+	// firewall-cmd --reload (nftables backend) flushes the whole ruleset.
+	{name: "nft", flush: [][]string{{"nft", "flush", "ruleset"}}, list: []string{"nft", "list", "ruleset"}},
+	// An iptables-legacy agent (firewalld's iptables backend, a script doing
+	// iptables -t nat -F) flushes ovnhost's chain and POSTROUTING's jump.
+	{name: "iptables-legacy", flush: [][]string{
+		{"iptables-legacy", "-t", "nat", "-F", "OVNHOST-POSTROUTING"},
+		{"iptables-legacy", "-t", "nat", "-F", "POSTROUTING"},
+	}, list: []string{"iptables-legacy-save", "-t", "nat"}},
+}
+
 // A pod on a natOutgoing subnet (standalone's ovn-default, as Kube-OVN's)
 // reaches the outside through its own node, masqueraded to the node's
 // address; flushed NAT rules come back; stop and cleanup leave no rule.
+// Once per NAT backend (--nat-backend).
 func TestPodEgressLeavesMasqueradedThroughItsNode(t *testing.T) {
+	for _, be := range natBackends {
+		t.Run(be.name, func(t *testing.T) {
+			if be.name == "iptables-legacy" {
+				testenv.RequireCommands(t, "iptables-legacy", "iptables-legacy-save")
+			} else {
+				testenv.RequireCommands(t, "nft")
+			}
+			testPodEgress(t, be)
+		})
+	}
+}
+
+func testPodEgress(t *testing.T, be natBackend) {
 	n := newNode(t)
 	testenv.Binary(t, "ovnhost-cni")
 	out := newOutside(t, n)
 	n.env = append(n.env, "IFACE=ul0")
-	n.start()
+	n.start("--nat-backend=" + be.name)
 	pod := newNetns(t, "ohe")
 	if res, err := cni(n, "ADD", pod, "egress"); err != nil {
 		t.Fatalf("ADD: %v\n%s\n%s", err, res, n.logTail())
@@ -90,29 +123,43 @@ func TestPodEgressLeavesMasqueradedThroughItsNode(t *testing.T) {
 	if err != nil || src != "192.168.206.2" {
 		t.Fatalf("pod to outside: saw source %q (%v), want the node's 192.168.206.2\n%s\n%s", src, err, n.logTail(), egressState(n))
 	}
+	// The rules are where the backend keeps them, and only there.
+	rules, _ := exec.Command("ip", append([]string{"netns", "exec", n.ns}, be.list...)...).CombinedOutput()
+	if !strings.Contains(strings.ToLower(string(rules)), "ovnhost") {
+		t.Fatalf("--nat-backend=%s: no ovnhost rule in %s:\n%s", be.name, strings.Join(be.list, " "), rules)
+	}
 
 	// Another agent flushes the NAT rules (as firewall-cmd --reload does):
 	// they are back within a second.
-	if out, err := exec.Command("ip", "netns", "exec", n.ns, "nft", "flush", "ruleset").CombinedOutput(); err != nil {
-		t.Fatalf("nft flush ruleset: %v %s", err, out)
+	for _, c := range be.flush {
+		if out, err := exec.Command("ip", append([]string{"netns", "exec", n.ns}, c...)...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v %s", strings.Join(c, " "), err, out)
+		}
 	}
-	deadline := time.Now().Add(time.Second)
+	flushed := time.Now()
+	deadline := flushed.Add(time.Second)
 	for {
 		src, err = out.sourceSeen(pod, 200*time.Millisecond)
 		if err == nil && src == "192.168.206.2" {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("egress not restored within 1s of a flush: %q %v\n%s", src, err, n.logTail())
+			t.Fatalf("egress not restored within 1s of a flush: %q %v\n%s\n%s", src, err, n.logTail(), egressState(n))
 		}
 	}
+	t.Logf("%s: egress masqueraded again %v after the flush", be.name, time.Since(flushed).Round(time.Millisecond))
 
 	if code := n.stop(); code != 0 {
 		t.Fatalf("stop: exit %d\n%s", code, n.logTail())
 	}
-	rules, _ := exec.Command("ip", "netns", "exec", n.ns, "nft", "list", "ruleset").CombinedOutput()
-	if strings.Contains(string(rules), "ovnhost") {
-		t.Fatalf("NAT rules left after stop:\n%s", rules)
+	for _, l := range natBackends {
+		rules, err := exec.Command("ip", append([]string{"netns", "exec", n.ns}, l.list...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(l.list, " "), err, rules)
+		}
+		if strings.Contains(strings.ToLower(string(rules)), "ovnhost") {
+			t.Fatalf("NAT rules left after stop (--nat-backend=%s), %s:\n%s", be.name, strings.Join(l.list, " "), rules)
+		}
 	}
 }
 
@@ -121,6 +168,7 @@ func egressState(n *node) string {
 	var b strings.Builder
 	for _, c := range [][]string{
 		{"ip", "netns", "exec", n.ns, "nft", "list", "ruleset"},
+		{"ip", "netns", "exec", n.ns, "iptables-legacy-save", "-t", "nat"},
 		{"ip", "-n", n.ns, "route"},
 		{"ip", "netns", "exec", n.ns, "cat", "/proc/sys/net/ipv4/ip_forward"},
 		{"ovn-nbctl", "--db=unix:" + n.path("ovn-run", "ovnnb_db.sock"), "lr-policy-list", "ovn-cluster"},

@@ -307,7 +307,7 @@ type env struct {
 func (e *env) path(p ...string) string { return filepath.Join(append([]string{e.dir}, p...)...) }
 
 // newEnv checks the prerequisites and lays out the directories; nothing runs yet.
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: runs containerd, runc and OVS/OVN daemons")
