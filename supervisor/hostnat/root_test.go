@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -72,7 +71,7 @@ func requireBackend(t *testing.T, backend string) {
 	t.Helper()
 	if backend == BackendLegacy {
 		if _, err := legacyProgram(v4); err != nil {
-			if os.Getenv("OVNHOST_TEST_STRICT") == "1" {
+			if testenv.Strict() {
 				t.Fatalf("iptables-legacy: %v", err)
 			}
 			t.Skipf("iptables-legacy: %v", err)
