@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,15 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-
-	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
-	"github.com/ovnhost/ovnhost/tests/harness/kubeapi"
-	"github.com/ovnhost/ovnhost/tests/harness/ovncentral"
-	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
 // The whole product on two nodes: a real kube-apiserver, the real
@@ -35,38 +25,10 @@ import (
 // The test plays kubelet: it creates Pods bound to each node and calls the
 // plugin each node installed; the pods then ping each other across nodes.
 func TestClusterOfTwoNodesWiresPodsAcrossNodes(t *testing.T) {
-	testenv.RequireRoot(t)
-	api := kubeapi.Start(t)
-	api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", "crd-subnets.yaml"))
-	central := ovncentral.Start(t)
-	if err := central.WaitNorthd(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	kc := kubernetes.NewForConfigOrDie(api.Config)
+	cp := startControlPlane(t)
+	api, central, kc := cp.api, cp.central, cp.kc
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-
-	ctrl := exec.Command(testenv.Binary(t, "ovnhost-controller"), "--kubeconfig="+api.Kubeconfig, "--ovn-nb-addr="+central.NB(),
-		"--health-addr=", "--leader-elect=false")
-	ctrlLog, _ := os.Create(filepath.Join(t.TempDir(), "controller.log"))
-	ctrl.Stdout, ctrl.Stderr = ctrlLog, ctrlLog
-	if err := ctrl.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ctrl.Process.Kill(); _ = ctrl.Wait() })
-	nb := dial(t, nbdb.FullDatabaseModel, central.NB())
-	if err := nb.WaitUntil(ctx, "the controller's default topology (ovn-default)", func() bool {
-		var ls []nbdb.LogicalSwitch
-		_ = nb.List(ctx, &ls)
-		for _, s := range ls {
-			if s.Name == "ovn-default" {
-				return true
-			}
-		}
-		return false
-	}, nil); err != nil {
-		t.Fatal(err)
-	}
 
 	a, b := newNode(t), newNode(t)
 	run(t, "ip", "link", "add", "ul0", "netns", a.ns, "type", "veth", "peer", "name", "ul0", "netns", b.ns)
@@ -163,8 +125,7 @@ func TestClusterOfTwoNodesWiresPodsAcrossNodes(t *testing.T) {
 		}
 	}
 	// A subnet without natOutgoing: its pods leave routed, with their own address.
-	dc := dynamic.NewForConfigOrDie(api.Config)
-	if _, err := dc.Resource(schema.GroupVersionResource{Group: "kubeovn.io", Version: "v1", Resource: "subnets"}).Create(ctx,
+	if _, err := cp.dc.Resource(subnetsGVR).Create(ctx,
 		&unstructured.Unstructured{Object: map[string]any{"apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": map[string]any{"name": "routed"},
 			"spec": map[string]any{"cidrBlock": "10.70.0.0/16", "natOutgoing": false}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

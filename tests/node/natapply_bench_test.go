@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,19 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-
-	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
-	"github.com/ovnhost/ovnhost/tests/harness/kubeapi"
-	"github.com/ovnhost/ovnhost/tests/harness/ovncentral"
-	"github.com/ovnhost/ovnhost/tests/testenv"
 )
-
-var subnetsGVR = schema.GroupVersionResource{Group: "kubeovn.io", Version: "v1", Resource: "subnets"}
 
 // BenchmarkNATOutgoingApply: how long a change of a Subnet's natOutgoing
 // takes to show on the wire. One node in Kubernetes mode (real apiserver,
@@ -40,40 +27,11 @@ var subnetsGVR = schema.GroupVersionResource{Group: "kubeovn.io", Version: "v1",
 // same run: the same patch seen by the test's own watch on the Subnet (the
 // API server's delivery, the floor for any agent).
 func BenchmarkNATOutgoingApply(b *testing.B) {
-	testenv.RequireRoot(b)
-	api := kubeapi.Start(b)
-	api.InstallCRD(b, filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", "crd-subnets.yaml"))
-	central := ovncentral.Start(b)
-	if err := central.WaitNorthd(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	kc := kubernetes.NewForConfigOrDie(api.Config)
-	dc := dynamic.NewForConfigOrDie(api.Config)
+	cp := startControlPlane(b)
+	api, central, kc := cp.api, cp.central, cp.kc
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-
-	ctrl := exec.Command(testenv.Binary(b, "ovnhost-controller"), "--kubeconfig="+api.Kubeconfig, "--ovn-nb-addr="+central.NB(),
-		"--health-addr=", "--leader-elect=false")
-	ctrlLog, _ := os.Create(filepath.Join(b.TempDir(), "controller.log"))
-	ctrl.Stdout, ctrl.Stderr = ctrlLog, ctrlLog
-	if err := ctrl.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = ctrl.Process.Kill(); _ = ctrl.Wait(); ctrlLog.Close() })
-	nb := dial(b, nbdb.FullDatabaseModel, central.NB())
-	if err := nb.WaitUntil(ctx, "the controller's default topology (ovn-default)", func() bool {
-		var ls []nbdb.LogicalSwitch
-		_ = nb.List(ctx, &ls)
-		for _, s := range ls {
-			if s.Name == "ovn-default" {
-				return true
-			}
-		}
-		return false
-	}, nil); err != nil {
-		b.Fatal(err)
-	}
-	nb.Close()
+	dc := cp.dc
 
 	// One node: a tunnel interface leading to no other node (a veth whose
 	// peer sits unused in the outside namespace; this kernel has no dummy

@@ -1,0 +1,68 @@
+package node_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	controllerv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
+	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
+	"github.com/ovnhost/ovnhost/tests/harness/kubeapi"
+	"github.com/ovnhost/ovnhost/tests/harness/ovncentral"
+	"github.com/ovnhost/ovnhost/tests/testenv"
+)
+
+var subnetsGVR schema.GroupVersionResource = controllerv1.SubnetGVR
+
+// controlPlane is what the node daemons of a Kubernetes-mode test talk to: a
+// real kube-apiserver with the Subnet CRD, an OVN central, and the real
+// ovnhost-controller, which has programmed the default topology.
+type controlPlane struct {
+	api     *kubeapi.Server
+	central *ovncentral.Central
+	kc      kubernetes.Interface
+	dc      dynamic.Interface
+}
+
+func startControlPlane(t testing.TB) *controlPlane {
+	t.Helper()
+	testenv.RequireRoot(t)
+	api := kubeapi.Start(t)
+	api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", "crd-subnets.yaml"))
+	central := ovncentral.Start(t)
+	if err := central.WaitNorthd(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ctrl := exec.Command(testenv.Binary(t, "ovnhost-controller"), "--kubeconfig="+api.Kubeconfig, "--ovn-nb-addr="+central.NB(),
+		"--health-addr=", "--leader-elect=false")
+	ctrlLog, _ := os.Create(filepath.Join(t.TempDir(), "controller.log"))
+	ctrl.Stdout, ctrl.Stderr = ctrlLog, ctrlLog
+	if err := ctrl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ctrl.Process.Kill(); _ = ctrl.Wait(); ctrlLog.Close() })
+	nb := dial(t, nbdb.FullDatabaseModel, central.NB())
+	defer nb.Close()
+	if err := nb.WaitUntil(ctx, "the controller's default topology (ovn-default)", func() bool {
+		var ls []nbdb.LogicalSwitch
+		_ = nb.List(ctx, &ls)
+		for _, s := range ls {
+			if s.Name == "ovn-default" {
+				return true
+			}
+		}
+		return false
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return &controlPlane{api: api, central: central, kc: kubernetes.NewForConfigOrDie(api.Config), dc: dynamic.NewForConfigOrDie(api.Config)}
+}
