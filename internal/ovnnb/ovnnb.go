@@ -369,6 +369,9 @@ type Port struct {
 	// Gateway ports (a node's ovn0) forward traffic for any destination:
 	// port security would drop what the node routes on.
 	NoPortSecurity bool
+	// AddressSet, when set, names an existing address set that gets the
+	// port's IPv4 addresses in the same transaction (a node's egress set).
+	AddressSet string
 }
 
 func (p Port) portSecurity() []string {
@@ -399,9 +402,14 @@ func (c *Client) EnsurePort(ctx context.Context, p Port) error {
 	addr := p.Addresses()
 	ids := vendorIDs(p.ExternalIDs)
 	ids[KeySwitch] = p.Switch
+	setOps, err := c.addressSetInsertOps(ctx, p.AddressSet, p.IPs)
+	if err != nil {
+		return err
+	}
 	cur := &nbdb.LogicalSwitchPort{Name: p.Name}
-	err := c.cl.Get(ctx, cur)
-	var ops []ovsdb.Operation
+	err = c.cl.Get(ctx, cur)
+	// First, so that the switch insert stays the last operation (checked below).
+	ops := setOps
 	switch {
 	case errors.Is(err, client.ErrNotFound):
 		lsp := &nbdb.LogicalSwitchPort{UUID: "newport", Name: p.Name, Addresses: []string{addr}, PortSecurity: p.portSecurity(), ExternalIDs: ids}
@@ -419,6 +427,10 @@ func (c *Client) EnsurePort(ctx context.Context, p Port) error {
 		return err
 	default:
 		if slices.Equal(cur.Addresses, []string{addr}) && slices.Equal(cur.PortSecurity, p.portSecurity()) && maps.Equal(cur.ExternalIDs, ids) {
+			if len(setOps) > 0 {
+				_, err := c.transact(ctx, "add port "+p.Name+" to address set "+p.AddressSet, setOps)
+				return err
+			}
 			return nil
 		}
 		upd := &nbdb.LogicalSwitchPort{UUID: cur.UUID, Addresses: []string{addr}, PortSecurity: p.portSecurity(), ExternalIDs: ids}

@@ -66,11 +66,6 @@ func (c *Client) EnsureAddressSet(ctx context.Context, s AddressSet) error {
 	return err
 }
 
-// AddressSetInsert adds addresses to an existing set (no-op for ones present).
-func (c *Client) AddressSetInsert(ctx context.Context, name string, addrs ...string) error {
-	return c.mutateAddressSet(ctx, name, ovsdb.MutateOperationInsert, addrs)
-}
-
 // AddressSetDelete removes addresses from a set; a missing set is fine.
 func (c *Client) AddressSetDelete(ctx context.Context, name string, addrs ...string) error {
 	return c.mutateAddressSet(ctx, name, ovsdb.MutateOperationDelete, addrs)
@@ -104,6 +99,27 @@ func (c *Client) mutateAddressSet(ctx context.Context, name string, op ovsdb.Mut
 		return fmt.Errorf("ovnnb: address set %q does not exist", name)
 	}
 	return nil
+}
+
+// addressSetInsertOps are the operations that add ips' IPv4 addresses to the
+// named set, none when the cache shows them there already.
+func (c *Client) addressSetInsertOps(ctx context.Context, name string, ips []netip.Addr) ([]ovsdb.Operation, error) {
+	var v4 []string
+	for _, ip := range ips {
+		if ip.Is4() {
+			v4 = append(v4, ip.String())
+		}
+	}
+	if name == "" || len(v4) == 0 {
+		return nil, nil
+	}
+	if cur, err := c.addressSet(ctx, name); err == nil && cur != nil &&
+		!slices.ContainsFunc(v4, func(a string) bool { return !slices.Contains(cur.Addresses, a) }) {
+		return nil, nil
+	}
+	as := &nbdb.AddressSet{}
+	return c.cl.WhereAll(as, model.Condition{Field: &as.Name, Function: ovsdb.ConditionEqual, Value: name}).
+		Mutate(as, model.Mutation{Field: &as.Addresses, Mutator: ovsdb.MutateOperationInsert, Value: v4})
 }
 
 // DeleteAddressSet removes the set if it exists.

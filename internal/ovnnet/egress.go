@@ -108,8 +108,7 @@ func (n *Network) ensureNodeEgress(ctx context.Context, node string, joinIP, joi
 		ExternalIDs: map[string]string{keyEgress: "cluster"}}); err != nil {
 		return err
 	}
-	set := NodeAddressSet(node)
-	if err := n.NB.CreateAddressSetIfMissing(ctx, ovnnb.AddressSet{Name: set, ExternalIDs: map[string]string{keyEgress: "node", ovnnb.KeyNode: node}}); err != nil {
+	if _, err := n.nodeSet(ctx, node); err != nil {
 		return err
 	}
 	if err := n.NB.EnsurePolicy(ctx, ovnnb.Policy{Router: n.cfg.Router, Priority: EgressPriority, Match: nodeEgressMatch(node), Nexthop: joinIP,
@@ -134,22 +133,15 @@ func (n *Network) removeNodeEgress(ctx context.Context, node string) error {
 	return n.syncClusterSet(ctx)
 }
 
-// podEgress puts a pod's IPv4 addresses in its node's set.
-func (n *Network) podEgress(ctx context.Context, node string, ips []netip.Addr) error {
-	var v4 []string
-	for _, ip := range ips {
-		if ip.Is4() {
-			v4 = append(v4, ip.String())
-		}
-	}
-	if node == "" || len(v4) == 0 {
-		return nil
+// nodeSet is the egress address set of the node a pod runs on, created on
+// first use ("" while the pod is not scheduled).
+func (n *Network) nodeSet(ctx context.Context, node string) (string, error) {
+	if node == "" {
+		return "", nil
 	}
 	set := NodeAddressSet(node)
-	if err := n.NB.CreateAddressSetIfMissing(ctx, ovnnb.AddressSet{Name: set, ExternalIDs: map[string]string{keyEgress: "node", ovnnb.KeyNode: node}}); err != nil {
-		return err
-	}
-	return n.NB.AddressSetInsert(ctx, set, v4...)
+	err := n.NB.CreateAddressSetIfMissing(ctx, ovnnb.AddressSet{Name: set, ExternalIDs: map[string]string{keyEgress: "node", ovnnb.KeyNode: node}})
+	return set, err
 }
 
 // forgetPodEgress removes a pod's addresses from every node set (it may

@@ -170,14 +170,19 @@ func (n *Network) AddPod(ctx context.Context, r PodRequest) (ipam.Allocation, er
 	for k, v := range r.ExternalIDs {
 		ids[k] = v
 	}
-	if err := n.NB.EnsurePort(ctx, ovnnb.Port{Name: PortName(r.Namespace, r.Name), Switch: a.Subnet, MAC: a.MAC, IPs: a.IPs, ExternalIDs: ids}); err != nil {
+	set, err := n.nodeSet(ctx, r.Node)
+	if err != nil {
+		if !had {
+			n.IPAM.Release(owner)
+		}
+		return ipam.Allocation{}, fmt.Errorf("ovnnet: egress of pod %s/%s through node %s: %w", r.Namespace, r.Name, r.Node, err)
+	}
+	// The port and its place in its node's egress set: one transaction.
+	if err := n.NB.EnsurePort(ctx, ovnnb.Port{Name: PortName(r.Namespace, r.Name), Switch: a.Subnet, MAC: a.MAC, IPs: a.IPs, ExternalIDs: ids, AddressSet: set}); err != nil {
 		if !had {
 			n.IPAM.Release(owner)
 		}
 		return ipam.Allocation{}, err
-	}
-	if err := n.podEgress(ctx, r.Node, a.IPs); err != nil {
-		return a, fmt.Errorf("ovnnet: egress of pod %s/%s through node %s: %w", r.Namespace, r.Name, r.Node, err)
 	}
 	return a, nil
 }
