@@ -62,25 +62,6 @@ var DirSettings = []DirSetting{
 		Dir: func(p *Paths) *string { return &p.OVNDBDir }},
 }
 
-// Defaults are the directories when nothing is configured.
-func Defaults() Paths {
-	var p Paths
-	for _, s := range DirSettings {
-		*s.Dir(&p) = s.Default
-	}
-	return p
-}
-
-// SettingFor finds the setting that moves dir.
-func (p Paths) SettingFor(dir string) (DirSetting, bool) {
-	for _, s := range DirSettings {
-		if *s.Dir(&p) == dir {
-			return s, true
-		}
-	}
-	return DirSetting{}, false
-}
-
 // Dir is a directory to create.
 type Dir struct {
 	Path    string
@@ -154,11 +135,6 @@ func New(p Paths) Layout {
 // flag and names it after its pid.
 func (l Layout) ControllerCtl(pid int) string {
 	return filepath.Join(l.OVNRunDir, fmt.Sprintf("ovn-controller.%d.ctl", pid))
-}
-
-// ControllerCtlGlob matches every ovn-controller control socket.
-func (l Layout) ControllerCtlGlob() string {
-	return filepath.Join(l.OVNRunDir, "ovn-controller.*.ctl")
 }
 
 // LocalNB and LocalSB are the all-in-one databases' OVSDB remotes.
