@@ -63,6 +63,21 @@ type Config struct {
 	Registry    prometheus.Registerer // nil = a private registry
 	// StatusDelay batches Subnet status writes (default 500ms).
 	StatusDelay time.Duration
+	// ServiceCIDRs are the cluster's Service ranges (--service-cluster-ip-range,
+	// default 10.96.0.0/12): never routed out, and where ClusterIPs live.
+	ServiceCIDRs []netip.Prefix
+	// EnableLB programs Services as OVN load balancers (Kube-OVN's --enable-lb).
+	EnableLB bool
+	// EnableNP enforces NetworkPolicy with OVN ACLs (Kube-OVN's --enable-np).
+	EnableNP bool
+}
+
+// addon is a part of the controller with its own informers and workers
+// (Services, NetworkPolicy). Its constructor registers informers on the
+// shared factories in New; start runs once caches are synced and the
+// topology is programmed, and its workers end when ctx does (tracked by wg).
+type addon interface {
+	start(ctx context.Context, wg *sync.WaitGroup) error
 }
 
 // Controller is one running controller (the leader's work).
@@ -95,6 +110,8 @@ type Controller struct {
 
 	ready atomic.Bool
 	m     *metrics
+
+	addons []addon
 }
 
 // New builds a controller; Run starts it.
@@ -125,7 +142,7 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{cfg: cfg, log: cfg.Logger, kc: kc, dc: dc, net: ovnnet.New(nb, ovnnet.Config{}),
+	c := &Controller{cfg: cfg, log: cfg.Logger, kc: kc, dc: dc, net: ovnnet.New(nb, ovnnet.Config{ServiceCIDRs: cfg.ServiceCIDRs}),
 		valid: map[string]*kubeovnv1.Subnet{}, problems: map[string]*kubeovnv1.Problem{}, waiting: map[string]map[string]ipam.Kind{},
 		notApplied: map[string]string{}}
 	c.m = newMetrics(cfg.Registry, nb)
@@ -209,6 +226,20 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 	}
 	c.broadcaster = record.NewBroadcaster()
 	c.recorder = c.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "ovnhost-controller"})
+	if cfg.EnableLB {
+		a, err := newServiceController(c)
+		if err != nil {
+			return nil, fmt.Errorf("kube: services: %w", err)
+		}
+		c.addons = append(c.addons, a)
+	}
+	if cfg.EnableNP {
+		a, err := newPolicyController(c)
+		if err != nil {
+			return nil, fmt.Errorf("kube: network policies: %w", err)
+		}
+		c.addons = append(c.addons, a)
+	}
 	return c, nil
 }
 
@@ -324,6 +355,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	run(2, c.nodeQ, c.syncNode, "node")
 	run(1, c.subnetQ, c.syncSubnet, "subnet")
 	run(1, c.statusQ, c.syncStatus, "subnet status")
+	for _, a := range c.addons {
+		if err := a.start(ctx, &wg); err != nil {
+			return err
+		}
+	}
 	<-ctx.Done()
 	c.podQ.ShutDown()
 	c.nodeQ.ShutDown()

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -48,13 +49,16 @@ func main() {
 	fs := flag.CommandLine
 	fs.StringVar(&kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default: in-cluster configuration)")
 	fs.StringVar(&o.NBEndpoints, "ovn-nb-addr", env("OVN_NB_ADDR", nbFromDBIPs(os.Getenv("OVN_DB_IPS"))), "OVN northbound endpoints, e.g. tcp:10.0.0.1:6641 (default from OVN_NB_ADDR or OVN_DB_IPS)")
-	var tlsDir string
+	var tlsDir, svcCIDR string
 	fs.StringVar(&tlsDir, "ovn-tls-dir", "/var/run/tls", "directory with key, cert and cacert (Kube-OVN's layout) for ssl: NB endpoints")
 	fs.StringVar(&o.DefaultCIDR, "default-cidr", "10.16.0.0/16", "CIDR of the default subnet ovn-default")
 	fs.StringVar(&o.DefaultGW, "default-gateway", "", "gateway of ovn-default (default: first address)")
 	fs.StringVar(&excl, "default-exclude-ips", "", "comma-separated excludeIps of ovn-default")
 	fs.StringVar(&o.JoinCIDR, "node-switch-cidr", "100.64.0.0/16", "CIDR of the join subnet (node ports)")
 	fs.IntVar(&o.Workers, "workers", 32, "concurrent pod workers")
+	fs.StringVar(&svcCIDR, "service-cluster-ip-range", env("SVC_CIDR", "10.96.0.0/12"), "the cluster's Service CIDRs, comma-separated (as kube-apiserver's flag of that name)")
+	fs.BoolVar(&o.EnableLB, "enable-lb", true, "program Services as OVN load balancers (false: leave Services to kube-proxy)")
+	fs.BoolVar(&o.EnableNP, "enable-np", true, "enforce NetworkPolicy with OVN ACLs")
 	fs.StringVar(&o.HealthAddr, "health-addr", ":10660", "address of /healthz, /readyz and /metrics (empty: off)")
 	fs.BoolVar(&o.Profiling, "profiling", false, "serve /debug/pprof on --health-addr")
 	fs.BoolVar(&leaderElect, "leader-elect", true, "elect a leader among replicas through a Lease")
@@ -92,6 +96,17 @@ func main() {
 			os.Exit(2)
 		}
 		o.NBTLS = t
+	}
+	for _, c := range strings.Split(svcCIDR, ",") {
+		if c = strings.TrimSpace(c); c == "" {
+			continue
+		}
+		pfx, err := netip.ParsePrefix(c)
+		if err != nil || pfx.Masked() != pfx {
+			fmt.Fprintf(os.Stderr, "ovnhost-controller: --service-cluster-ip-range %q: %q is not a network CIDR such as 10.96.0.0/12\n", svcCIDR, c)
+			os.Exit(2)
+		}
+		o.ServiceCIDRs = append(o.ServiceCIDRs, pfx)
 	}
 	for _, e := range strings.Split(excl, ",") {
 		if e = strings.TrimSpace(e); e != "" {
