@@ -14,8 +14,9 @@ import (
 
 // nodePortLoop creates ovn0, the node's internal port on br-int bound to
 // the logical switch port node-<name> on the join switch, gives it the
-// controller's address and routes the pod CIDRs through the join gateway,
-// so that the host (kubelet probes) reaches pods. It runs in the background
+// controller's address and routes the pod CIDRs and the Service CIDRs
+// through the join gateway, so that the host (kubelet probes) reaches pods
+// and ClusterIPs. It runs in the background
 // because in Kubernetes mode it waits for the controller's node annotations.
 func (s *Server) nodePortLoop(ctx context.Context) {
 	var changes, nodeChanges, subnetChanges <-chan struct{}
@@ -126,6 +127,13 @@ func (s *Server) applyNodePort(ctx context.Context, nn *NodeNetwork) error {
 	}
 	var routes []podnet.Route
 	for _, c := range nn.PodCIDRs {
+		if c.Addr().Is4() == nn.Gateway.Is4() {
+			routes = append(routes, podnet.Route{Dst: c, GW: nn.Gateway})
+		}
+	}
+	// ClusterIPs too: the Service load balancers on the join switch
+	// translate them, so the node reaches Services without kube-proxy.
+	for _, c := range s.cfg.Node.ServiceCIDRs {
 		if c.Addr().Is4() == nn.Gateway.Is4() {
 			routes = append(routes, podnet.Route{Dst: c, GW: nn.Gateway})
 		}

@@ -61,6 +61,8 @@ type NodeNetwork struct {
 type EgressPlan struct {
 	NATOutgoing []netip.Prefix
 	Cluster     []netip.Prefix
+	// Gateways are the centralized subnets this node is a gateway of (subnets.go).
+	Gateways []GatewayPlan
 }
 
 // DefaultCIDR is Kube-OVN's default pod subnet, always routed through ovn0.

@@ -57,7 +57,11 @@ func (k *kubeSource) egressPlan(join []netip.Prefix) *EgressPlan {
 		if nat {
 			plan.NATOutgoing = append(plan.NATOutgoing, cidrs...)
 		}
+		if g, ok := gatewayPlan(u, k.node, cidrs, nat); ok {
+			plan.Gateways = append(plan.Gateways, g)
+		}
 	}
+	sort.Slice(plan.Gateways, func(i, j int) bool { return plan.Gateways[i].Subnet < plan.Gateways[j].Subnet })
 	sortPrefixes(plan.Cluster)
 	sortPrefixes(plan.NATOutgoing)
 	return plan
@@ -84,6 +88,46 @@ func subnetEgress(u *unstructured.Unstructured) (cidrs []netip.Prefix, natOutgoi
 	}
 	natOutgoing, _, _ = unstructured.NestedBool(u.Object, "spec", "natOutgoing")
 	return cidrs, natOutgoing, len(cidrs) > 0
+}
+
+// GatewayPlan is the host side of a centralized subnet on one of its
+// gateway nodes: the host end of the transit network (on the gateway
+// bridge), routes back to the subnet through it, and the masquerade (to
+// EgressIP when gatewayNode gives one for this node).
+type GatewayPlan struct {
+	Subnet      string
+	CIDRs       []netip.Prefix // IPv4
+	Transit     netip.Prefix   // the router side, ovnnet.TransitAnnotation
+	EgressIP    netip.Addr     // invalid: the node's own address
+	NATOutgoing bool
+}
+
+// gatewayPlan: ok when the controller has programmed u as a centralized
+// subnet (its transit annotation) and its gatewayNode lists node.
+func gatewayPlan(u *unstructured.Unstructured, node string, cidrs []netip.Prefix, nat bool) (GatewayPlan, bool) {
+	typ, _, _ := unstructured.NestedString(u.Object, "spec", "gatewayType")
+	gw, _, _ := unstructured.NestedString(u.Object, "spec", "gatewayNode")
+	transit, err := netip.ParsePrefix(u.GetAnnotations()[ovnnet.TransitAnnotation])
+	if typ != "centralized" || err != nil || !transit.Addr().Is4() {
+		return GatewayPlan{}, false
+	}
+	specs, err := ovnnet.ParseGatewayNode(gw)
+	if err != nil {
+		return GatewayPlan{}, false
+	}
+	for _, s := range specs {
+		if s.Node != node {
+			continue
+		}
+		g := GatewayPlan{Subnet: u.GetName(), Transit: transit, EgressIP: s.EgressIP, NATOutgoing: nat}
+		for _, c := range cidrs {
+			if c.Addr().Is4() {
+				g.CIDRs = append(g.CIDRs, c)
+			}
+		}
+		return g, len(g.CIDRs) > 0
+	}
+	return GatewayPlan{}, false
 }
 
 func sortPrefixes(ps []netip.Prefix) {

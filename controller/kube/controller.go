@@ -44,6 +44,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
+	"github.com/ovnhost/ovnhost/controller/netpol"
 	"github.com/ovnhost/ovnhost/internal/annotations"
 	"github.com/ovnhost/ovnhost/internal/ipam"
 	"github.com/ovnhost/ovnhost/internal/ovnnb"
@@ -107,6 +108,8 @@ type Controller struct {
 	// but the controller does not program ("" for none); the last one announced
 	// with an AcceptedNotApplied event.
 	notApplied map[string]string
+	// gateways: centralized subnet -> its GatewayReady condition.
+	gateways map[string]*kubeovnv1.Condition
 
 	ready atomic.Bool
 	m     *metrics
@@ -144,7 +147,7 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 	}
 	c := &Controller{cfg: cfg, log: cfg.Logger, kc: kc, dc: dc, net: ovnnet.New(nb, ovnnet.Config{ServiceCIDRs: cfg.ServiceCIDRs}),
 		valid: map[string]*kubeovnv1.Subnet{}, problems: map[string]*kubeovnv1.Problem{}, waiting: map[string]map[string]ipam.Kind{},
-		notApplied: map[string]string{}}
+		notApplied: map[string]string{}, gateways: map[string]*kubeovnv1.Condition{}}
 	c.m = newMetrics(cfg.Registry, nb)
 	rl := func() workqueue.TypedRateLimiter[string] {
 		return workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second)
@@ -187,7 +190,8 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 		AddFunc: enqueue(c.nodeQ),
 		UpdateFunc: func(o, n any) {
 			on, nn := o.(*corev1.Node), n.(*corev1.Node)
-			if !slices.Equal(on.Status.Addresses, nn.Status.Addresses) || !maps2Equal(on.Annotations, nn.Annotations) {
+			// Readiness too: a NotReady gateway node leaves its subnets' HA groups.
+			if !slices.Equal(on.Status.Addresses, nn.Status.Addresses) || !maps2Equal(on.Annotations, nn.Annotations) || readyOf(on) != readyOf(nn) {
 				enqueue(c.nodeQ)(n)
 			}
 		},
@@ -261,12 +265,17 @@ func slimPod(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
-	return &corev1.Pod{
+	s := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
-			Annotations: p.Annotations, CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp},
+			Labels: p.Labels, Annotations: p.Annotations, CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp},
 		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork},
 		Status: corev1.PodStatus{Phase: p.Status.Phase},
-	}, nil
+	}
+	// NetworkPolicy reads labels and the named container ports (only those).
+	if ports := netpol.NamedPorts(p.Spec.Containers); len(ports) > 0 {
+		s.Spec.Containers = []corev1.Container{{Ports: ports}}
+	}
+	return s, nil
 }
 
 // Ready reports whether start-up finished and the NB is connected.
@@ -316,6 +325,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		if err := c.syncSubnet(ctx, n); err != nil {
 			return fmt.Errorf("kube: programming subnet %q: %w", n, err)
 		}
+	}
+	if err := c.collectGateways(ctx); err != nil {
+		return fmt.Errorf("kube: removing gateways of deleted subnets: %w", err)
 	}
 	tRebuild := time.Now()
 	npods, err := c.rebuild(ctx)
@@ -723,6 +735,7 @@ func (c *Controller) releasePod(ctx context.Context, ns, name string) error {
 }
 
 func (c *Controller) syncNode(ctx context.Context, name string) error {
+	defer c.requeueGateways(name)
 	node, err := c.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
 		a, had := c.net.IPAM.Lookup(ovnnet.NodeOwner(name))
@@ -800,7 +813,11 @@ func (c *Controller) syncSubnet(ctx context.Context, name string) error {
 		delete(c.valid, name)
 		delete(c.problems, name)
 		delete(c.notApplied, name)
+		delete(c.gateways, name)
 		c.mu.Unlock()
+		if err := c.removeGateway(ctx, name, nil); err != nil {
+			return err
+		}
 		if was {
 			c.m.subnetIPs.DeletePartialMatch(prometheus.Labels{"subnet": name})
 			return c.net.RemoveSubnet(ctx, name)
@@ -818,8 +835,12 @@ func (c *Controller) syncSubnet(ctx context.Context, name string) error {
 		}
 	}
 	notApplied := ""
+	var gw *kubeovnv1.Condition
 	if prob == nil {
 		notApplied = kubeovnv1.NotAppliedMessage(kubeovnv1.NotAppliedFields(s.Spec))
+		if gw, err = c.syncGateway(ctx, u, s, cfg); err != nil {
+			return err
+		}
 	}
 	c.mu.Lock()
 	old, known := c.problems[name]
@@ -832,6 +853,7 @@ func (c *Controller) syncSubnet(ctx context.Context, name string) error {
 		c.problems[name] = prob
 	}
 	c.notApplied[name] = notApplied
+	c.gateways[name] = gw
 	c.mu.Unlock()
 	if prob == nil {
 		c.wake(name)
@@ -875,6 +897,7 @@ func (c *Controller) syncStatus(ctx context.Context, name string) error {
 	prob := c.problems[name]
 	_, valid := c.valid[name]
 	notApplied := c.notApplied[name]
+	gw := c.gateways[name]
 	exhausted := 0
 	for _, k := range c.waiting[name] {
 		if k == ipam.KindExhausted {
@@ -913,6 +936,9 @@ func (c *Controller) syncStatus(ctx context.Context, name string) error {
 			Message: fmt.Sprintf("%d pod(s) wait for an address: subnet has no free address; widen cidrBlock, shrink excludeIps or delete pods", exhausted)})
 	} else {
 		conds = append(conds, kubeovnv1.Condition{Type: kubeovnv1.Error, Status: "False", Reason: "NoError"})
+	}
+	if gw != nil && valid {
+		conds = append(conds, *gw)
 	}
 	now := time.Now().UTC().Format(time.RFC3339)
 	same := cur != nil && len(cur.Status.Conditions) == len(conds) &&

@@ -8,6 +8,7 @@ package nodeconfig
 import (
 	"crypto/tls"
 	"fmt"
+	"net/netip"
 
 	"github.com/ovnhost/ovnhost/internal/layout"
 )
@@ -101,6 +102,8 @@ type NodeConfig struct {
 	UnderlayMTU int
 	// PodMTU is the MTU of pod interfaces (a Subnet's mtu wins for its pods).
 	PodMTU int
+	// ServiceCIDRs are the cluster's Service ranges, routed via ovn0.
+	ServiceCIDRs []netip.Prefix
 	// UserspaceTunnel: TunnelIface is attached to PhysBridge and its
 	// addresses live there while the node runs.
 	UserspaceTunnel bool

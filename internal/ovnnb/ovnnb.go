@@ -84,6 +84,7 @@ func LoadTLS(keyFile, certFile, caFile string) (*tls.Config, error) {
 type Client struct {
 	cl  client.Client
 	log *slog.Logger
+	lbs lbState // load balancers and groups (loadbalancer.go)
 }
 
 // Connect dials the NB through ovsdbconn.Dial (the policy every ovnhost
@@ -101,6 +102,7 @@ func Connect(ctx context.Context, o Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	dbm.SetIndexes(lbIndexes)
 	// Logical_Switch without its ports column: with 10k ports on a switch,
 	// every port change would otherwise copy the whole set into the cache
 	// (libovsdb clones rows through JSON), which dominated CPU at scale.
@@ -110,13 +112,15 @@ func Connect(ctx context.Context, o Options) (*Client, error) {
 	lsp := &nbdb.LogicalSwitchPort{}
 	conn, err := ovsdbconn.Dial(ctx, dbm, o.Endpoints, ovsdbconn.Options{
 		Monitor: []client.MonitorOption{
-			client.WithTable(ls, &ls.Name, &ls.ExternalIDs, &ls.OtherConfig),
+			client.WithTable(ls, &ls.Name, &ls.ExternalIDs, &ls.OtherConfig, &ls.LoadBalancerGroup),
 			client.WithTable(lsp, &lsp.Name, &lsp.Addresses, &lsp.PortSecurity, &lsp.ExternalIDs, &lsp.Type, &lsp.Options),
 			client.WithTable(&nbdb.LogicalRouter{}),
 			client.WithTable(&nbdb.LogicalRouterPort{}),
 			client.WithTable(&nbdb.LogicalRouterStaticRoute{}),
 			client.WithTable(&nbdb.LogicalRouterPolicy{}),
 			client.WithTable(&nbdb.AddressSet{}),
+			client.WithTable(&nbdb.LoadBalancer{}),
+			client.WithTable(&nbdb.LoadBalancerGroup{}),
 		},
 		TLS:     o.TLS,
 		Log:     o.Logger.With("component", "libovsdb"),
@@ -189,10 +193,19 @@ func (c *Client) lswitch(ctx context.Context, name string) (*nbdb.LogicalSwitch,
 // EnsureRouter creates the logical router if no router of that name exists.
 func (c *Client) EnsureRouter(ctx context.Context, name string) error {
 	r, err := c.router(ctx, name)
-	if err != nil || r != nil {
+	if err != nil {
 		return err
 	}
-	ops, err := c.cl.Create(&nbdb.LogicalRouter{Name: name, ExternalIDs: vendorIDs(nil)})
+	if r != nil {
+		// Load balancer groups attached since (AttachLBGroup) join existing routers too.
+		var ops []ovsdb.Operation
+		for _, g := range c.missingGroups(r.LoadBalancerGroup) {
+			ops = append(ops, mutateGroupRef(nbdb.LogicalRouterTable, name, g))
+		}
+		_, err = c.transact(ctx, "attach load balancer groups to router "+name, ops)
+		return err
+	}
+	ops, err := c.cl.Create(&nbdb.LogicalRouter{Name: name, ExternalIDs: vendorIDs(nil), LoadBalancerGroup: c.attachedGroups()})
 	if err != nil {
 		return err
 	}
@@ -251,6 +264,10 @@ func (c *Client) EnsureSwitch(ctx context.Context, s Switch) error {
 				return err
 			}
 		}
+		// Every switch carries the attached load balancer groups (Services).
+		for _, g := range c.missingGroups(ls.LoadBalancerGroup) {
+			ops = append(ops, mutateGroupRef(nbdb.LogicalSwitchTable, s.Name, g))
+		}
 	}
 	if s.Router != "" {
 		r, err := c.router(ctx, s.Router)
@@ -300,7 +317,7 @@ func (c *Client) EnsureSwitch(ctx context.Context, s Switch) error {
 		}
 	}
 	if ls == nil {
-		if err := add(c.cl.Create(&nbdb.LogicalSwitch{UUID: "newls", Name: s.Name, ExternalIDs: ids, Ports: newPorts})); err != nil {
+		if err := add(c.cl.Create(&nbdb.LogicalSwitch{UUID: "newls", Name: s.Name, ExternalIDs: ids, Ports: newPorts, LoadBalancerGroup: c.attachedGroups()})); err != nil {
 			return err
 		}
 	}

@@ -8,6 +8,7 @@ package config
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"regexp"
 	"strings"
@@ -54,6 +55,9 @@ type Config struct {
 	Datapath  nodeconfig.DatapathChoice
 	// PodMTU is the pod interface MTU; 0 derives it from the underlay.
 	PodMTU int
+	// ServiceCIDRs are the cluster's Service ranges (SVC_CIDR), routed
+	// through ovn0 so the node reaches ClusterIPs.
+	ServiceCIDRs []netip.Prefix
 	// NATBackend is how pod egress is masqueraded: auto, nft or iptables-legacy.
 	NATBackend string
 	DisableMod bool // DISABLE_MODULES_MANAGEMENT

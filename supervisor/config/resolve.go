@@ -40,6 +40,7 @@ func (c *Config) Resolve(found nodeconfig.Findings, tlsConfig *tls.Config) (*nod
 		EncapIP:         encap,
 		UnderlayMTU:     found.UnderlayMTU,
 		PodMTU:          nodeconfig.PodMTU(c.PodMTU, found.UnderlayMTU, tt),
+		ServiceCIDRs:    c.ServiceCIDRs,
 		UserspaceTunnel: c.UserspaceTunnel && dp.IsUserspace() && found.TunnelIface != "" && found.TunnelIface != nodeconfig.PhysBridge,
 		NB:              remote(c.NBRemote),
 		SB:              remote(c.SBRemote),

@@ -209,6 +209,29 @@ func baseSettings() []setting {
 				c.PodMTU = n
 				return nil
 			}},
+		{Name: "service-cluster-ip-range", Env: []string{"SVC_CIDR"}, Default: "10.96.0.0/12", Help: "the cluster's Service CIDR(s), comma-separated, one per IP family (Kube-OVN's SVC_CIDR): routed via ovn0 so the node reaches ClusterIPs",
+			Set: func(c *Config, v string) error {
+				c.ServiceCIDRs = nil
+				fams := map[bool]netip.Prefix{}
+				for _, f := range splitList(v) {
+					p, err := netip.ParsePrefix(f)
+					if err != nil {
+						return bad(fmt.Sprintf("%q is not a CIDR", f), "give the apiserver's --service-cluster-ip-range, e.g. 10.96.0.0/12 or 10.96.0.0/12,fd00:10:96::/112")
+					}
+					if p != p.Masked() {
+						return bad(fmt.Sprintf("%q has host bits set", f), "use "+p.Masked().String())
+					}
+					if o, dup := fams[p.Addr().Is4()]; dup {
+						return bad(fmt.Sprintf("%s and %s are of the same IP family", o, p), "give at most one IPv4 and one IPv6 range, as the apiserver does")
+					}
+					fams[p.Addr().Is4()] = p
+					c.ServiceCIDRs = append(c.ServiceCIDRs, p)
+				}
+				if len(c.ServiceCIDRs) == 0 {
+					return bad("empty", "give the cluster's Service CIDR, e.g. 10.96.0.0/12 (Kube-OVN's default)")
+				}
+				return nil
+			}},
 		{Name: "disable-modules-management", Bool: true, Env: []string{"DISABLE_MODULES_MANAGEMENT"}, Default: "false", Help: "never try to load kernel modules (Talos)", Set: func(c *Config, v string) error { return parseBool(&c.DisableMod)(c, v) }},
 		{Name: "userspace-tunnel", Bool: true, Env: nil, Default: "false", Help: "with the userspace (netdev) datapath, attach the tunnel interface to OVS bridge br-phy and move its addresses and routes there, so Geneve/VXLAN reach other nodes; restored on stop",
 			Set: func(c *Config, v string) error { return parseBool(&c.UserspaceTunnel)(c, v) }},

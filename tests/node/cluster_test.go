@@ -159,12 +159,17 @@ func TestClusterOfTwoNodesWiresPodsAcrossNodes(t *testing.T) {
 }
 
 // cni runs the plugin the node installed, as kubelet would, inside the
-// node's network namespace.
+// node's network namespace, for a pod of the default namespace.
 func cni(n *node, command, podNS, pod string) ([]byte, error) {
+	return cniIn(n, command, podNS, "default", pod)
+}
+
+// cniIn is cni for a pod of Kubernetes namespace kns.
+func cniIn(n *node, command, podNS, kns, pod string) ([]byte, error) {
 	conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"ovnhost","type":"ovnhost-cni","socket":%q,"timeoutSeconds":60}`, n.path("cni.sock"))
 	cmd := exec.Command("ip", "netns", "exec", n.ns, n.path("cni-bin", "ovnhost-cni"))
 	cmd.Env = []string{"CNI_COMMAND=" + command, "CNI_CONTAINERID=" + podNS, "CNI_NETNS=/var/run/netns/" + podNS, "CNI_IFNAME=eth0",
-		"CNI_PATH=" + n.path("cni-bin"), "CNI_ARGS=K8S_POD_NAMESPACE=default;K8S_POD_NAME=" + pod}
+		"CNI_PATH=" + n.path("cni-bin"), "CNI_ARGS=K8S_POD_NAMESPACE=" + kns + ";K8S_POD_NAME=" + pod}
 	cmd.Stdin = strings.NewReader(conf)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

@@ -8,8 +8,13 @@ import (
 	"os"
 	"sync"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/ovnhost/ovnhost/cni/server"
+	"github.com/ovnhost/ovnhost/internal/nodeconfig"
+	"github.com/ovnhost/ovnhost/internal/ovnnet"
 	"github.com/ovnhost/ovnhost/supervisor/hostnat"
+	"github.com/ovnhost/ovnhost/supervisor/node"
 )
 
 // egressUnit owns the host side of pod egress: the masquerade rules for
@@ -20,11 +25,19 @@ type egressUnit struct {
 	backend      string
 	keepDatapath bool
 	log          *slog.Logger
+	// For centralized gateways (gateway.go): the node (br-egw), its
+	// Kubernetes identity and the SB database.
+	n          *node.Node
+	nodeName   string
+	kubeconfig string
+	sb         nodeconfig.Remote
 
-	mu     sync.Mutex
-	mgr    *hostnat.Manager
-	cancel context.CancelFunc
-	done   chan struct{}
+	mu       sync.Mutex
+	mgr      *hostnat.Manager
+	cancel   context.CancelFunc
+	done     chan struct{}
+	agent    chan struct{}
+	gwRoutes []netlink.Route // return routes through br-egw now
 }
 
 func (u *egressUnit) Name() string { return "host-nat" }
@@ -39,6 +52,13 @@ func (u *egressUnit) Start(ctx context.Context) error {
 	u.mgr, u.cancel, u.done = m, cancel, make(chan struct{})
 	u.mu.Unlock()
 	go func() { defer close(u.done); _ = m.Run(rctx) }()
+	if u.n != nil {
+		agent := make(chan struct{})
+		u.mu.Lock()
+		u.agent = agent
+		u.mu.Unlock()
+		go func() { defer close(agent); u.runGatewayAgent(rctx) }()
+	}
 	u.log.Info("host NAT ready", "backend", m.Backend())
 	return nil
 }
@@ -60,13 +80,16 @@ func (u *egressUnit) apply(ctx context.Context, plan server.EgressPlan) error {
 	if err := m.Apply(ctx, hostnat.Rules{NATOutgoing: plan.NATOutgoing, Exclude: plan.Cluster}); err != nil {
 		return err
 	}
+	if err := u.applyGateways(ctx, plan); err != nil {
+		return err
+	}
 	u.log.Info("pod egress NAT applied", "masquerade_from", plan.NATOutgoing, "except_to", plan.Cluster)
 	return nil
 }
 
 func (u *egressUnit) Stop(ctx context.Context) error {
 	u.mu.Lock()
-	m, cancel, done := u.mgr, u.cancel, u.done
+	m, cancel, done, agent := u.mgr, u.cancel, u.done, u.agent
 	u.mgr = nil
 	u.mu.Unlock()
 	if m == nil {
@@ -74,10 +97,17 @@ func (u *egressUnit) Stop(ctx context.Context) error {
 	}
 	cancel()
 	<-done
+	if agent != nil {
+		<-agent
+	}
 	defer m.Close()
 	if u.keepDatapath {
 		// An upgrade: pods keep leaving while the next ovnhost starts.
 		return nil
 	}
-	return m.Remove(ctx)
+	var errs []error
+	if u.n != nil {
+		errs = append(errs, u.n.RemoveGatewayBridge(ctx, ovnnet.GatewayNetwork))
+	}
+	return errors.Join(append(errs, m.Remove(ctx))...)
 }

@@ -175,7 +175,8 @@ func runNode(ctx context.Context, cfg *config.Config, nc *nodeconfig.NodeConfig,
 		return exitFailure
 	}
 	if cniPossible(cfg, envMap(environ)) {
-		egress := &egressUnit{backend: cfg.NATBackend, keepDatapath: cfg.KeepDatapath, log: log}
+		egress := &egressUnit{backend: cfg.NATBackend, keepDatapath: cfg.KeepDatapath, log: log,
+			n: n, nodeName: nc.Name, kubeconfig: cfg.Kubeconfig, sb: nc.SB}
 		n.AddUnit(egress)
 		cni := newCNIUnit(n, cfg, nc, log, h.Registry())
 		cni.opts.Egress = egress.apply

@@ -12,6 +12,11 @@
 //	cs := kubernetes.NewForConfigOrDie(srv.Config)
 //	srv.ApplyFile(t, "packaging/kubernetes/base/crd-subnets.yaml")
 //
+// ControllerManager builds kube-controller-manager (same version, same module
+// directory, its own stamp so a cached kube-apiserver/etcd stays valid) and
+// Server.StartControllerManager runs it with the endpointslice, namespace and
+// garbage-collector controllers.
+//
 // Traps handled: 1.37 refuses a loopback advertise address with the lease
 // endpoint reconciler (--endpoint-reconciler-type=none); without a
 // controller-manager there is no "default" ServiceAccount, so the
@@ -263,4 +268,96 @@ func lastLines(s string, n int) string {
 		l = l[len(l)-n:]
 	}
 	return strings.Join(l, "\n")
+}
+
+var (
+	kcmOnce sync.Once
+	kcmPath string
+	kcmErr  error
+)
+
+// ControllerManager returns the path of kube-controller-manager, building it
+// on first use next to kube-apiserver (cached across runs).
+func ControllerManager(t testing.TB) string {
+	t.Helper()
+	dir := Binaries(t)
+	kcmOnce.Do(func() { kcmPath, kcmErr = buildKCM(dir) })
+	if kcmErr != nil {
+		if testenv.Strict() {
+			t.Fatalf("building kube-controller-manager: %v", kcmErr)
+		}
+		t.Skipf("cannot build kube-controller-manager: %v", kcmErr)
+	}
+	return kcmPath
+}
+
+// buildKCM adds kube-controller-manager to the module directory build()
+// prepared. A separate stamp: adding it must not invalidate (and rebuild)
+// the kube-apiserver and etcd other tests are using.
+func buildKCM(dir string) (string, error) {
+	gobin, err := goTool()
+	if err != nil {
+		return "", fmt.Errorf("go toolchain not found: %w", err)
+	}
+	v := version()
+	bin := filepath.Join(dir, "kube-controller-manager")
+	stamp := filepath.Join(dir, ".stamp-kcm")
+	want := "k8s=v" + v + " recipe=1"
+	ok := func() bool {
+		b, err := os.ReadFile(stamp)
+		return err == nil && string(b) == want && fileExists(bin)
+	}
+	if ok() {
+		return bin, nil
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", err
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	if ok() {
+		return bin, nil
+	}
+	t0 := time.Now()
+	fmt.Fprintf(os.Stderr, "kubeapi: building kube-controller-manager v%s into %s\n", v, dir)
+	moddir := filepath.Join(dir, "mod")
+	env := append(os.Environ(), "GOWORK=off", "GOFLAGS=-buildvcs=false -modcacherw", "CGO_ENABLED=0")
+	run := func(args ...string) error {
+		cmd := exec.Command(gobin, args...)
+		cmd.Dir = moddir
+		cmd.Env = env
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("go %s (in %s): %v: %s", strings.Join(args, " "), moddir, err, lastLines(stderr.String(), 20))
+		}
+		return nil
+	}
+	if err := run("get", "-tool", "k8s.io/kubernetes/cmd/kube-controller-manager@v"+v); err != nil {
+		return "", err
+	}
+	vpkg := "k8s.io/component-base/version"
+	parts := strings.Split(v, ".")
+	ldflags := fmt.Sprintf("-s -w -X %s.gitVersion=v%s -X %s.gitMajor=%s -X %s.gitMinor=%s -X %s.gitTreeState=clean",
+		vpkg, v, vpkg, parts[0], vpkg, parts[1], vpkg)
+	tmp, err := os.MkdirTemp(dir, ".build")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	if err := run("build", "-ldflags", ldflags, "-o", tmp+"/", "k8s.io/kubernetes/cmd/kube-controller-manager"); err != nil {
+		return "", err
+	}
+	if err := os.Rename(filepath.Join(tmp, "kube-controller-manager"), bin); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(stamp, []byte(want), 0o644); err != nil {
+		return "", err
+	}
+	fmt.Fprintf(os.Stderr, "kubeapi: built kube-controller-manager in %s\n", time.Since(t0).Round(time.Second))
+	return bin, nil
 }

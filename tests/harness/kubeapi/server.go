@@ -316,3 +316,54 @@ func genPKI(dir string) (*pkiFiles, error) {
 	p.saPub, p.saKey = filepath.Join(dir, "sa.pub"), filepath.Join(dir, "sa.key")
 	return p, nil
 }
+
+// StartControllerManager runs a real kube-controller-manager against the
+// server with the endpointslice, namespace and garbage-collector controllers
+// (what a cluster runs to turn Services and ready Pods into EndpointSlices,
+// and to empty deleted namespaces), and waits until it is healthy. It stops
+// with the server. It authenticates with the admin kubeconfig
+// (--use-service-account-credentials=false), so no service-account tokens
+// are needed; the signing key is passed anyway for the token controllers
+// that a caller might enable through extra.
+func (s *Server) StartControllerManager(t testing.TB, extra ...string) {
+	t.Helper()
+	bin := ControllerManager(t)
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		if lastErr = s.startKCM(bin, extra); lastErr == nil {
+			return
+		}
+		s.stopOne("kube-controller-manager")
+	}
+	t.Fatalf("kubeapi: %v", lastErr)
+}
+
+func (s *Server) startKCM(bin string, extra []string) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	args := append([]string{
+		"--kubeconfig=" + s.Kubeconfig,
+		"--authentication-kubeconfig=" + s.Kubeconfig, "--authorization-kubeconfig=" + s.Kubeconfig,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(s.Dir, "kcm-cert"),
+		"--leader-elect=false",
+		"--controllers=endpointslice,namespace,garbagecollector",
+		"--use-service-account-credentials=false",
+		"--service-account-private-key-file=" + filepath.Join(s.Dir, "pki", "sa.key"),
+		"--root-ca-file=" + filepath.Join(s.Dir, "pki", "ca.crt"),
+		"--service-cluster-ip-range=10.96.0.0/12",
+		// The endpointslice controller batches changes for this long: 0 =
+		// every pod change becomes a slice update at once, as tests expect.
+		"--endpointslice-updates-batch-period=0s",
+		"--concurrent-service-endpoint-syncs=10",
+	}, extra...)
+	c, err := s.spawn("kube-controller-manager", bin, args...)
+	if err != nil {
+		return err
+	}
+	// Its serving certificate is self-signed (cert-dir).
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	return waitHTTP(c, hc, "https://127.0.0.1:"+strconv.Itoa(port)+"/healthz", "", 120*time.Second)
+}

@@ -84,16 +84,17 @@ var notApplied = []struct {
 	asks        func(SubnetSpec) bool
 	consequence string
 }{
-	{"gatewayType", func(s SubnetSpec) bool { return s.GatewayType == "centralized" },
-		"gatewayType centralized is recorded but not applied yet: this subnet's traffic to outside addresses leaves through each pod's own node (distributed)."},
-	{"gatewayNode", func(s SubnetSpec) bool { return strings.TrimSpace(s.GatewayNode) != "" },
-		"gatewayNode is recorded but not applied yet: the node(s) it names do not act as this subnet's gateway."},
+	// gatewayType centralized with gatewayNode is applied (ovnnet/gateway.go);
+	// gatewayNode means nothing to a distributed subnet, as in Kube-OVN.
+	{"gatewayNode", func(s SubnetSpec) bool {
+		return s.GatewayType != "centralized" && strings.TrimSpace(s.GatewayNode) != ""
+	},
+		"gatewayNode is not applied to a distributed subnet: the node(s) it names do not act as this subnet's gateway; set gatewayType: centralized to use them."},
 }
 
 // NotAppliedFields lists, in spec order, the fields of spec that ask for
-// something the controller records but does not apply yet: gatewayType
-// centralized, a non-empty gatewayNode. (natOutgoing is applied: the node
-// masquerades, the router sends each pod's egress to its node.) Empty when there is none.
+// something the controller records but does not apply: a gatewayNode on a
+// distributed subnet. (natOutgoing and centralized gateways are applied.) Empty when there is none.
 func NotAppliedFields(spec SubnetSpec) []string {
 	var out []string
 	for _, n := range notApplied {
@@ -142,6 +143,11 @@ type SubnetStatus struct {
 	V6UsingIPs         float64     `json:"v6usingIPs"`
 	V6AvailableIPRange string      `json:"v6availableIPrange"`
 	V6UsingIPRange     string      `json:"v6usingIPrange"`
+
+	// ActivateGateway is the gateway node a centralized subnet's traffic
+	// leaves through now (Kube-OVN's name and spelling); the node daemon
+	// that OVN made active writes it.
+	ActivateGateway string `json:"activateGateway,omitempty"`
 }
 
 // FromUnstructured converts a dynamic-client object.

@@ -51,12 +51,11 @@ func TestNotAppliedFieldsAndMessage(t *testing.T) {
 		{SubnetSpec{GatewayNode: "  "}, nil, nil},
 		// natOutgoing is applied (egress masqueraded on each pod's node).
 		{SubnetSpec{NatOutgoing: true, GatewayType: "distributed"}, nil, nil},
-		{SubnetSpec{GatewayType: "centralized"}, []string{"gatewayType"},
-			[]string{"gatewayType centralized is recorded but not applied yet:"}},
+		// Centralized gateways are applied.
+		{SubnetSpec{GatewayType: "centralized"}, nil, nil},
+		{SubnetSpec{NatOutgoing: true, GatewayType: "centralized", GatewayNode: "n1,n2"}, nil, nil},
 		{SubnetSpec{GatewayNode: "n1"}, []string{"gatewayNode"},
-			[]string{"gatewayNode is recorded but not applied yet:"}},
-		{SubnetSpec{NatOutgoing: true, GatewayType: "centralized", GatewayNode: "n1,n2"}, []string{"gatewayType", "gatewayNode"},
-			[]string{"gatewayType centralized is recorded", "gatewayNode is recorded"}},
+			[]string{"gatewayNode is not applied to a distributed subnet:"}},
 	}
 	for _, c := range cases {
 		got := NotAppliedFields(c.spec)
@@ -84,7 +83,7 @@ func TestNotAppliedFieldsAndMessage(t *testing.T) {
 		}
 	}
 	// The message depends on the set only, not on the order it is given in.
-	if a, b := NotAppliedMessage([]string{"gatewayNode", "gatewayType"}), NotAppliedMessage([]string{"gatewayType", "gatewayNode"}); a != b {
+	if a, b := NotAppliedMessage([]string{"gatewayNode", "vlan"}), NotAppliedMessage([]string{"vlan", "gatewayNode"}); a != b {
 		t.Errorf("order changes the message: %q vs %q", a, b)
 	}
 	if NotAppliedMessage(nil) != "" || NotAppliedMessage([]string{"vlan"}) != "" {

@@ -1,0 +1,634 @@
+// Package netpol translates a networking.k8s.io/v1 NetworkPolicy into the
+// OVN rows that enforce it, without I/O: one port group holding the pods the
+// policy selects, a default-drop ACL per direction it isolates, allow-related
+// ACLs per rule (so replies pass), and address sets for the peers, so that
+// pods coming and going change set contents and group membership only.
+//
+// Layout of one policy (pg = PortGroupName):
+//
+//	to-lport   3000  outport == @pg && ip4.src == {host CIDRs}        allow-related (kubelet probes via ovn0)
+//	to-lport   2001  outport == @pg && ip4 && ip4.src == $pg_in<i> ...   allow-related
+//	to-lport   2000  outport == @pg && ip                              drop
+//	from-lport 2001  inport == @pg && ip4 && ip4.dst == $pg_eg<i> ...    allow-related (apply-after-lb)
+//	from-lport 2000  inport == @pg && ip                               drop (apply-after-lb)
+//
+// ACLs of all port groups are evaluated together by priority, so the allow
+// rules of several policies selecting one pod add up, as Kubernetes wants.
+// No match negates an address set (`!= $set` expands into many OpenFlow
+// flows): ipBlock excepts are subtracted here into plain CIDRs.
+package netpol
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Kube-OVN's annotations on a NetworkPolicy.
+const (
+	AnnotationEnableLog  = "ovn.kubernetes.io/enable_log"      // "true": log dropped packets
+	AnnotationLogActions = "ovn.kubernetes.io/log_acl_actions" // "drop,allow": allowed packets too
+)
+
+// ACL priorities (Kube-OVN's values).
+const (
+	PriorityDrop  = 2000
+	PriorityAllow = 2001
+	PriorityHost  = 3000
+)
+
+// Directions and actions, OVN's spelling.
+const (
+	ToLport   = "to-lport"
+	FromLport = "from-lport"
+
+	ActionAllowRelated = "allow-related"
+	ActionDrop         = "drop"
+)
+
+// Pod is what the translation reads of a pod.
+type Pod struct {
+	Namespace, Name string
+	Labels          map[string]string
+	IPs             []netip.Addr
+	Port            string                 // its logical switch port
+	ContainerPorts  []corev1.ContainerPort // named ones are what matters
+}
+
+// Namespace is a namespace's name and labels.
+type Namespace struct {
+	Name   string
+	Labels map[string]string
+}
+
+// Options are cluster facts the translation needs.
+type Options struct {
+	// HostCIDRs: sources of the nodes' own traffic (the join subnet, where
+	// each node's ovn0 lives): always admitted to selected pods, since
+	// kubelet probes must pass whatever the policy says.
+	HostCIDRs []netip.Prefix
+}
+
+// ACL is one desired ACL row.
+type ACL struct {
+	Direction string
+	Priority  int
+	Match     string
+	Action    string
+	Log       bool
+	Name      string // set when Log
+	Severity  string // set when Log
+	Options   map[string]string
+}
+
+// AddressSet is one desired address set.
+type AddressSet struct {
+	Name      string
+	Addresses []string // sorted, unique
+}
+
+// Desired is everything one policy needs in OVN.
+type Desired struct {
+	PortGroup   string
+	Ports       []string // logical switch ports of the selected pods, sorted
+	ACLs        []ACL
+	AddressSets []AddressSet // sorted by name
+}
+
+// InvalidError is a policy OVN cannot express: it becomes an event and
+// changes nothing.
+type InvalidError struct{ Msg string }
+
+func (e *InvalidError) Error() string { return e.Msg }
+
+func invalid(format string, a ...any) error { return &InvalidError{Msg: fmt.Sprintf(format, a...)} }
+
+// PortGroupName is the port group of a policy. OVN names must match
+// [a-zA-Z_.][a-zA-Z_.0-9]*; a hash of the key keeps sanitised names apart.
+func PortGroupName(namespace, name string) string {
+	h := sha256.Sum256([]byte(namespace + "/" + name))
+	s := sanitize(namespace + "_" + name)
+	if len(s) > 40 {
+		s = s[:40]
+	}
+	return "np_" + s + "_" + hex.EncodeToString(h[:4])
+}
+
+func sanitize(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// PolicyTypes are the directions a policy isolates, with Kubernetes'
+// defaulting when policyTypes is empty.
+func PolicyTypes(np *networkingv1.NetworkPolicy) (ingress, egress bool) {
+	if len(np.Spec.PolicyTypes) == 0 {
+		return true, len(np.Spec.Egress) > 0
+	}
+	for _, t := range np.Spec.PolicyTypes {
+		switch t {
+		case networkingv1.PolicyTypeIngress:
+			ingress = true
+		case networkingv1.PolicyTypeEgress:
+			egress = true
+		}
+	}
+	return ingress, egress
+}
+
+type peerSel struct {
+	pods labels.Selector // nil: every pod of the matched namespaces
+	ns   labels.Selector // nil: the policy's own namespace
+}
+
+// compiled is a policy with its selectors parsed and ipBlocks resolved.
+type compiled struct {
+	np      *networkingv1.NetworkPolicy
+	sel     labels.Selector
+	ingress []rule
+	egress  []rule
+}
+
+type rule struct {
+	peers  []peerSel
+	cidrs  []netip.Prefix // ipBlocks minus their excepts (IPv4)
+	any    bool           // no peers: any source / destination
+	ports  []networkingv1.NetworkPolicyPort
+	noPort bool
+}
+
+func selector(s *metav1.LabelSelector, what string) (labels.Selector, error) {
+	sel, err := metav1.LabelSelectorAsSelector(s)
+	if err != nil {
+		return nil, invalid("%s: %v", what, err)
+	}
+	return sel, nil
+}
+
+func compile(np *networkingv1.NetworkPolicy) (*compiled, error) {
+	c := &compiled{np: np}
+	var err error
+	if c.sel, err = selector(&np.Spec.PodSelector, "spec.podSelector"); err != nil {
+		return nil, err
+	}
+	for i, r := range np.Spec.Ingress {
+		cr, err := compileRule(r.From, r.Ports, fmt.Sprintf("spec.ingress[%d]", i), "from")
+		if err != nil {
+			return nil, err
+		}
+		c.ingress = append(c.ingress, cr)
+	}
+	for i, r := range np.Spec.Egress {
+		cr, err := compileRule(r.To, r.Ports, fmt.Sprintf("spec.egress[%d]", i), "to")
+		if err != nil {
+			return nil, err
+		}
+		c.egress = append(c.egress, cr)
+	}
+	return c, nil
+}
+
+func compileRule(peers []networkingv1.NetworkPolicyPeer, ports []networkingv1.NetworkPolicyPort, path, field string) (rule, error) {
+	r := rule{any: len(peers) == 0, ports: ports, noPort: len(ports) == 0}
+	for j, p := range peers {
+		at := fmt.Sprintf("%s.%s[%d]", path, field, j)
+		if p.IPBlock != nil {
+			if p.PodSelector != nil || p.NamespaceSelector != nil {
+				return r, invalid("%s: ipBlock cannot be combined with selectors", at)
+			}
+			cidrs, err := ipBlock(p.IPBlock, at)
+			if err != nil {
+				return r, err
+			}
+			r.cidrs = append(r.cidrs, cidrs...)
+			continue
+		}
+		var ps peerSel
+		var err error
+		if p.PodSelector == nil && p.NamespaceSelector == nil {
+			return r, invalid("%s: a peer needs podSelector, namespaceSelector or ipBlock", at)
+		}
+		if p.PodSelector != nil {
+			if ps.pods, err = selector(p.PodSelector, at+".podSelector"); err != nil {
+				return r, err
+			}
+		}
+		if p.NamespaceSelector != nil {
+			if ps.ns, err = selector(p.NamespaceSelector, at+".namespaceSelector"); err != nil {
+				return r, err
+			}
+		}
+		r.peers = append(r.peers, ps)
+	}
+	for j, p := range ports {
+		at := fmt.Sprintf("%s.ports[%d]", path, j)
+		if _, err := l4(p.Protocol); err != nil {
+			return r, invalid("%s: %v", at, err)
+		}
+		if p.EndPort != nil {
+			if p.Port == nil || p.Port.Type != 0 {
+				return r, invalid("%s: endPort needs a numeric port", at)
+			}
+			if *p.EndPort < p.Port.IntVal || *p.EndPort > 65535 {
+				return r, invalid("%s: endPort %d is not in [port %d, 65535]", at, *p.EndPort, p.Port.IntVal)
+			}
+		}
+		if p.Port != nil && p.Port.Type == 0 && (p.Port.IntVal < 1 || p.Port.IntVal > 65535) {
+			return r, invalid("%s: port %d is not in [1, 65535]", at, p.Port.IntVal)
+		}
+		if p.Port != nil && p.Port.Type != 0 && p.Port.StrVal == "" {
+			return r, invalid("%s: empty port name", at)
+		}
+	}
+	return r, nil
+}
+
+func l4(p *corev1.Protocol) (string, error) {
+	if p == nil {
+		return "tcp", nil
+	}
+	switch *p {
+	case corev1.ProtocolTCP:
+		return "tcp", nil
+	case corev1.ProtocolUDP:
+		return "udp", nil
+	case corev1.ProtocolSCTP:
+		return "sctp", nil
+	}
+	return "", fmt.Errorf("protocol %q is not TCP, UDP or SCTP", *p)
+}
+
+// ipBlock is the block's CIDR minus its excepts, as plain IPv4 prefixes
+// (IPv6 blocks cannot match the IPv4 pods and yield none).
+func ipBlock(b *networkingv1.IPBlock, at string) ([]netip.Prefix, error) {
+	cidr, err := netip.ParsePrefix(b.CIDR)
+	if err != nil {
+		return nil, invalid("%s.ipBlock.cidr %q: %v", at, b.CIDR, err)
+	}
+	cidr = cidr.Masked()
+	var ex []netip.Prefix
+	for _, e := range b.Except {
+		p, err := netip.ParsePrefix(e)
+		if err != nil {
+			return nil, invalid("%s.ipBlock.except %q: %v", at, e, err)
+		}
+		p = p.Masked()
+		if p.Addr().Is4() != cidr.Addr().Is4() || !cidr.Contains(p.Addr()) || p.Bits() < cidr.Bits() {
+			return nil, invalid("%s.ipBlock.except %s is not inside cidr %s", at, e, cidr)
+		}
+		ex = append(ex, p)
+	}
+	if !cidr.Addr().Is4() {
+		return nil, nil
+	}
+	return Subtract(cidr, ex), nil
+}
+
+// Subtract returns the prefixes covering p minus every prefix of except:
+// at most bits(except)-bits(p) prefixes per except.
+func Subtract(p netip.Prefix, except []netip.Prefix) []netip.Prefix {
+	for _, e := range except {
+		if e.Overlaps(p) && e.Bits() <= p.Bits() {
+			return nil // p lies inside an except
+		}
+	}
+	var inside []netip.Prefix
+	for _, e := range except {
+		if e.Overlaps(p) {
+			inside = append(inside, e)
+		}
+	}
+	if len(inside) == 0 {
+		return []netip.Prefix{p}
+	}
+	lo, hi := halves(p)
+	return append(Subtract(lo, inside), Subtract(hi, inside)...)
+}
+
+// halves splits p into its two sub-prefixes one bit longer.
+func halves(p netip.Prefix) (netip.Prefix, netip.Prefix) {
+	bits := p.Bits() + 1
+	lo := netip.PrefixFrom(p.Addr(), bits)
+	b := p.Addr().AsSlice()
+	idx := p.Bits() / 8
+	b[idx] |= 0x80 >> (p.Bits() % 8)
+	a, _ := netip.AddrFromSlice(b)
+	return lo, netip.PrefixFrom(a, bits)
+}
+
+func matches(sel labels.Selector, l map[string]string) bool { return sel.Matches(labels.Set(l)) }
+
+// selects: the pod is in the policy's namespace and its podSelector matches.
+func (c *compiled) selects(p *Pod) bool {
+	return p.Namespace == c.np.Namespace && matches(c.sel, p.Labels)
+}
+
+func (ps peerSel) selects(policyNS string, p *Pod, nsLabels map[string]string) bool {
+	if ps.ns == nil {
+		if p.Namespace != policyNS {
+			return false
+		}
+	} else if !matches(ps.ns, nsLabels) {
+		return false
+	}
+	return ps.pods == nil || matches(ps.pods, p.Labels)
+}
+
+func (r rule) selectsPeer(policyNS string, p *Pod, nsLabels map[string]string) bool {
+	for _, ps := range r.peers {
+		if ps.selects(policyNS, p, nsLabels) {
+			return true
+		}
+	}
+	return false
+}
+
+// Translate computes the OVN rows of one policy over the current pods and
+// namespaces. Pods without a port or an address are left out.
+func Translate(np *networkingv1.NetworkPolicy, pods []Pod, namespaces []Namespace, opt Options) (*Desired, error) {
+	c, err := compile(np)
+	if err != nil {
+		return nil, err
+	}
+	nsLabels := make(map[string]map[string]string, len(namespaces))
+	for _, n := range namespaces {
+		nsLabels[n.Name] = n.Labels
+	}
+	pg := PortGroupName(np.Namespace, np.Name)
+	d := &Desired{PortGroup: pg}
+	var selected []*Pod
+	for i := range pods {
+		p := &pods[i]
+		if c.selects(p) {
+			selected = append(selected, p)
+			if p.Port != "" {
+				d.Ports = append(d.Ports, p.Port)
+			}
+		}
+	}
+	sort.Strings(d.Ports)
+	d.Ports = slices.Compact(d.Ports)
+
+	logDrop := np.Annotations[AnnotationEnableLog] == "true"
+	logAllow := logDrop && slices.Contains(strings.Split(strings.ReplaceAll(np.Annotations[AnnotationLogActions], " ", ""), ","), "allow")
+	name := np.Namespace + "/" + np.Name
+	if len(name) > 63 {
+		name = name[:63]
+	}
+	acl := func(dir string, prio int, match, action string) ACL {
+		a := ACL{Direction: dir, Priority: prio, Match: match, Action: action}
+		if dir == FromLport {
+			// After the load balancer: egress rules see the backend, not the ClusterIP.
+			a.Options = map[string]string{"apply-after-lb": "true"}
+		}
+		if (action == ActionDrop && logDrop) || (action != ActionDrop && logAllow) {
+			a.Log, a.Name, a.Severity = true, name, "info"
+			if action == ActionDrop {
+				a.Severity = "warning"
+			}
+		}
+		return a
+	}
+	sets := map[string][]string{}
+	ingress, egress := PolicyTypes(np)
+	if ingress {
+		port := "outport == @" + pg
+		d.ACLs = append(d.ACLs, acl(ToLport, PriorityDrop, port+" && ip", ActionDrop))
+		var host []string
+		for _, h := range opt.HostCIDRs {
+			if h.Addr().Is4() {
+				host = append(host, h.Masked().String())
+			}
+		}
+		if len(host) > 0 {
+			d.ACLs = append(d.ACLs, acl(ToLport, PriorityHost, port+" && ip4.src == {"+strings.Join(host, ", ")+"}", ActionAllowRelated))
+		}
+		for i, r := range c.ingress {
+			src := ""
+			if !r.any {
+				as := fmt.Sprintf("%s_in%d", pg, i)
+				sets[as] = peerAddresses(c, r, pods, nsLabels)
+				src = " && ip4.src == $" + as
+			}
+			for _, m := range portMatches(r, pg, selected, sets) {
+				d.ACLs = append(d.ACLs, acl(ToLport, PriorityAllow, port+" && ip4"+src+m, ActionAllowRelated))
+			}
+		}
+	}
+	if egress {
+		port := "inport == @" + pg
+		d.ACLs = append(d.ACLs, acl(FromLport, PriorityDrop, port+" && ip", ActionDrop))
+		for i, r := range c.egress {
+			dst := ""
+			if !r.any {
+				as := fmt.Sprintf("%s_eg%d", pg, i)
+				sets[as] = peerAddresses(c, r, pods, nsLabels)
+				dst = " && ip4.dst == $" + as
+			}
+			// Named egress ports resolve on the destination pods: the rule's
+			// pod peers, or every pod when it names no peer.
+			var dests []*Pod
+			for j := range pods {
+				p := &pods[j]
+				if r.any || r.selectsPeer(np.Namespace, p, nsLabels[p.Namespace]) {
+					dests = append(dests, p)
+				}
+			}
+			for _, m := range egressPortMatches(r, fmt.Sprintf("%s_eg%d", pg, i), dests, sets) {
+				d.ACLs = append(d.ACLs, acl(FromLport, PriorityAllow, port+" && ip4"+dst+m, ActionAllowRelated))
+			}
+		}
+	}
+	for n, a := range sets {
+		sort.Strings(a)
+		d.AddressSets = append(d.AddressSets, AddressSet{Name: n, Addresses: slices.Compact(a)})
+	}
+	sort.Slice(d.AddressSets, func(i, j int) bool { return d.AddressSets[i].Name < d.AddressSets[j].Name })
+	sortACLs(d.ACLs)
+	return d, nil
+}
+
+func sortACLs(a []ACL) {
+	sort.SliceStable(a, func(i, j int) bool {
+		if a[i].Direction != a[j].Direction {
+			return a[i].Direction > a[j].Direction
+		}
+		if a[i].Priority != a[j].Priority {
+			return a[i].Priority > a[j].Priority
+		}
+		return a[i].Match < a[j].Match
+	})
+}
+
+// peerAddresses: the IPv4 addresses of the pods a rule's selectors pick,
+// plus its ipBlocks.
+func peerAddresses(c *compiled, r rule, pods []Pod, nsLabels map[string]map[string]string) []string {
+	out := []string{}
+	for i := range pods {
+		p := &pods[i]
+		if r.selectsPeer(c.np.Namespace, p, nsLabels[p.Namespace]) {
+			out = append(out, v4(p.IPs)...)
+		}
+	}
+	for _, b := range r.cidrs {
+		out = append(out, b.String())
+	}
+	return out
+}
+
+func v4(ips []netip.Addr) []string {
+	var out []string
+	for _, ip := range ips {
+		if ip.Is4() {
+			out = append(out, ip.String())
+		}
+	}
+	return out
+}
+
+// resolve groups pods by the number their container port of that name and
+// protocol has.
+func resolve(pods []*Pod, name string, proto corev1.Protocol) map[int32][]string {
+	out := map[int32][]string{}
+	for _, p := range pods {
+		for _, cp := range p.ContainerPorts {
+			pp := cp.Protocol
+			if pp == "" {
+				pp = corev1.ProtocolTCP
+			}
+			if cp.Name == name && pp == proto {
+				out[cp.ContainerPort] = append(out[cp.ContainerPort], v4(p.IPs)...)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func protoOf(p *corev1.Protocol) corev1.Protocol {
+	if p == nil {
+		return corev1.ProtocolTCP
+	}
+	return *p
+}
+
+func numericMatch(proto string, p networkingv1.NetworkPolicyPort) string {
+	switch {
+	case p.Port == nil:
+		return " && " + proto
+	case p.EndPort != nil && *p.EndPort > p.Port.IntVal:
+		return fmt.Sprintf(" && %s.dst >= %d && %s.dst <= %d", proto, p.Port.IntVal, proto, *p.EndPort)
+	default:
+		return fmt.Sprintf(" && %s.dst == %d", proto, p.Port.IntVal)
+	}
+}
+
+// portMatches are the port parts of an ingress rule's ACLs ("" = all ports).
+// A named port resolves on the selected (destination) pods: one set of
+// those pods per number the name stands for.
+func portMatches(r rule, pg string, selected []*Pod, sets map[string][]string) []string {
+	if r.noPort {
+		return []string{""}
+	}
+	var out []string
+	for _, p := range r.ports {
+		proto, _ := l4(p.Protocol)
+		if p.Port == nil || p.Port.Type == 0 {
+			out = append(out, numericMatch(proto, p))
+			continue
+		}
+		byNum := resolve(selected, p.Port.StrVal, protoOf(p.Protocol))
+		for _, n := range sortedKeys(byNum) {
+			as := fmt.Sprintf("%s_%s_%s_%d", pg, proto, sanitize(p.Port.StrVal), n)
+			sets[as] = append(sets[as], byNum[n]...)
+			out = append(out, fmt.Sprintf(" && ip4.dst == $%s && %s.dst == %d", as, proto, n))
+		}
+	}
+	return out
+}
+
+func egressPortMatches(r rule, prefix string, dests []*Pod, sets map[string][]string) []string {
+	if r.noPort {
+		return []string{""}
+	}
+	var out []string
+	for _, p := range r.ports {
+		proto, _ := l4(p.Protocol)
+		if p.Port == nil || p.Port.Type == 0 {
+			out = append(out, numericMatch(proto, p))
+			continue
+		}
+		byNum := resolve(dests, p.Port.StrVal, protoOf(p.Protocol))
+		for _, n := range sortedKeys(byNum) {
+			as := fmt.Sprintf("%s_%s_%s_%d", prefix, proto, sanitize(p.Port.StrVal), n)
+			sets[as] = append(sets[as], byNum[n]...)
+			out = append(out, fmt.Sprintf(" && ip4.dst == $%s && %s.dst == %d", as, proto, n))
+		}
+	}
+	return out
+}
+
+func sortedKeys(m map[int32][]string) []int32 {
+	k := make([]int32, 0, len(m))
+	for n := range m {
+		k = append(k, n)
+	}
+	slices.Sort(k)
+	return k
+}
+
+// Relevant says whether a pod (with its namespace's labels) can change
+// what a policy needs: it is selected, it is a peer, or it may be the
+// destination of a named egress port.
+func Relevant(np *networkingv1.NetworkPolicy, p *Pod, nsLabels map[string]string) bool {
+	c, err := compile(np)
+	if err != nil {
+		return false
+	}
+	if c.selects(p) {
+		return true
+	}
+	for _, r := range append(slices.Clone(c.ingress), c.egress...) {
+		if r.selectsPeer(np.Namespace, p, nsLabels) {
+			return true
+		}
+	}
+	for _, r := range c.egress {
+		if r.any && !r.noPort {
+			for _, pp := range r.ports {
+				if pp.Port != nil && pp.Port.Type != 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// NamedPorts keeps the named container ports of a pod spec, all the
+// translation reads of it.
+func NamedPorts(containers []corev1.Container) []corev1.ContainerPort {
+	var out []corev1.ContainerPort
+	for _, c := range containers {
+		for _, p := range c.Ports {
+			if p.Name != "" {
+				out = append(out, corev1.ContainerPort{Name: p.Name, ContainerPort: p.ContainerPort, Protocol: p.Protocol})
+			}
+		}
+	}
+	return out
+}

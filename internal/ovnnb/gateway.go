@@ -1,0 +1,253 @@
+package ovnnb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strconv"
+
+	"github.com/ovn-kubernetes/libovsdb/client"
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
+
+	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
+)
+
+// GatewayPort is a distributed gateway port: a router port on its own small
+// switch whose localnet port reaches the gateway node's host (a bridge of
+// that node mapped to Network). HA_Chassis_Group Name ranks Chassis: OVN
+// binds the port's chassisredirect (cr-) port to the highest-priority
+// chassis that its BFD sessions see alive, without anyone writing the NB.
+type GatewayPort struct {
+	Router  string
+	Switch  string       // the small switch, also the HA group's name
+	Network string       // localnet network_name (ovn-bridge-mappings key)
+	Address netip.Prefix // the router port's address and prefix
+	Chassis []HAChassis  // highest priority first
+	IDs     map[string]string
+}
+
+// HAChassis is one chassis of a gateway's HA group.
+type HAChassis struct {
+	Name     string // Chassis name (the node's OVS system-id)
+	Priority int
+}
+
+// LocalnetPortName is the localnet port of a gateway switch.
+func LocalnetPortName(sw string) string { return sw + "-localnet" }
+
+// EnsureGatewayPort creates or updates the switch with its router port
+// pair, the localnet port and the HA chassis group, and attaches the group
+// to the router port.
+func (c *Client) EnsureGatewayPort(ctx context.Context, g GatewayPort) error {
+	if len(g.Chassis) == 0 {
+		return fmt.Errorf("ovnnb: gateway port on %q: no chassis; name at least one gateway node", g.Switch)
+	}
+	if err := c.EnsureSwitch(ctx, Switch{Name: g.Switch, Router: g.Router, CIDRs: []netip.Prefix{g.Address.Masked()}, Gateways: []netip.Addr{g.Address.Addr()}}); err != nil {
+		return err
+	}
+	var ops []ovsdb.Operation
+	lnName := LocalnetPortName(g.Switch)
+	ln := &nbdb.LogicalSwitchPort{Name: lnName}
+	switch err := c.cl.Get(ctx, ln); {
+	case errors.Is(err, client.ErrNotFound):
+		ln = &nbdb.LogicalSwitchPort{UUID: "newln", Name: lnName, Type: "localnet", Addresses: []string{"unknown"},
+			Options: map[string]string{"network_name": g.Network}, ExternalIDs: vendorIDs(map[string]string{KeySwitch: g.Switch})}
+		o, err := c.cl.Create(ln)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, o...)
+		m, _ := c.mutateSwitchPorts(g.Switch, ovsdb.MutateOperationInsert, ln.UUID)
+		ops = append(ops, m...)
+	case err != nil:
+		return err
+	case ln.Options["network_name"] != g.Network:
+		ln.Options = map[string]string{"network_name": g.Network}
+		o, err := c.cl.Where(ln).Update(ln, &ln.Options)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, o...)
+	}
+
+	// HA_Chassis_Group is not in the monitored tables: read it from the server.
+	cur, err := c.haGroup(ctx, g.Switch)
+	if err != nil {
+		return err
+	}
+	groupRef := ""
+	if cur == nil || !slices.Equal(cur.chassis, g.Chassis) {
+		if cur != nil {
+			ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationDelete, Table: nbdb.HAChassisGroupTable,
+				Where: []ovsdb.Condition{{Column: "name", Function: ovsdb.ConditionEqual, Value: g.Switch}}})
+		}
+		var refs []any
+		for i, ch := range g.Chassis {
+			id := "hach" + strconv.Itoa(i)
+			ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationInsert, Table: nbdb.HAChassisTable, UUIDName: id,
+				Row: ovsdb.Row{"chassis_name": ch.Name, "priority": ch.Priority}})
+			refs = append(refs, ovsdb.UUID{GoUUID: id})
+		}
+		ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationInsert, Table: nbdb.HAChassisGroupTable, UUIDName: "hagroup",
+			Row: ovsdb.Row{"name": g.Switch, "ha_chassis": ovsdb.OvsSet{GoSet: refs},
+				"external_ids": ovsdb.OvsMap{GoMap: anyMap(vendorIDs(g.IDs))}}})
+		groupRef = "hagroup"
+	} else {
+		groupRef = cur.uuid
+	}
+	lrpName := RouterPortName(g.Router, g.Switch)
+	lrp := &nbdb.LogicalRouterPort{Name: lrpName}
+	if err := c.cl.Get(ctx, lrp); err != nil {
+		return fmt.Errorf("ovnnb: gateway router port %s: %w", lrpName, err)
+	}
+	ids := vendorIDs(maps.Clone(g.IDs))
+	ids[KeySwitch] = g.Switch
+	if lrp.HaChassisGroup == nil || *lrp.HaChassisGroup != groupRef || !maps.Equal(lrp.ExternalIDs, ids) {
+		ref := ovsdb.OvsSet{GoSet: []any{uuidOrName(groupRef)}}
+		ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationUpdate, Table: nbdb.LogicalRouterPortTable,
+			Where: []ovsdb.Condition{{Column: "name", Function: ovsdb.ConditionEqual, Value: lrpName}},
+			Row:   ovsdb.Row{"ha_chassis_group": ref, "external_ids": ovsdb.OvsMap{GoMap: anyMap(ids)}}})
+	}
+	_, err = c.transact(ctx, "ensure gateway port "+lrpName, ops)
+	return err
+}
+
+func uuidOrName(s string) ovsdb.UUID {
+	return ovsdb.UUID{GoUUID: s}
+}
+
+func anyMap(m map[string]string) map[any]any {
+	out := make(map[any]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+type haGroupRow struct {
+	uuid    string
+	chassis []HAChassis // highest priority first
+}
+
+// haGroup reads an HA chassis group and its chassis by name (nil: none).
+func (c *Client) haGroup(ctx context.Context, name string) (*haGroupRow, error) {
+	res, err := c.transact(ctx, "read HA chassis group "+name, []ovsdb.Operation{{Op: ovsdb.OperationSelect, Table: nbdb.HAChassisGroupTable,
+		Where: []ovsdb.Condition{{Column: "name", Function: ovsdb.ConditionEqual, Value: name}}, Columns: []string{"_uuid", "ha_chassis"}}})
+	if err != nil {
+		return nil, err
+	}
+	if len(res) == 0 || len(res[0].Rows) == 0 {
+		return nil, nil
+	}
+	row := res[0].Rows[0]
+	g := &haGroupRow{}
+	if u, ok := row["_uuid"].(ovsdb.UUID); ok {
+		g.uuid = u.GoUUID
+	}
+	var members []any
+	switch v := row["ha_chassis"].(type) {
+	case ovsdb.OvsSet:
+		members = v.GoSet
+	case ovsdb.UUID:
+		members = []any{v}
+	}
+	if len(members) == 0 {
+		return g, nil
+	}
+	// One select per member: _uuid is a scalar column.
+	var ops []ovsdb.Operation
+	for _, m := range members {
+		ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationSelect, Table: nbdb.HAChassisTable,
+			Where: []ovsdb.Condition{{Column: "_uuid", Function: ovsdb.ConditionEqual, Value: m}}, Columns: []string{"chassis_name", "priority"}})
+	}
+	all, err := c.transact(ctx, "read HA chassis of "+name, ops)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range all {
+		for _, row := range r.Rows {
+			name, _ := row["chassis_name"].(string)
+			prio := 0
+			switch p := row["priority"].(type) {
+			case int:
+				prio = p
+			case float64:
+				prio = int(p)
+			}
+			g.chassis = append(g.chassis, HAChassis{Name: name, Priority: prio})
+		}
+	}
+	slices.SortFunc(g.chassis, func(a, b HAChassis) int { return b.Priority - a.Priority })
+	return g, nil
+}
+
+// DeleteGatewayPort removes the gateway switch (its ports with it), its
+// router port and its HA chassis group; absent parts are fine.
+func (c *Client) DeleteGatewayPort(ctx context.Context, router, sw string) error {
+	if err := c.DeleteSwitch(ctx, sw, router); err != nil {
+		return err
+	}
+	_, err := c.transact(ctx, "delete HA chassis group "+sw, []ovsdb.Operation{{Op: ovsdb.OperationDelete, Table: nbdb.HAChassisGroupTable,
+		Where: []ovsdb.Condition{{Column: "name", Function: ovsdb.ConditionEqual, Value: sw}}}})
+	return err
+}
+
+// GatewayPorts lists the router's ovnhost router ports whose external IDs
+// contain match, by name, with their first network.
+func (c *Client) GatewayPorts(ctx context.Context, match map[string]string) (map[string]netip.Prefix, error) {
+	var lrps []nbdb.LogicalRouterPort
+	if err := c.cl.WhereCache(func(p *nbdb.LogicalRouterPort) bool { return owned(p.ExternalIDs, match) }).List(ctx, &lrps); err != nil {
+		return nil, err
+	}
+	out := map[string]netip.Prefix{}
+	for _, p := range lrps {
+		if len(p.Networks) == 0 {
+			continue
+		}
+		if pfx, err := netip.ParsePrefix(p.Networks[0]); err == nil {
+			out[p.Name] = pfx
+		}
+	}
+	return out, nil
+}
+
+// SetBFDOptions sets NB_Global options bfd-min-rx, bfd-min-tx (ms) and
+// bfd-mult: ovn-controller applies them to the BFD sessions it runs over
+// tunnels to HA chassis, which decide how fast a gateway failure is seen.
+func (c *Client) SetBFDOptions(ctx context.Context, minRx, minTx, mult int) error {
+	want := map[string]string{"bfd-min-rx": strconv.Itoa(minRx), "bfd-min-tx": strconv.Itoa(minTx), "bfd-mult": strconv.Itoa(mult)}
+	res, err := c.transact(ctx, "read NB_Global options", []ovsdb.Operation{{Op: ovsdb.OperationSelect, Table: nbdb.NBGlobalTable,
+		Where: []ovsdb.Condition{}, Columns: []string{"options"}}})
+	if err != nil {
+		return err
+	}
+	if len(res) == 0 || len(res[0].Rows) == 0 {
+		return errors.New("ovnnb: no NB_Global row: is ovn-northd's database initialised?")
+	}
+	if m, ok := res[0].Rows[0]["options"].(ovsdb.OvsMap); ok {
+		same := true
+		for k, v := range want {
+			if m.GoMap[k] != v {
+				same = false
+			}
+		}
+		if same {
+			return nil
+		}
+	}
+	keys := []any{}
+	for k := range want {
+		keys = append(keys, k)
+	}
+	ops := []ovsdb.Operation{
+		{Op: ovsdb.OperationMutate, Table: nbdb.NBGlobalTable, Where: []ovsdb.Condition{},
+			Mutations: []ovsdb.Mutation{{Column: "options", Mutator: ovsdb.MutateOperationDelete, Value: ovsdb.OvsSet{GoSet: keys}}}},
+		{Op: ovsdb.OperationMutate, Table: nbdb.NBGlobalTable, Where: []ovsdb.Condition{},
+			Mutations: []ovsdb.Mutation{{Column: "options", Mutator: ovsdb.MutateOperationInsert, Value: ovsdb.OvsMap{GoMap: anyMap(want)}}}},
+	}
+	_, err = c.transact(ctx, "set NB_Global BFD options", ops)
+	return err
+}

@@ -1,0 +1,223 @@
+package ovnnet
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+
+	"github.com/ovnhost/ovnhost/internal/ovnnb"
+)
+
+// Centralized gateways (Kube-OVN's gatewayType: centralized): a subnet's
+// traffic to outside the cluster leaves through one of its gateway nodes.
+// OVN does the failover itself: each centralized subnet gets a distributed
+// gateway port on the cluster router, on a small switch whose localnet port
+// (network GatewayNetwork) reaches a bridge on each gateway node. The
+// port's HA chassis group ranks the gateway nodes' chassis in gatewayNode
+// order; ovn-controller runs BFD between them over the tunnels and moves the
+// port's chassisredirect binding to the next chassis when the active one
+// stops answering, with no controller involved. The gateway node's host
+// holds the next hop (the transit address) on that bridge, with the same MAC
+// on every gateway node so the router's learned MAC binding stays valid
+// across a failover, and masquerades the traffic out of its uplink.
+
+// CentralizedPriority sits between the cluster allow policy (31000: cluster
+// destinations stay routed) and the per-node reroute (29000), so a
+// centralized subnet's pods go to the gateway, not to their own node.
+const CentralizedPriority = 29500
+
+// GatewayNetwork is the localnet network name of gateway switches: gateway
+// nodes map it to their gateway bridge in ovn-bridge-mappings.
+const GatewayNetwork = "ovnhost-egw"
+
+// GatewayMAC is the MAC of the host end of the transit link on every
+// gateway node (locally administered).
+const GatewayMAC = "0a:58:a9:fe:40:01"
+
+// TransitRange holds one /30 per centralized subnet: .1 the router's
+// gateway port, .2 the gateway node's host.
+var TransitRange = netip.MustParsePrefix("169.254.64.0/18")
+
+// BFD timers (ms) for the tunnels between HA chassis: a dead gateway is
+// noticed after mult*rx = 600 ms.
+const (
+	BFDMinRx = 200
+	BFDMinTx = 200
+	BFDMult  = 3
+)
+
+// GatewaySwitch is the gateway switch of a centralized subnet; its router
+// port is ovnnb.RouterPortName(router, GatewaySwitch(subnet)) and OVN's
+// chassisredirect port for it is "cr-" + that name.
+func GatewaySwitch(subnet string) string { return "ovnhost-egw-" + subnet }
+
+// GatewayRouterPort is the gateway port of a centralized subnet on router.
+func GatewayRouterPort(router, subnet string) string {
+	return ovnnb.RouterPortName(router, GatewaySwitch(subnet))
+}
+
+// SubnetOfRedirectPort returns the subnet whose gateway port's
+// chassisredirect port is name (ok false for other ports).
+func SubnetOfRedirectPort(router, name string) (string, bool) {
+	rest, ok := strings.CutPrefix(name, "cr-"+router+"-ovnhost-egw-")
+	return rest, ok && rest != ""
+}
+
+// TransitHost is the gateway node's end of a transit network given as the
+// router port's address ("169.254.64.1/30" -> 169.254.64.2/30).
+func TransitHost(router netip.Prefix) netip.Prefix {
+	return netip.PrefixFrom(router.Addr().Next(), router.Bits())
+}
+
+// GatewayNode is one gateway node of a subnet, in gatewayNode order.
+type GatewayNode struct {
+	Node    string
+	Chassis string // its OVS system-id
+}
+
+const keySubnet = "subnet"
+
+// EnsureCentralizedGateway programs subnet's gateway port, HA chassis group
+// (priorities in nodes' order) and the reroute of its IPv4 traffic to
+// outside the cluster. It returns the transit network (router side).
+func (n *Network) EnsureCentralizedGateway(ctx context.Context, subnet string, cidrs []netip.Prefix, nodes []GatewayNode) (netip.Prefix, error) {
+	var v4 []string
+	for _, p := range cidrs {
+		if p.Addr().Is4() {
+			v4 = append(v4, p.Masked().String())
+		}
+	}
+	if len(v4) == 0 {
+		return netip.Prefix{}, fmt.Errorf("centralized gateway for subnet %q: no IPv4 CIDR (only IPv4 is supported)", subnet)
+	}
+	transit, err := n.transitFor(ctx, subnet)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	if err := n.NB.SetBFDOptions(ctx, BFDMinRx, BFDMinTx, BFDMult); err != nil {
+		return netip.Prefix{}, err
+	}
+	var chassis []ovnnb.HAChassis
+	for i, g := range nodes {
+		// Highest first; spaced so an operator can slot one in by hand.
+		chassis = append(chassis, ovnnb.HAChassis{Name: g.Chassis, Priority: 100 - 10*i})
+	}
+	ids := map[string]string{keyEgress: "gateway", keySubnet: subnet}
+	if err := n.NB.EnsureGatewayPort(ctx, ovnnb.GatewayPort{Router: n.cfg.Router, Switch: GatewaySwitch(subnet), Network: GatewayNetwork,
+		Address: transit, Chassis: chassis, IDs: ids}); err != nil {
+		return netip.Prefix{}, err
+	}
+	match := "ip4.src == " + v4[0]
+	if len(v4) > 1 {
+		match = "ip4.src == {" + strings.Join(v4, ", ") + "}"
+	}
+	if err := n.NB.EnsurePolicy(ctx, ovnnb.Policy{Router: n.cfg.Router, Priority: CentralizedPriority, Match: match,
+		Nexthop: TransitHost(transit).Addr(), ExternalIDs: map[string]string{keyEgress: "centralized", keySubnet: subnet}}); err != nil {
+		return netip.Prefix{}, err
+	}
+	return transit, nil
+}
+
+// transitFor is the subnet's transit network: the one its gateway port has,
+// else the first free /30 of TransitRange.
+func (n *Network) transitFor(ctx context.Context, subnet string) (netip.Prefix, error) {
+	ports, err := n.NB.GatewayPorts(ctx, map[string]string{keyEgress: "gateway"})
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	if p, ok := ports[GatewayRouterPort(n.cfg.Router, subnet)]; ok {
+		return p, nil
+	}
+	used := map[netip.Addr]bool{}
+	for _, p := range ports {
+		used[p.Masked().Addr()] = true
+	}
+	base := TransitRange.Addr().As4()
+	size := 1 << (32 - TransitRange.Bits())
+	for off := 0; off+4 <= size; off += 4 {
+		b := base
+		v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+		v += uint32(off)
+		a := netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+		if !used[a] {
+			return netip.PrefixFrom(a.Next(), 30), nil
+		}
+	}
+	return netip.Prefix{}, fmt.Errorf("centralized gateway for subnet %q: all %d transit networks of %s are in use; remove centralized subnets", subnet, size/4, TransitRange)
+}
+
+// RemoveCentralizedGateway removes what EnsureCentralizedGateway made for
+// subnet; absent parts are fine.
+func (n *Network) RemoveCentralizedGateway(ctx context.Context, subnet string) error {
+	if err := n.NB.DeletePolicies(ctx, n.cfg.Router, map[string]string{keyEgress: "centralized", keySubnet: subnet}); err != nil {
+		return err
+	}
+	return n.NB.DeleteGatewayPort(ctx, n.cfg.Router, GatewaySwitch(subnet))
+}
+
+// CentralizedSubnets lists the subnets that have a gateway port now.
+func (n *Network) CentralizedSubnets(ctx context.Context) ([]string, error) {
+	ports, err := n.NB.GatewayPorts(ctx, map[string]string{keyEgress: "gateway"})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for name := range ports {
+		if s, ok := strings.CutPrefix(name, n.cfg.Router+"-ovnhost-egw-"); ok {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// ParseGatewayNode parses Kube-OVN's gatewayNode: "n1,n2" or
+// "n1:ip1,n2:ip2" (the egress address on that node), in order.
+func ParseGatewayNode(s string) ([]GatewaySpec, error) {
+	var out []GatewaySpec
+	seen := map[string]bool{}
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		g := GatewaySpec{Node: f}
+		if name, ip, ok := strings.Cut(f, ":"); ok {
+			a, err := netip.ParseAddr(strings.TrimSpace(ip))
+			if err != nil || !a.Is4() {
+				return nil, fmt.Errorf("gatewayNode entry %q: %q is not an IPv4 address; write node or node:IPv4", f, ip)
+			}
+			g.Node, g.EgressIP = strings.TrimSpace(name), a
+		}
+		if g.Node == "" {
+			return nil, fmt.Errorf("gatewayNode entry %q has no node name; write node or node:IPv4", f)
+		}
+		if seen[g.Node] {
+			return nil, fmt.Errorf("gatewayNode names node %q twice; list each gateway node once", g.Node)
+		}
+		seen[g.Node] = true
+		out = append(out, g)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("gatewayNode %q names no node; list gateway nodes as \"n1,n2\" or \"n1:ip1,n2:ip2\"", s)
+	}
+	return out, nil
+}
+
+// GatewaySpec is one gatewayNode entry.
+type GatewaySpec struct {
+	Node     string
+	EgressIP netip.Addr // invalid: masquerade to the node's own address
+}
+
+// GatewayHardwareAddr is GatewayMAC parsed.
+func GatewayHardwareAddr() net.HardwareAddr {
+	m, _ := net.ParseMAC(GatewayMAC)
+	return m
+}
+
+// TransitAnnotation on a Subnet records its transit network (router side,
+// "169.254.64.1/30"): the controller writes it once the gateway port
+// exists, and gateway nodes configure the host end from it.
+const TransitAnnotation = "ovnhost.io/gateway-transit"

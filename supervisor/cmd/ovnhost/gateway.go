@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/ovn-kubernetes/libovsdb/client"
+	"github.com/ovn-kubernetes/libovsdb/model"
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
+	"github.com/vishvananda/netlink"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/ovnhost/ovnhost/cni/podnet"
+	"github.com/ovnhost/ovnhost/cni/server"
+	"github.com/ovnhost/ovnhost/internal/annotations"
+	"github.com/ovnhost/ovnhost/internal/ovnnet"
+	"github.com/ovnhost/ovnhost/internal/ovsdb/sbdb"
+	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
+	"github.com/ovnhost/ovnhost/supervisor/node"
+)
+
+// The host side of a centralized gateway node (ovnnet/gateway.go has the
+// OVN side): br-egw mapped to the gateway network, the transit addresses
+// with the shared MAC on its host port, routes back to the subnets through
+// the transit link, and the masquerade (the host-nat rules). The node also
+// announces its chassis on its Node (the controller ranks chassis, not
+// nodes) and reports in the Subnet status when OVN made it the active
+// gateway, so the status is right without the controller.
+
+// subnetGVR is Kube-OVN's Subnet (the node daemon does not import the controller's API package).
+var subnetGVR = schema.GroupVersionResource{Group: "kubeovn.io", Version: "v1", Resource: "subnets"}
+
+// gatewayRouteMetric keeps the return routes through br-egw apart from
+// ovn0's routes to the same subnet (metric 0), which win when both exist.
+const gatewayRouteMetric = 100
+
+// applyGateways converges the host to plan's gateways (none: br-egw goes).
+func (u *egressUnit) applyGateways(ctx context.Context, plan server.EgressPlan) error {
+	if u.n == nil {
+		return nil
+	}
+	if len(plan.Gateways) == 0 {
+		u.mu.Lock()
+		had := u.gwRoutes != nil
+		u.gwRoutes = nil
+		u.mu.Unlock()
+		if !had {
+			return nil
+		}
+		return u.n.RemoveGatewayBridge(ctx, ovnnet.GatewayNetwork)
+	}
+	if err := u.n.EnsureGatewayBridge(ctx, ovnnet.GatewayNetwork, ovnnet.GatewayMAC); err != nil {
+		return fmt.Errorf("centralized gateway: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := podnet.WaitLink(wctx, node.GatewayBridge); err != nil {
+		return fmt.Errorf("centralized gateway: ovs-vswitchd did not create %s: %w", node.GatewayBridge, err)
+	}
+	var addrs []netip.Prefix
+	var routes []netlink.Route
+	l, err := netlink.LinkByName(node.GatewayBridge)
+	if err != nil {
+		return err
+	}
+	for _, g := range plan.Gateways {
+		addrs = append(addrs, ovnnet.TransitHost(g.Transit))
+		for _, c := range g.CIDRs {
+			routes = append(routes, netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipNet(c), Gw: net.IP(g.Transit.Addr().AsSlice()), Priority: gatewayRouteMetric})
+		}
+	}
+	if err := podnet.ConfigureHostPort(podnet.HostPort{Name: node.GatewayBridge, MAC: ovnnet.GatewayHardwareAddr(), Addrs: addrs}); err != nil {
+		return fmt.Errorf("centralized gateway: %w", err)
+	}
+	// Pod packets come in on br-egw but the subnet may also be routed via
+	// ovn0 (pods of it on this node): loose reverse-path filtering.
+	if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+node.GatewayBridge+"/rp_filter", []byte("2"), 0o644); err != nil {
+		return fmt.Errorf("centralized gateway: loose rp_filter on %s: %w", node.GatewayBridge, err)
+	}
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
+		return fmt.Errorf("centralized gateway: enable IPv4 forwarding: %w", err)
+	}
+	for i := range routes {
+		if err := netlink.RouteReplace(&routes[i]); err != nil {
+			return fmt.Errorf("centralized gateway: route %s via %s dev %s: %w", routes[i].Dst, routes[i].Gw, node.GatewayBridge, err)
+		}
+	}
+	u.mu.Lock()
+	old := u.gwRoutes
+	u.gwRoutes = routes
+	u.mu.Unlock()
+	for _, r := range old {
+		if !slices.ContainsFunc(routes, func(n netlink.Route) bool { return n.Dst.String() == r.Dst.String() && n.Gw.Equal(r.Gw) }) {
+			_ = netlink.RouteDel(&r)
+		}
+	}
+	var names []string
+	for _, g := range plan.Gateways {
+		names = append(names, g.Subnet)
+	}
+	u.log.Info("centralized gateway host side applied", "subnets", names, "bridge", node.GatewayBridge, "transit", addrs)
+	return nil
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+// kubeConfig: the kubeconfig when given, else in-cluster, else nil.
+func kubeConfig(path string) (*rest.Config, error) {
+	if path != "" {
+		return clientcmd.BuildConfigFromFlags("", path)
+	}
+	c, err := rest.InClusterConfig()
+	if errors.Is(err, rest.ErrNotInCluster) {
+		return nil, nil
+	}
+	return c, err
+}
+
+// runGatewayAgent announces the chassis on the Node and reports the active
+// gateway of centralized subnets, until ctx ends. Kubernetes mode only.
+func (u *egressUnit) runGatewayAgent(ctx context.Context) {
+	rc, err := kubeConfig(u.kubeconfig)
+	if err != nil || rc == nil {
+		if err != nil {
+			u.log.Warn("centralized gateways: no Kubernetes client; this node is not announced as a gateway chassis", "err", err)
+		}
+		return
+	}
+	kc, err1 := kubernetes.NewForConfig(rc)
+	dc, err2 := dynamic.NewForConfig(rc)
+	if err := errors.Join(err1, err2); err != nil {
+		u.log.Warn("centralized gateways: no Kubernetes client", "err", err)
+		return
+	}
+	// The controller puts only chassis it knows into HA groups.
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{annotations.Chassis: u.n.SystemID()}}})
+	for delay := 200 * time.Millisecond; ; delay = min(2*delay, 10*time.Second) {
+		_, err := kc.CoreV1().Nodes().Patch(ctx, u.nodeName, types.MergePatchType, patch, metav1.PatchOptions{})
+		if err == nil {
+			break
+		}
+		u.log.Warn("cannot annotate the node with its chassis; retrying", "node", u.nodeName, "annotation", annotations.Chassis, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+	}
+	dbm, err := sbdb.FullDatabaseModel()
+	if err != nil {
+		u.log.Warn("centralized gateways: SB model", "err", err)
+		return
+	}
+	pb, ch := &sbdb.PortBinding{}, &sbdb.Chassis{}
+	conn, err := ovsdbconn.Dial(ctx, dbm, u.sb.Endpoint, ovsdbconn.Options{
+		Monitor: []client.MonitorOption{
+			client.WithConditionalTable(pb, []model.Condition{{Field: &pb.Type, Function: ovsdb.ConditionEqual, Value: "chassisredirect"}}, &pb.LogicalPort, &pb.Chassis, &pb.Type),
+			client.WithConditionalTable(ch, []model.Condition{{Field: &ch.Name, Function: ovsdb.ConditionEqual, Value: u.n.SystemID()}}, &ch.Name),
+		},
+		TLS: u.sb.TLS, Log: u.log.With("component", "libovsdb"), Name: "OVN_Southbound at " + u.sb.Endpoint,
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			u.log.Warn("centralized gateways: the active gateway is not reported in Subnet status", "err", err)
+		}
+		return
+	}
+	defer conn.Close()
+	reported := map[string]bool{}
+	for {
+		changed := conn.Changed()
+		var mine []sbdb.Chassis
+		_ = conn.List(ctx, &mine)
+		var pbs []sbdb.PortBinding
+		_ = conn.List(ctx, &pbs)
+		failed := false
+		for _, p := range pbs {
+			subnet, ok := ovnnet.SubnetOfRedirectPort(ovnnet.DefaultRouter, p.LogicalPort)
+			if !ok {
+				continue
+			}
+			active := len(mine) > 0 && p.Chassis != nil && *p.Chassis == mine[0].UUID
+			if !active {
+				reported[subnet] = false
+				continue
+			}
+			if reported[subnet] {
+				continue
+			}
+			body := []byte(fmt.Sprintf(`{"status":{"activateGateway":%q}}`, u.nodeName))
+			_, err := dc.Resource(subnetGVR).Patch(ctx, subnet, types.MergePatchType, body, metav1.PatchOptions{}, "status")
+			if err != nil && !apierrors.IsNotFound(err) {
+				u.log.Warn("cannot report this node as the active gateway in the Subnet status; retrying", "subnet", subnet, "err", err)
+				failed = true
+				continue
+			}
+			reported[subnet] = true
+			u.log.Info("this node is now the active gateway", "subnet", subnet)
+		}
+		var retry <-chan time.Time
+		if failed {
+			retry = time.After(2 * time.Second)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-retry:
+		}
+	}
+}

@@ -1,0 +1,129 @@
+package node_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// cluster is a Kubernetes-mode cluster of node daemons in network
+// namespaces: a real apiserver and controller (controlPlane), an underlay
+// bridge joining the nodes (192.168.100.<i+1>/24 on ul0, Geneve in
+// userspace), and the outside (world) behind each node's wan0
+// (192.168.<207+i>.2, default route), answering with the source it sees.
+type cluster struct {
+	cp    *controlPlane
+	nodes []*node
+	names []string // Kubernetes node names: node-a, node-b, ...
+	world *outside
+}
+
+// startCluster starts the control plane and n ready node daemons.
+func startCluster(t testing.TB, n int, extraArgs ...string) *cluster {
+	t.Helper()
+	cp := startControlPlane(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := &cluster{cp: cp, world: &outside{ns: newNetns(t, "ohx"), addr: "192.168.207.1:7000"}}
+	underlay := newNetns(t, "ohu")
+	run(t, "ip", "-n", underlay, "link", "add", "br0", "type", "bridge")
+	run(t, "ip", "-n", underlay, "link", "set", "br0", "up")
+	apiAddr := strings.TrimPrefix(cp.api.URL, "https://")
+	for i := 0; i < n; i++ {
+		nd := newNode(t)
+		name := fmt.Sprintf("node-%c", 'a'+i)
+		ip := fmt.Sprintf("192.168.100.%d", i+1)
+		port := fmt.Sprintf("ul%c", 'a'+i)
+		run(t, "ip", "link", "add", "ul0", "netns", nd.ns, "type", "veth", "peer", "name", port, "netns", underlay)
+		run(t, "ip", "-n", underlay, "link", "set", port, "master", "br0", "up")
+		run(t, "ip", "-n", nd.ns, "addr", "add", ip+"/24", "dev", "ul0")
+		run(t, "ip", "-n", nd.ns, "link", "set", "ul0", "up")
+		wan := fmt.Sprintf("wan%c", 'a'+i)
+		run(t, "ip", "link", "add", "wan0", "netns", nd.ns, "type", "veth", "peer", "name", wan, "netns", c.world.ns)
+		run(t, "ip", "-n", nd.ns, "addr", "add", fmt.Sprintf("192.168.%d.2/24", 207+i), "dev", "wan0")
+		run(t, "ip", "-n", nd.ns, "link", "set", "wan0", "up")
+		run(t, "ip", "-n", nd.ns, "route", "add", "default", "via", fmt.Sprintf("192.168.%d.1", 207+i))
+		run(t, "ip", "-n", c.world.ns, "addr", "add", fmt.Sprintf("192.168.%d.1/24", 207+i), "dev", wan)
+		run(t, "ip", "-n", c.world.ns, "link", "set", wan, "up")
+		if _, err := cp.kc.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		proxyAPIInto(t, nd.ns, apiAddr)
+		nd.env = []string{"OVN_SB_ADDR=" + cp.central.SB(), "IFACE=ul0", "KUBECONFIG=" + cp.api.Kubeconfig}
+		c.nodes, c.names = append(c.nodes, nd), append(c.names, name)
+	}
+	c.world.serve(t)
+	for i, nd := range c.nodes {
+		nd.start(append([]string{"--userspace-tunnel", "--node-name=" + c.names[i]}, extraArgs...)...)
+	}
+	return c
+}
+
+// clusterPod is a pod of the cluster: its Kubernetes object and the network
+// namespace the installed plugin wired as kubelet would.
+type clusterPod struct {
+	node      *node
+	nodeName  string
+	namespace string // Kubernetes namespace
+	name      string
+	netns     string
+	ip        string
+}
+
+// ensureNamespace creates a Kubernetes namespace (with labels) if missing.
+func (c *cluster) ensureNamespace(t testing.TB, name string, labels map[string]string) {
+	t.Helper()
+	_, err := c.cp.kc.CoreV1().Namespaces().Create(context.Background(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// addPod creates a pod on node i and runs CNI ADD for it. The pod's
+// interface is removed (CNI DEL) at the end of the test unless deletePod ran.
+func (c *cluster) addPod(t testing.TB, i int, namespace, name string, labels, annotations map[string]string) *clusterPod {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := &clusterPod{node: c.nodes[i], nodeName: c.names[i], namespace: namespace, name: name}
+	if _, err := c.cp.kc.CoreV1().Pods(namespace).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: annotations},
+		Spec:       corev1.PodSpec{NodeName: p.nodeName, Containers: []corev1.Container{{Name: "c", Image: "none"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p.netns = newNetns(t, "ohk")
+	out, err := cniIn(p.node, "ADD", p.netns, namespace, name)
+	if err != nil {
+		t.Fatalf("CNI ADD %s/%s on %s: %v\n%s\n%s", namespace, name, p.nodeName, err, out, p.node.logTail())
+	}
+	var res struct {
+		IPs []struct{ Address string } `json:"ips"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil || len(res.IPs) == 0 {
+		t.Fatalf("CNI ADD %s/%s result %s: %v", namespace, name, out, err)
+	}
+	p.ip = strings.Split(res.IPs[0].Address, "/")[0]
+	t.Cleanup(func() { _, _ = cniIn(p.node, "DEL", p.netns, namespace, name) })
+	return p
+}
+
+// deletePod removes a pod as kubelet and the API would: CNI DEL, then the object.
+func (c *cluster) deletePod(t testing.TB, p *clusterPod) {
+	t.Helper()
+	if out, err := cniIn(p.node, "DEL", p.netns, p.namespace, p.name); err != nil {
+		t.Fatalf("CNI DEL %s/%s: %v\n%s", p.namespace, p.name, err, out)
+	}
+	zero := int64(0)
+	if err := c.cp.kc.CoreV1().Pods(p.namespace).Delete(context.Background(), p.name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+}
