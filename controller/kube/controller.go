@@ -219,8 +219,14 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 	if _, err := c.subnetInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: enqueue(c.subnetQ),
 		UpdateFunc: func(o, n any) {
-			// Status writes come back as updates: only spec changes matter.
-			if o.(*unstructured.Unstructured).GetGeneration() != n.(*unstructured.Unstructured).GetGeneration() {
+			// Status writes come back as updates: only spec changes matter,
+			// and for centralized gateways which node is active and whether
+			// traffic should go back to the first (the ranking follows them).
+			ou, nu := o.(*unstructured.Unstructured), n.(*unstructured.Unstructured)
+			oa, _, _ := unstructured.NestedString(ou.Object, "status", "activateGateway")
+			na, _, _ := unstructured.NestedString(nu.Object, "status", "activateGateway")
+			if ou.GetGeneration() != nu.GetGeneration() || oa != na ||
+				ou.GetAnnotations()[ovnnet.GatewayFailbackAnnotation] != nu.GetAnnotations()[ovnnet.GatewayFailbackAnnotation] {
 				enqueue(c.subnetQ)(n)
 			}
 		},

@@ -84,6 +84,12 @@ func (c *Controller) syncGateway(ctx context.Context, u *unstructured.Unstructur
 		}
 		return bad("NoGatewayNode", strings.TrimSuffix(msg, ";")+"; start ovnhost on a gateway node or list another node in gatewayNode")
 	}
+	active, _, _ := unstructured.NestedString(u.Object, "status", "activateGateway")
+	nodes = ovnnet.RankGateways(nodes, active, u.GetAnnotations()[ovnnet.GatewayFailbackAnnotation] == "true")
+	used = used[:0]
+	for _, g := range nodes {
+		used = append(used, g.Node)
+	}
 	transit, err := c.net.EnsureCentralizedGateway(ctx, name, cfg.CIDRs, nodes)
 	if err != nil {
 		return nil, err
