@@ -203,4 +203,3 @@ func TestServicesBecomeLoadBalancers(t *testing.T) {
 		return ok, fmt.Sprintf("rows %v, group %v", names, members)
 	})
 }
-

@@ -121,7 +121,6 @@ func (c *cluster) waitGatewayRank(t testing.TB, subnet string, nodes []string, l
 	t.Fatalf("HA chassis group of subnet %s ranks %v, want %v (%v)\n%s", subnet, got, want, nodes, c.diag())
 }
 
-
 // sourceUntil connects from p to the outside until the outside sees want as
 // the source, or the deadline passes (returns the last source seen).
 func (c *cluster) sourceUntil(p *clusterPod, want string, limit time.Duration) (string, error) {
