@@ -79,9 +79,15 @@ func (h *Host) SBChassis(ctx context.Context, remote string) ([]sbdb.Chassis, []
 // dial connects to one remote and monitors tables; ssl: remotes use the
 // configured key, certificate and CA.
 func (h *Host) dial(ctx context.Context, dbModel func() (model.ClientDBModel, error), remote, name string, tables ...model.Model) (*ovsdbconn.Conn, error) {
-	m, err := dbModel()
+	full, err := dbModel()
 	if err != nil {
 		return nil, fmt.Errorf("%s: building the client model: %w", name, err)
+	}
+	// Only the tables doctor reads: libovsdb checks every table of the
+	// model against the server, which may run another release.
+	m, err := ovsdbconn.Subset(full, tables...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	var tc *tls.Config
 	if strings.HasPrefix(strings.TrimSpace(remote), "ssl:") {
