@@ -423,9 +423,9 @@ func waitCache(t *testing.T, ctx context.Context, c client.Client, what string, 
 
 type cacheEvents struct{ poke func() }
 
-func (e *cacheEvents) OnAdd(string, model.Model)                { e.poke() }
+func (e *cacheEvents) OnAdd(string, model.Model)                 { e.poke() }
 func (e *cacheEvents) OnUpdate(string, model.Model, model.Model) { e.poke() }
-func (e *cacheEvents) OnDelete(string, model.Model)             { e.poke() }
+func (e *cacheEvents) OnDelete(string, model.Model)              { e.poke() }
 
 func readSchemaMap(t *testing.T, path string) map[string]any {
 	t.Helper()
