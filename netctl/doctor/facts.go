@@ -187,12 +187,18 @@ func firewalldCmdline(args []string) bool {
 	return false
 }
 
-// IptablesSave runs iptables-legacy-save or iptables-nft-save. These only
-// READ the kernel's rules; doctor never runs a command that changes them.
+// IptablesSave runs iptables-legacy-save or iptables-nft-save, or plain
+// iptables-save when backend is "" (iptables before 1.8 has only that).
+// These only READ the kernel's rules; doctor never runs a command that
+// changes them.
 func (h *Host) IptablesSave(backend string, v6 bool) (string, error) {
-	name := "iptables-" + backend + "-save"
+	prefix := "iptables-"
 	if v6 {
-		name = "ip6tables-" + backend + "-save"
+		prefix = "ip6tables-"
+	}
+	name := prefix + backend + "-save"
+	if backend == "" {
+		name = prefix + "save"
 	}
 	// Not Host.LookPath: the xtables multi-call binaries dispatch on the
 	// name they are run by, so the symlink must not be resolved.
