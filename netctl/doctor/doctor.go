@@ -86,6 +86,8 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) *Report {
 		r.Checks = append(r.Checks, c)
 	}
 
+	r.Checks = append(r.Checks, hostChecks(cfg, r.Datapath, f)...)
+
 	svc := services{cfg: cfg, lay: layout.New(cfg.Paths), f: f, timeout: to, encapIP: r.EncapIP}
 	r.Checks = append(r.Checks, svc.run(ctx)...)
 	r.Checks = append(r.Checks, CheckClock(cfg, f))

@@ -55,6 +55,21 @@ type fake struct {
 	vswitchdDead bool
 	arpMACs      []string
 	dialErr      error
+	northd       string
+	ctlVersion   string
+	kmsg         []string
+	owners       map[string][2]int
+	avail        uint64
+}
+
+func (f *fake) NorthdVersion(context.Context, string) (string, error) { return f.northd, nil }
+func (f *fake) Statfs(string) (uint64, uint64, error)                 { return f.avail, 100 << 30, nil }
+func (f *fake) KernelLog() ([]string, error)                          { return f.kmsg, nil }
+func (f *fake) Owner(p string) (int, int, error) {
+	if o, ok := f.owners[p]; ok {
+		return o[0], o[1], nil
+	}
+	return 0, 0, fs.ErrNotExist
 }
 
 func (f *fake) GenlFamily(string) (bool, error) { return f.genlOVS, nil }
@@ -125,7 +140,10 @@ func (f *fake) SBChassis(_ context.Context, r string) ([]sbdb.Chassis, []sbdb.En
 	}
 	return f.chassis, f.encaps, nil
 }
-func (f *fake) Unixctl(context.Context, string, string) (string, error) {
+func (f *fake) Unixctl(_ context.Context, _ string, cmd string) (string, error) {
+	if cmd == "version" {
+		return f.ctlVersion, f.unixctlErr
+	}
 	return f.ctlStatus, f.unixctlErr
 }
 func (f *fake) Pidfile(string, string) (int, bool) { return 77, !f.vswitchdDead }
@@ -155,16 +173,20 @@ func analyzeMap(dir, ours string, files map[string]string) *cniconf.Report {
 
 func healthy() *fake {
 	return &fake{
-		genlOVS:   true,
-		stats:     map[string]fs.FileMode{"/opt/cni/bin/ovnhost-cni": 0o755, "/run/ovnhost/cni.sock": fs.ModeSocket, "/run/openvswitch/db.sock": fs.ModeSocket, "/run/ovn/ovnnb_db.sock": fs.ModeSocket, "/run/ovn/ovnsb_db.sock": fs.ModeSocket},
-		stamp:     version.Version,
-		cniFiles:  map[string]string{"00-ovnhost.conflist": `{"name":"ovnhost","plugins":[{"type":"ovnhost-cni"}]}`},
-		saves:     map[string]string{"legacy": "", "nft": "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p udp --dport 6081 -j ACCEPT\nCOMMIT\n"},
-		synced:    true,
-		now:       time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
-		hostname:  "node1",
-		ctlSock:   "/run/ovn/ovn-controller.42.ctl",
-		ctlStatus: "connected\n",
+		genlOVS:    true,
+		stats:      map[string]fs.FileMode{"/sys/module/openvswitch": fs.ModeDir, "/opt/cni/bin/ovnhost-cni": 0o755, "/run/ovnhost/cni.sock": fs.ModeSocket, "/run/openvswitch/db.sock": fs.ModeSocket, "/run/ovn/ovnnb_db.sock": fs.ModeSocket, "/run/ovn/ovnsb_db.sock": fs.ModeSocket},
+		stamp:      version.Version,
+		cniFiles:   map[string]string{"00-ovnhost.conflist": `{"name":"ovnhost","plugins":[{"type":"ovnhost-cni"}]}`},
+		saves:      map[string]string{"legacy": "", "nft": "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p udp --dport 6081 -j ACCEPT\nCOMMIT\n"},
+		synced:     true,
+		now:        time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		hostname:   "node1",
+		ctlSock:    "/run/ovn/ovn-controller.42.ctl",
+		ctlStatus:  "connected\n",
+		northd:     "23.03.1-20.27.0-70.6",
+		ctlVersion: "ovn-controller 23.03.1\nOpen vSwitch Library 3.1.0\nOpenFlow versions 0x6:0x6\nSB DB Schema 20.27.0\n",
+		files:      map[string]string{"/proc/sys/kernel/osrelease": "6.1.0-18-amd64\n", "/proc/uptime": "5000.00 9000.00\n"},
+		avail:      50 << 30,
 		dbs: map[string][]string{
 			"unix:/run/openvswitch/db.sock": {"Open_vSwitch", "_Server"},
 			"unix:/run/ovn/ovnnb_db.sock":   {"OVN_Northbound", "_Server"},
