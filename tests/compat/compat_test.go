@@ -29,6 +29,8 @@ import (
 	"github.com/ovnhost/ovnhost/internal/ovsdb/sbdb"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
 	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
+	"github.com/ovnhost/ovnhost/netctl/doctor"
+	"github.com/ovnhost/ovnhost/supervisor/config"
 	"github.com/ovnhost/ovnhost/tests/harness/debschema"
 	"github.com/ovnhost/ovnhost/tests/harness/ovncentral"
 	"github.com/ovnhost/ovnhost/tests/testenv"
@@ -318,6 +320,15 @@ func TestSBChassis(t *testing.T) {
 			}
 			if v, rel := conn.ServerSchema(); v != schemaVersions[r.Suite][2] || !strings.Contains(rel, r.OVN) {
 				t.Errorf("ServerSchema = %s %s", v, rel)
+			}
+			// doctor's skew check reads the same row: a 25.03 central
+			// (Kube-OVN 1.15) against the bundle's 23.03 ovn-controller.
+			northd, err := doctor.NewHost(&config.Config{}).NorthdVersion(ctx, ep)
+			if err != nil || northd != "25.03.0-20.41.0-78.0" {
+				t.Fatalf("doctor NorthdVersion = %q, %v", northd, err)
+			}
+			if c := doctor.CheckVersionSkew(northd, "23.03.1", false); c.Status != "fail" || !strings.Contains(c.Fix, "25.03") {
+				t.Errorf("skew check: %+v", c)
 			}
 		})
 	}

@@ -82,7 +82,7 @@ func TestNode(t *testing.T) {
 
 			// doctor against this node: its OVSDB checks read conf.db and SB.
 			rep := n.doctor(t)
-			for _, name := range []string{"ovsdb:Open_vSwitch", "ovs-vswitchd", "ovsdb:OVN_Southbound", "chassis"} {
+			for _, name := range []string{"ovsdb:Open_vSwitch", "ovs-vswitchd", "ovsdb:OVN_Southbound", "chassis", "ovn-version-skew", "ovs-owner"} {
 				c, ok := rep.find(name)
 				if !ok {
 					t.Errorf("doctor has no check %q:\n%s", name, rep.raw)
