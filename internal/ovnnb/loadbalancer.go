@@ -20,10 +20,10 @@ import (
 // brackets) to backends "ip:port,ip:port" ("" = none: with
 // options:reject=true OVN then refuses connections).
 type LoadBalancer struct {
-	Name        string
-	Protocol    string // "tcp", "udp" or "sctp"
-	VIPs        map[string]string
-	Options     map[string]string
+	Name     string
+	Protocol string // "tcp", "udp" or "sctp"
+	VIPs     map[string]string
+	Options  map[string]string
 	// SelectionFields pick the backend by a hash of these fields (OVN's
 	// selection_fields, e.g. "ip_src"); empty: a hash of the 5-tuple.
 	SelectionFields []string
