@@ -122,7 +122,7 @@ func TestControllerNB(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			c := ovncentral.StartSchemas(t, r.NB, r.SB)
-			nb, err := ovnnb.Connect(ctx, ovnnb.Options{Endpoints: c.NB()})
+			nb, err := ovnnb.Connect(ctx, ovnnb.Options{Endpoints: c.NB(), PortGroups: true})
 			if err != nil {
 				t.Fatalf("%s: controller cannot connect: %v", r.Name(), err)
 			}
@@ -148,9 +148,6 @@ func TestControllerNB(t *testing.T) {
 			lb := ovnnb.LoadBalancer{Name: "svc.default.tcp", Protocol: "tcp", VIPs: map[string]string{"10.96.0.10:80": alloc.IPs[0].String() + ":8080"}}
 			if err := nb.SetLoadBalancers(ctx, "cluster-lbs", []string{lb.Name}, []ovnnb.LoadBalancer{lb}); err != nil {
 				t.Fatalf("SetLoadBalancers: %v", err)
-			}
-			if err := nb.MonitorPortGroups(ctx); err != nil {
-				t.Fatal(err)
 			}
 			pg := ovnnb.PortGroup{Name: "np.default.deny", Ports: []string{ovnnet.PortName("default", "p1")},
 				ACLs: []ovnnb.ACL{{Direction: "to-lport", Priority: 2000, Match: "outport == @np.default.deny && ip", Action: "drop"}}}

@@ -37,6 +37,17 @@ func TestCentralizedGatewayFailsOverWithoutTheController(t *testing.T) {
 			"natOutgoing": true, "namespaces": []any{ns}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Bad input first: a gateway node that does not exist is named in the
+	// condition, and nothing is programmed for that subnet.
+	if _, err := c.cp.dc.Resource(subnetsGVR).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": map[string]any{"name": "typo"},
+		"spec": map[string]any{"cidrBlock": "10.81.0.0/16", "gatewayType": "centralized", "gatewayNode": "node-x"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if cond := c.waitSubnetCondition(t, "typo", "GatewayReady", 60*time.Second); cond["status"] != "False" || cond["reason"] != "UnknownGatewayNode" ||
+		!strings.Contains(fmt.Sprint(cond["message"]), "node-x") {
+		t.Fatalf("Subnet typo (gatewayNode node-x): GatewayReady %v, want False UnknownGatewayNode naming node-x", cond)
+	}
 	cond := c.waitSubnetCondition(t, "central", "GatewayReady", 60*time.Second)
 	if cond["status"] != "True" {
 		t.Fatalf("Subnet central: GatewayReady %v, want True\n%s", cond, c.diag())
@@ -60,6 +71,10 @@ func TestCentralizedGatewayFailsOverWithoutTheController(t *testing.T) {
 		t.Fatalf("node-b's daemon exited %d on SIGTERM\n%s", code, c.nodes[1].logTail())
 	}
 	stopped := time.Since(t0)
+	// What node-b put on its host for the gateway went with it.
+	if out, err := exec.Command("ip", "-n", c.nodes[1].ns, "link", "show", "br-egw").CombinedOutput(); err == nil {
+		t.Errorf("node-b's daemon stopped, but its gateway bridge is still there: %s", out)
+	}
 	src, err := c.sourceUntil(p, nodeC, 30*time.Second)
 	if err != nil {
 		t.Fatalf("after node-b's daemon stopped (controller down): outside saw %q (%v), want node-c's %s\n%s", src, err, nodeC, c.diag())
