@@ -118,6 +118,7 @@ func Connect(ctx context.Context, o Options) (*Client, error) {
 			client.WithTable(&nbdb.LogicalRouterPort{}),
 			client.WithTable(&nbdb.LogicalRouterStaticRoute{}),
 			client.WithTable(&nbdb.LogicalRouterPolicy{}),
+			client.WithTable(&nbdb.NAT{}),
 			client.WithTable(&nbdb.AddressSet{}),
 			client.WithTable(&nbdb.LoadBalancer{}),
 			client.WithTable(&nbdb.LoadBalancerGroup{}),
