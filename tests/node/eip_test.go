@@ -450,9 +450,29 @@ func TestEIPBadInputIsReportedAndTouchesNothingElse(t *testing.T) {
 	}, nil); err != nil {
 		t.Fatalf("after deleting the ConfigMap: %v\n%s", err, c.diag())
 	}
-	if nd, _ := c.cp.kc.CoreV1().Nodes().Get(ctx, "node-b", metav1.GetOptions{}); nd.Labels["ovn.kubernetes.io/external-gw"] != "" {
-		t.Fatalf("node-b still labelled %v after the ConfigMap was deleted", nd.Labels)
+	c.waitNodeLabel(t, "node-b", "", 10*time.Second)
+}
+
+// waitNodeLabel waits until the node's ovn.kubernetes.io/external-gw label is want.
+func (c *cluster) waitNodeLabel(t testing.TB, node, want string, limit time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	w, err := c.cp.kc.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + node})
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer w.Stop()
+	var got map[string]string
+	for ev := range w.ResultChan() {
+		if nd, ok := ev.Object.(*corev1.Node); ok {
+			got = nd.Labels
+			if nd.Labels["ovn.kubernetes.io/external-gw"] == want {
+				return
+			}
+		}
+	}
+	t.Fatalf("node %s labels %v within %s, want ovn.kubernetes.io/external-gw=%q", node, got, limit, want)
 }
 
 func (c *cluster) hasSwitch(ctx context.Context, nb *ovsdbconn.Conn, name string) bool {
