@@ -252,6 +252,12 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 		}
 		c.addons = append(c.addons, a)
 	}
+	// EIP/SNAT (ovn-external-gw-config): idle while the ConfigMap is absent.
+	ext, err := newExternalGateway(c)
+	if err != nil {
+		return nil, fmt.Errorf("kube: external gateway: %w", err)
+	}
+	c.addons = append(c.addons, ext)
 	return c, nil
 }
 

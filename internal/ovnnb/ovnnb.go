@@ -126,6 +126,7 @@ func Connect(ctx context.Context, o Options) (*Client, error) {
 			{Model: &nbdb.LogicalRouterPort{}},
 			{Model: &nbdb.LogicalRouterStaticRoute{}},
 			{Model: &nbdb.LogicalRouterPolicy{}},
+			{Model: &nbdb.NAT{}},
 			{Model: &nbdb.AddressSet{}},
 			{Model: &nbdb.LoadBalancer{}},
 			{Model: &nbdb.LoadBalancerGroup{}},
