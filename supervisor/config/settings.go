@@ -115,7 +115,7 @@ func splitList(v string) []string {
 
 // settings is the whole configuration surface of `ovnhost run`.
 func settings() []setting {
-	return append(baseSettings(), dirSettings()...)
+	return append(append(baseSettings(), centralSettings()...), dirSettings()...)
 }
 
 // dirSettings are the directory settings of the node's layout, whose names
