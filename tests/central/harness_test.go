@@ -154,7 +154,7 @@ func (c *cluster) startAll(extra ...string) {
 
 // member is one `ovnhost run --role=central`.
 type member struct {
-	t    testing.TB
+	t testing.TB
 	host
 	name   string
 	dir    string

@@ -62,7 +62,7 @@ func Unpack(t testing.TB, suite, pkg string) string {
 	if _, err := os.Stat(Keyring); err != nil {
 		return fail("%s missing (Debian package debian-archive-keyring)", Keyring)
 	}
-	for _, d := range []string{"lists/partial", "cache/archives/partial", "none", "debs"} {
+	for _, d := range []string{"lists/partial", "cache/archives/partial", "none", "debs", "unpacked"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return fail("%v", err)
 		}
@@ -109,13 +109,16 @@ func Unpack(t testing.TB, suite, pkg string) string {
 		return nil
 	}
 	debs := filepath.Join(dir, "debs")
-	if err := run(debs, append(append([]string{"apt-get"}, opts...), "update")...); err != nil {
-		return fail("%v", err)
-	}
-	if err := run(debs, append(append([]string{"apt-get"}, opts...), "download", pkg)...); err != nil {
-		return fail("%v", err)
-	}
 	files, _ := filepath.Glob(filepath.Join(debs, pkg+"_*.deb"))
+	if len(files) == 0 {
+		if err := run(debs, append(append([]string{"apt-get"}, opts...), "update")...); err != nil {
+			return fail("%v", err)
+		}
+		if err := run(debs, append(append([]string{"apt-get"}, opts...), "download", pkg)...); err != nil {
+			return fail("%v", err)
+		}
+		files, _ = filepath.Glob(filepath.Join(debs, pkg+"_*.deb"))
+	}
 	if len(files) == 0 {
 		return fail("apt-get download left no %s_*.deb in %s", pkg, debs)
 	}
