@@ -20,7 +20,13 @@ type doctorReport struct {
 // OVN_DB_IPS and returns its exit code and report.
 func doctor(t testing.TB, m *member, ips string) (int, map[string]preflight.Check) {
 	t.Helper()
+	return doctorArgs(t, m, ips)
+}
+
+func doctorArgs(t testing.TB, m *member, ips string, extra ...string) (int, map[string]preflight.Check) {
+	t.Helper()
 	args := append([]string{"netns", "exec", m.ns, testenv.Binary(t, "netctl"), "doctor", "--output=json"}, m.args(ips)...)
+	args = append(args, extra...)
 	cmd := exec.Command("ip", args...)
 	out, err := cmd.Output()
 	code := 0
