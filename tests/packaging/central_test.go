@@ -1,0 +1,122 @@
+package packaging
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ovnhost/ovnhost/supervisor/config"
+	"github.com/ovnhost/ovnhost/tests/harness/kubeapi"
+	"github.com/ovnhost/ovnhost/tests/testenv"
+)
+
+// The central's systemd unit: systemd 219 only, the role on the command
+// line, its own runtime directory (systemd removes a unit's
+// RuntimeDirectory when it stops: /run/ovn belongs to ovnhost.service).
+func TestCentralUnit(t *testing.T) {
+	unit := readRepo(t, "systemd/ovnhost-central.service")
+	if bad := check219(unit); len(bad) > 0 {
+		t.Fatalf("systemd/ovnhost-central.service would lose settings on CentOS 7.9:\n%s", strings.Join(bad, "\n"))
+	}
+	v := unitValues(t, unit)
+	if v["Service.Type"][0] != "notify" || !strings.Contains(v["Service.ExecStart"][0], "run --role=central") {
+		t.Errorf("Type=%v ExecStart=%v", v["Service.Type"], v["Service.ExecStart"])
+	}
+	for _, d := range v["Service.RuntimeDirectory"] {
+		for _, name := range strings.Fields(d) {
+			if name == "ovn" || name == "openvswitch" || name == "ovnhost" {
+				t.Errorf("RuntimeDirectory=%s is ovnhost.service's: stopping the central would delete it", name)
+			}
+		}
+	}
+	env, extra := sysconfigEnv(readRepo(t, "systemd/ovnhost-central.sysconfig"))
+	env = append(env, "OVN_DB_IPS=10.0.0.1,10.0.0.2,10.0.0.3")
+	cfg, err := config.Load(append([]string{"--role=central"}, strings.Fields(extra)...), env, nilWriter{})
+	if err != nil {
+		t.Fatalf("ovnhost rejects the central's sysconfig:\n%v", err)
+	}
+	node := readRepo(t, "systemd/ovnhost.sysconfig")
+	if !cfg.IsCentral() || cfg.HealthAddr == "127.0.0.1:10665" || strings.Contains(node, "OVN_RUNDIR=/run/ovnhost-central") {
+		t.Errorf("the central shares the node's health address or run directory: %s %s", cfg.HealthAddr, cfg.Paths.OVNRunDir)
+	}
+	if cfg.Paths.OVNRunDir != "/run/ovnhost-central" {
+		t.Errorf("OVN run dir %s, want /run/ovnhost-central (the unit's RuntimeDirectory)", cfg.Paths.OVNRunDir)
+	}
+	// Without OVN_DB_IPS the role is refused before anything starts.
+	if _, err := config.Load([]string{"--role=central"}, nil, nilWriter{}); err == nil || !strings.Contains(err.Error(), "role=central needs") {
+		t.Errorf("role=central without OVN_DB_IPS: %v", err)
+	}
+}
+
+type nilWriter struct{}
+
+func (nilWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+// The Talos service of the central: the machinery's strict decoding and
+// Validate, the role in its arguments, and an environment ovnhost accepts.
+func TestCentralTalosService(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "talos-extension", "ovnhost-central.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := decodeService(data, true)
+	if err != nil {
+		t.Fatalf("strict decoding: %v", err)
+	}
+	if err := spec.Validate(); err != nil {
+		t.Fatalf("services.Spec.Validate: %v", err)
+	}
+	if spec.Name != "ovnhost-central" || strings.Join(spec.Container.Args, " ") != "run --role=central" {
+		t.Errorf("name %q args %v", spec.Name, spec.Container.Args)
+	}
+	env := append(append([]string{}, spec.Container.Environment...), "OVN_DB_IPS=10.0.0.1,10.0.0.2,10.0.0.3")
+	if err := loadConfig(env, spec.Container.Args[1:]); err != nil {
+		t.Errorf("ovnhost rejects the service: %v", err)
+	}
+	mounts := map[string]string{}
+	for _, m := range spec.Container.Mounts {
+		mounts[m.Destination] = m.Source
+	}
+	if mounts["/var/lib/ovn"] != "/var/lib/ovn" || mounts["/run/ovn"] == "/run/ovn" || mounts["/tmp"] == "" {
+		t.Errorf("mounts %v: state in /var/lib/ovn, its own run directory, a writable /tmp", mounts)
+	}
+}
+
+// The central's manifest, added to the base as a kustomize component, is
+// accepted by a real API server (server-side dry run, strict validation).
+func TestCentralManifestServerDryRun(t *testing.T) {
+	srv := kubeapi.Start(t)
+	k := kube{t: t, bin: kubectl(t), kubeconfig: srv.Kubeconfig}
+	overlay := t.TempDir()
+	root := filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes")
+	rel := func(p string) string {
+		r, err := filepath.Rel(overlay, filepath.Join(root, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	kust := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - " + rel("base") + "\ncomponents:\n  - " + rel("central") + "\n"
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kust), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rendered := k.must("", "kustomize", "--load-restrictor=LoadRestrictionsNone", overlay)
+	if !strings.Contains(rendered, "name: ovnhost-central") || !strings.Contains(rendered, "- --role=central") {
+		t.Fatalf("the overlay does not render the central:\n%.2000s", rendered)
+	}
+	k.must("", "apply", "-f", filepath.Join(root, "base", "namespace.yaml"))
+	if out, err := k.run(rendered, "apply", "--dry-run=server", "--validate=strict", "-f", "-"); err != nil {
+		t.Fatalf("the API server rejects the central:\n%s", out)
+	}
+	bad := strings.Replace(rendered, "maxUnavailable: 1\n      maxSurge: 0", "maxUnavailable: 1\n      maxSurg: 0", 1)
+	if bad == rendered {
+		bad = strings.Replace(rendered, "topologyKey: kubernetes.io/hostname", "topologyKee: kubernetes.io/hostname", 1)
+	}
+	if bad == rendered {
+		t.Fatal("could not break the manifest")
+	}
+	if out, err := k.run(bad, "apply", "--dry-run=server", "--validate=strict", "-f", "-"); err == nil {
+		t.Errorf("the API server accepted a misspelled field:\n%s", out)
+	}
+}
