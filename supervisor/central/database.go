@@ -99,10 +99,12 @@ func (db *database) prepare(ctx context.Context, restart bool) error {
 			return db.materialise(ctx, d)
 		}
 		db.c.health.Waiting(db.child.name, d.Reason)
+		// Asking again is cheap (one connection per peer); the peers
+		// that are starting answer within a few hundred milliseconds.
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s: %s: %w", db.schemaName, d.Reason, ctx.Err())
-		case <-time.After(time.Second):
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
 }
