@@ -28,6 +28,10 @@ type child struct {
 	graceful func(ctx context.Context, p *process.Child) error
 	backoff  *process.Backoff
 
+	// restart is held while a dead program is being started again, so
+	// that Stop never misses a process started under it.
+	restart sync.Mutex
+
 	mu       sync.Mutex
 	proc     *process.Child
 	ready    bool
@@ -114,13 +118,16 @@ func (ch *child) watch(p *process.Child) {
 			return
 		case <-time.After(delay):
 		}
+		ch.restart.Lock()
 		ch.mu.Lock()
 		stopping := ch.stopping
 		ch.mu.Unlock()
 		if stopping {
+			ch.restart.Unlock()
 			return
 		}
 		err := ch.startAndGate(ch.c.ctx, true)
+		ch.restart.Unlock()
 		if err == nil || ch.c.ctx.Err() != nil {
 			return
 		}
@@ -154,6 +161,12 @@ func (ch *child) Stop(ctx context.Context) error {
 	ch.mu.Lock()
 	ch.stopping = true
 	ch.ready = false
+	ch.mu.Unlock()
+	// A restart in progress finishes first (the central's context is
+	// cancelled by now, so its gate returns at once).
+	ch.restart.Lock()
+	defer ch.restart.Unlock()
+	ch.mu.Lock()
 	p := ch.proc
 	ch.mu.Unlock()
 	if p == nil {

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -369,4 +370,44 @@ func TestMemberDroppedFromOVNDBIPSLeaves(t *testing.T) {
 	if code := m.wait(30 * time.Second); code != 2 || !strings.Contains(m.logText(), "OVN_DB_IPS") {
 		t.Fatalf("exit %d, want 2 naming OVN_DB_IPS\n%s", code, m.logTail())
 	}
+}
+
+// One member's NB ovsdb-server is killed (-9): ovnhost restarts it at once,
+// it reopens its database and is a member with a leader again; /status
+// counts the restart.
+func TestKilledDatabaseServerIsRestartedAndRejoins(t *testing.T) {
+	c := newCluster(t, 3)
+	c.startAll()
+	c.sameCluster(nbName, 3)
+	m := c.members[1]
+	before, _ := m.status(nbName)
+	pid := readPid(t, m.path("run", "ovnnb_db.pid"))
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	m.waitSnapshot("ovsdb-nb restarted and ready", func(s *health.Snapshot) bool {
+		for _, ch := range s.Children {
+			if ch.Name == "ovsdb-nb" {
+				return ch.Restarts >= 1 && ch.Ready && ch.Pid != pid && s.Ready
+			}
+		}
+		return false
+	})
+	after := m.waitStatus(nbName, "member with a leader", 20*time.Second, func(s *central.ClusterStatus) bool { return s.Member() && s.LeaderKnown() })
+	if after.ServerID != before.ServerID {
+		t.Fatalf("the restarted server has a new ID %s (was %s): it should reopen its database", after.ServerID, before.ServerID)
+	}
+}
+
+func readPid(t testing.TB, pidfile string) int {
+	t.Helper()
+	raw, err := os.ReadFile(pidfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
 }
