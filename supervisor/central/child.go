@@ -31,6 +31,8 @@ type child struct {
 	// restart is held while a dead program is being started again, so
 	// that Stop never misses a process started under it.
 	restart sync.Mutex
+	// cancelRestart ends the restart in progress (its gate) when Stop comes.
+	cancelRestart context.CancelFunc
 
 	mu       sync.Mutex
 	proc     *process.Child
@@ -126,7 +128,12 @@ func (ch *child) watch(p *process.Child) {
 			ch.restart.Unlock()
 			return
 		}
-		err := ch.startAndGate(ch.c.ctx, true)
+		rctx, cancel := context.WithCancel(ch.c.ctx)
+		ch.mu.Lock()
+		ch.cancelRestart = cancel
+		ch.mu.Unlock()
+		err := ch.startAndGate(rctx, true)
+		cancel()
 		ch.restart.Unlock()
 		if err == nil || ch.c.ctx.Err() != nil {
 			return
@@ -161,9 +168,11 @@ func (ch *child) Stop(ctx context.Context) error {
 	ch.mu.Lock()
 	ch.stopping = true
 	ch.ready = false
+	if ch.cancelRestart != nil {
+		ch.cancelRestart()
+	}
 	ch.mu.Unlock()
-	// A restart in progress finishes first (the central's context is
-	// cancelled by now, so its gate returns at once).
+	// A restart in progress finishes first: its gate was just cancelled.
 	ch.restart.Lock()
 	defer ch.restart.Unlock()
 	ch.mu.Lock()
