@@ -1,11 +1,19 @@
 package packaging
 
 import (
+	"archive/tar"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate"
+	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+
+	"github.com/ovnhost/ovnhost/packaging/build"
 	"github.com/ovnhost/ovnhost/supervisor/config"
 	"github.com/ovnhost/ovnhost/tests/harness/kubeapi"
 	"github.com/ovnhost/ovnhost/tests/testenv"
@@ -118,5 +126,103 @@ func TestCentralManifestServerDryRun(t *testing.T) {
 	}
 	if out, err := k.run(bad, "apply", "--dry-run=server", "--validate=strict", "-f", "-"); err == nil {
 		t.Errorf("the API server accepted a misspelled field:\n%s", out)
+	}
+}
+
+// The extension image carries the central's service beside the node's: its
+// definition as in the repository, and its root file system as hard links
+// to the node service's bundle (the same files, not a second copy).
+func TestTalosExtensionCarriesTheCentral(t *testing.T) {
+	dir := unpackTalos(t)
+	got, err := os.ReadFile(filepath.Join(dir, build.TalosCentralServiceFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != readRepo(t, "talos-extension/ovnhost-central.yaml") {
+		t.Error("central service file in the image differs from talos-extension/ovnhost-central.yaml")
+	}
+	spec, err := decodeService(got, true)
+	if err != nil || spec.Name != build.TalosCentralServiceName {
+		t.Fatalf("service %q: %v; Talos looks for its rootfs at /usr/local/lib/containers/<name>", spec.Name, err)
+	}
+	node := filepath.Join(dir, build.TalosServiceRootfs, spec.Container.Entrypoint)
+	central := filepath.Join(dir, build.TalosCentralServiceRootfs, spec.Container.Entrypoint)
+	a, err1 := os.Stat(node)
+	b, err2 := os.Stat(central)
+	if err1 != nil || err2 != nil || b.Mode().Perm()&0o111 == 0 {
+		t.Fatalf("entrypoint %s in the central's rootfs: %v %v", spec.Container.Entrypoint, err1, err2)
+	}
+	if !os.SameFile(a, b) {
+		t.Error("the central's rootfs is a copy, not hard links to the node's bundle")
+	}
+	for _, m := range spec.Container.Mounts {
+		if _, err := os.Lstat(filepath.Join(dir, build.TalosCentralServiceRootfs, m.Destination)); err != nil && !strings.HasPrefix(m.Destination, "/run/") {
+			t.Errorf("mount point %s missing from the central's read-only rootfs", m.Destination)
+		}
+	}
+	// Uncompressed, the layer holds the bundle's bytes once.
+	var packed, bundle int64
+	layerEntries(t, talosFile(t), func(h *tar.Header, _ io.Reader) { packed += h.Size })
+	_ = filepath.Walk(bundleDir(t), func(_ string, info os.FileInfo, err error) error {
+		if err == nil && info.Mode().IsRegular() {
+			bundle += info.Size()
+		}
+		return nil
+	})
+	if packed > bundle+bundle/20 {
+		t.Errorf("the layer packs %d bytes for a %d-byte bundle: the second rootfs is not shared", packed, bundle)
+	}
+}
+
+// The central's machine-config patch applies to a control-plane machine
+// config and validates with Talos's own loader; its environment is one
+// ovnhost accepts for the central's service.
+func TestTalosCentralConfigPatch(t *testing.T) {
+	patch := []byte(readRepo(t, "talos-extension/central-config-patch.yaml"))
+	in, err := generate.NewInput("ovnhost-test", "https://192.0.2.1:6443", "1.34.1", generate.WithInstallDisk("/dev/sda"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := in.Config(machine.TypeControlPlane)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := configpatcher.LoadPatch(patch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := configpatcher.Apply(configpatcher.WithConfig(cfg), []configpatcher.Patch{p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := out.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov, err := configloader.NewFromBytes(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := prov.Validate(runtimeMode{}); err != nil {
+		t.Fatalf("Talos rejects the patched config: %v", err)
+	}
+	var env []string
+	for _, doc := range prov.Documents() {
+		if esc, ok := doc.(interface {
+			Name() string
+			Environment() []string
+		}); ok && esc.Name() == "ovnhost-central" {
+			env = esc.Environment()
+		}
+	}
+	if len(env) == 0 {
+		t.Fatal("no ExtensionServiceConfig ovnhost-central with an environment in the patched config")
+	}
+	svc, err := decodeService([]byte(readRepo(t, "talos-extension/ovnhost-central.yaml")), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := loadConfig(append(append([]string{}, svc.Container.Environment...), env...), svc.Container.Args[1:]); err != nil {
+		t.Errorf("ovnhost rejects the central's Talos environment: %v", err)
 	}
 }
