@@ -185,13 +185,16 @@ func RPM(binDir, outDir, version string) (string, error) {
 		return "", err
 	}
 	for dst, from := range map[string]string{
-		"ovnhost":              filepath.Join(binDir, "ovnhost"),
-		"ovnhost-cni":          filepath.Join(binDir, "ovnhost-cni"),
-		"netctl":               filepath.Join(binDir, "netctl"),
-		"ovnhost.service":      filepath.Join(root, "systemd", "ovnhost.service"),
-		"ovnhost.sysconfig":    filepath.Join(root, "systemd", "ovnhost.sysconfig"),
-		"ovnhost-modules.conf": filepath.Join(root, "systemd", "ovnhost-modules.conf"),
-		"install.md":           filepath.Join(root, "docs", "install.md"),
+		"ovnhost":                   filepath.Join(binDir, "ovnhost"),
+		"ovnhost-cni":               filepath.Join(binDir, "ovnhost-cni"),
+		"netctl":                    filepath.Join(binDir, "netctl"),
+		"ovnhost.service":           filepath.Join(root, "systemd", "ovnhost.service"),
+		"ovnhost.sysconfig":         filepath.Join(root, "systemd", "ovnhost.sysconfig"),
+		"ovnhost-modules.conf":      filepath.Join(root, "systemd", "ovnhost-modules.conf"),
+		"install.md":                filepath.Join(root, "docs", "install.md"),
+		"ovnhost-central.service":   filepath.Join(root, "systemd", "ovnhost-central.service"),
+		"ovnhost-central.sysconfig": filepath.Join(root, "systemd", "ovnhost-central.sysconfig"),
+		"central.md":                filepath.Join(root, "docs", "central.md"),
 	} {
 		data, err := os.ReadFile(from)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,6 +27,12 @@ func TestCentralUnit(t *testing.T) {
 	unit := readRepo(t, "systemd/ovnhost-central.service")
 	if bad := check219(unit); len(bad) > 0 {
 		t.Fatalf("systemd/ovnhost-central.service would lose settings on CentOS 7.9:\n%s", strings.Join(bad, "\n"))
+	}
+	if _, err := exec.LookPath("systemd-analyze"); err == nil || testenv.Strict() {
+		testenv.RequireCommands(t, "systemd-analyze")
+		if out, err := verifyUnit(t, unit, testenv.Binary(t, "ovnhost")); err != nil {
+			t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+		}
 	}
 	v := unitValues(t, unit)
 	if v["Service.Type"][0] != "notify" || !strings.Contains(v["Service.ExecStart"][0], "run --role=central") {
