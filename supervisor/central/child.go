@@ -26,7 +26,10 @@ type child struct {
 	gate func(ctx context.Context, p *process.Child) error
 	// graceful asks the program to exit (nil: SIGTERM).
 	graceful func(ctx context.Context, p *process.Child) error
-	backoff  *process.Backoff
+	// untimed gates wait for as long as the program runs: a database
+	// waiting for the other members (a quorum) is not failing to start.
+	untimed bool
+	backoff *process.Backoff
 
 	// restart is held while a dead program is being started again, so
 	// that Stop never misses a process started under it.
@@ -66,7 +69,10 @@ func (ch *child) startAndGate(ctx context.Context, restart bool) error {
 	ch.mu.Unlock()
 	ch.c.health.Started(ch.name, p.Pid(), restart)
 	go ch.watch(p)
-	gctx, cancel := context.WithTimeout(ctx, ch.c.cfg.StartTimeout)
+	gctx, cancel := context.WithCancel(ctx)
+	if !ch.untimed {
+		gctx, cancel = context.WithTimeout(ctx, ch.c.cfg.StartTimeout)
+	}
 	defer cancel()
 	t0 := time.Now()
 	if err := ch.gate(gctx, p); err != nil {

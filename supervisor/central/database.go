@@ -50,6 +50,10 @@ func (c *Central) newDatabase(name, schemaName, schema, file, sock, ctl, pid, lo
 	ch.prepare = db.prepare
 	ch.spec = db.spec
 	ch.gate = db.gate
+	// Joining and electing need the other members: however long they take
+	// to come up, the member waits (not ready, STATUS saying for what)
+	// rather than failing its start.
+	ch.untimed = true
 	ch.graceful = func(ctx context.Context, _ *process.Child) error {
 		_, err := unixctl.Call(ctx, db.ctl, "exit")
 		return err
@@ -247,10 +251,12 @@ func (db *database) gate(ctx context.Context, p *process.Child) error {
 				return err
 			}
 			return nil
-		case !st.Member():
-			last = fmt.Sprintf("%s to join the cluster (status: %s) through %s", db.schemaName, st.Status, strings.Join(db.c.members, ","))
+		case st.Status == "joining cluster":
+			last = fmt.Sprintf("%s to join the cluster through %s", db.schemaName, strings.Join(db.c.members, ","))
 		default:
-			last = fmt.Sprintf("a Raft leader of %s (role %s, term %d)", db.schemaName, st.Role, st.Term)
+			// "disconnected from the cluster (election timeout)": no
+			// majority of the members is up yet.
+			last = fmt.Sprintf("a Raft leader of %s (status %s, role %s, term %d; needs a majority of %s up)", db.schemaName, st.Status, st.Role, st.Term, strings.Join(db.c.members, ","))
 		}
 		db.c.health.Waiting(db.child.name, last)
 		select {

@@ -411,3 +411,40 @@ func readPid(t testing.TB, pidfile string) int {
 	}
 	return pid
 }
+
+// Members of a stopped cluster come back minutes apart: the first one waits
+// for a quorum beyond --start-timeout (running, not ready, /readyz saying
+// what it waits for) and is ready once a second member is up.
+func TestLoneMemberWaitsForAQuorumBeyondTheStartTimeout(t *testing.T) {
+	c := newCluster(t, 3)
+	c.startAll()
+	c.sameCluster(nbName, 3)
+	for _, m := range c.members {
+		if code := m.stop(); code != 0 {
+			t.Fatalf("%s exit %d", m.name, code)
+		}
+	}
+	first := c.members[1]
+	first.startNoWait(c.ips(), "--start-timeout=2s")
+	first.waitSnapshot("waiting for a Raft leader", func(s *health.Snapshot) bool {
+		return !s.Ready && strings.Contains(s.Status, "a Raft leader of OVN_Northbound")
+	})
+	// Well past the start timeout: still running, still waiting.
+	if err := waitLog(first.path("ovnhost.log"), "start failed", 4*time.Second); err == nil {
+		t.Fatalf("the lone member gave up\n%s", first.logTail())
+	}
+	if !first.running() {
+		t.Fatalf("the lone member exited\n%s", first.logTail())
+	}
+	code, body, err := httpGet(first.ns, "/readyz")
+	if err != nil || code != 503 || !strings.Contains(body, "Raft leader") {
+		t.Fatalf("/readyz %d %q %v", code, body, err)
+	}
+	second := c.members[2]
+	second.startNoWait(c.ips(), "--start-timeout=2s")
+	first.waitReady(60 * time.Second)
+	second.waitReady(60 * time.Second)
+	c.members[0].startNoWait(c.ips())
+	c.members[0].waitReady(60 * time.Second)
+	c.sameCluster(nbName, 3)
+}
