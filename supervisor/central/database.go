@@ -330,6 +330,26 @@ func (db *database) kickStale(ctx context.Context, st *ClusterStatus) {
 	}
 }
 
+// tuneElectionTimer moves a cluster's election timer to --election-timer,
+// on the leader only and one step per reading: OVSDB refuses to more than
+// double it at once (a decrease may go all the way).
+func (db *database) tuneElectionTimer(ctx context.Context, st *ClusterStatus) {
+	want := int(db.c.cfg.Central.ElectionTimer.Milliseconds())
+	cur := st.ElectionTimer
+	if st.Role != "leader" || want <= 0 || cur <= 0 || cur == want {
+		return
+	}
+	next := want
+	if want > 2*cur {
+		next = 2 * cur
+	}
+	if _, err := unixctl.Call(ctx, db.ctl, "cluster/change-election-timer", db.schemaName, strconv.Itoa(next)); err != nil {
+		db.c.log.Warn("cannot change the election timer", "db", db.schemaName, "from", cur, "to", next, "err", err)
+		return
+	}
+	db.c.log.Info("changing the cluster's election timer", "db", db.schemaName, "from_ms", cur, "to_ms", next, "target_ms", want)
+}
+
 // leave runs cluster/leave and waits until the server has left.
 func (db *database) leave(ctx context.Context) error {
 	if _, err := unixctl.Call(ctx, db.ctl, "cluster/leave", db.schemaName); err != nil {

@@ -48,6 +48,7 @@ func (c *Central) watchCluster(ctx context.Context) {
 			}
 			db.kickStale(ctx, st)
 			db.maybeCompact(ctx, st, time.Now())
+			db.tuneElectionTimer(ctx, st)
 		}
 		if c.northd.running() != nil {
 			_, _ = c.readNorthd(ctx)

@@ -50,7 +50,7 @@ func centralSettings() []setting {
 				c.Role = Role(r)
 				return nil
 			}},
-		{Name: "central-ip", Env: []string{"POD_IP"}, Help: "role=central: this member's address, one of OVN_DB_IPS (default: the host's address listed there, else the address its database was created with)",
+		{Name: "central-ip", Env: []string{"DB_CLUSTER_ADDR", "POD_IP"}, Help: "role=central: this member's address, one of OVN_DB_IPS (default: the host's address listed there, else the address its database was created with)",
 			Set: func(c *Config, v string) error {
 				v = strings.TrimSpace(v)
 				if v != "" {

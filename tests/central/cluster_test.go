@@ -448,3 +448,31 @@ func TestLoneMemberWaitsForAQuorumBeyondTheStartTimeout(t *testing.T) {
 	c.members[0].waitReady(60 * time.Second)
 	c.sameCluster(nbName, 3)
 }
+
+// --election-timer changed on a running cluster: the leader moves the
+// cluster's timer there (in steps: OVSDB at most doubles it at once), and
+// every member reports the new value.
+func TestElectionTimerFollowsTheSetting(t *testing.T) {
+	c := newCluster(t, 3)
+	c.startAll()
+	c.sameCluster(nbName, 3)
+	for _, m := range c.members {
+		if st, _ := m.status(nbName); st.ElectionTimer != 1000 {
+			t.Fatalf("%s starts with election timer %d, want 1000", m.name, st.ElectionTimer)
+		}
+		if code := m.stop(); code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+	}
+	for _, m := range c.members {
+		m.startNoWait(c.ips(), "--election-timer=3000")
+	}
+	for _, m := range c.members {
+		m.waitReady(60 * time.Second)
+	}
+	for _, m := range c.members {
+		for _, db := range []string{nbName, sbName} {
+			m.waitStatus(db, "election timer 3000", 30*time.Second, func(s *central.ClusterStatus) bool { return s.ElectionTimer == 3000 })
+		}
+	}
+}
