@@ -155,7 +155,7 @@ func (db *database) electionArg() []string {
 func (db *database) decide(ctx context.Context) (Decision, error) {
 	var peers []PeerDB
 	for _, ip := range db.c.members {
-		if contains([]string{ip}, db.c.self) {
+		if sameIP(ip, db.c.self) {
 			continue
 		}
 		peers = append(peers, db.askPeer(ctx, ip))
@@ -168,7 +168,7 @@ func (db *database) decide(ctx context.Context) (Decision, error) {
 func (db *database) askPeer(ctx context.Context, ip string) PeerDB {
 	p := PeerDB{IP: ip}
 	// The client port: a joining member serves _Server there too.
-	remote := raftAddress(ip, db.port, db.c.ssl())
+	remote := clientRemote(ip, db.port, db.c.ssl())
 	m, err := serverdb.FullDatabaseModel()
 	if err != nil {
 		return p
@@ -209,7 +209,7 @@ func (db *database) materialise(ctx context.Context, d Decision) error {
 		}
 		args = append(args, db.file, db.schemaName, db.raftAddress())
 		for _, ip := range db.c.members {
-			if !contains([]string{ip}, db.c.self) {
+			if !sameIP(ip, db.c.self) {
 				args = append(args, raftAddress(ip, db.raftPort, db.c.ssl()))
 			}
 		}
@@ -264,7 +264,7 @@ func (db *database) gate(ctx context.Context, p *process.Child) error {
 		case <-p.Exited():
 			return errors.New("exited while waiting for " + last)
 		case <-ctx.Done():
-			return fmt.Errorf("timed out waiting for %s: %w", last, ctx.Err())
+			return fmt.Errorf("gave up waiting for %s: %w", last, ctx.Err())
 		}
 	}
 }

@@ -24,6 +24,10 @@ func raftAddress(ip string, port int, ssl bool) string {
 	return scheme + net.JoinHostPort(ip, strconv.Itoa(port))
 }
 
+// clientRemote is the OVSDB remote of a member's client port
+// ("tcp:10.0.0.1:6641"): the same form as a Raft address.
+func clientRemote(ip string, port int, ssl bool) string { return raftAddress(ip, port, ssl) }
+
 // listenRemote is ovsdb-server's passive remote for clients on ip:port.
 func listenRemote(ip string, port int, ssl bool) string {
 	scheme := "ptcp:"
@@ -120,13 +124,16 @@ func Leaving(self string, members []string) bool {
 	return !contains(members, self)
 }
 
+// sameIP compares two addresses as addresses (::ffff:10.0.0.1 is 10.0.0.1).
+func sameIP(a, b string) bool { return contains([]string{a}, b) }
+
 func contains(ips []string, ip string) bool {
 	a, err := netip.ParseAddr(ip)
 	if err != nil {
 		return false
 	}
 	for _, m := range ips {
-		if b, err := netip.ParseAddr(m); err == nil && a == b {
+		if b, err := netip.ParseAddr(m); err == nil && a.Unmap() == b.Unmap() {
 			return true
 		}
 	}
