@@ -185,7 +185,7 @@ func (s *serviceController) sync(ctx context.Context, key string) error {
 	s.mu.Unlock()
 	lbs := make([]ovnnb.LoadBalancer, len(want))
 	for i, w := range want {
-		lbs[i] = ovnnb.LoadBalancer{Name: w.Name, Protocol: w.Protocol, VIPs: w.VIPs, Options: w.Options, ExternalIDs: w.ExternalIDs}
+		lbs[i] = ovnnb.LoadBalancer{Name: w.Name, Protocol: w.Protocol, VIPs: w.VIPs, Options: w.Options, SelectionFields: w.SelectionFields, ExternalIDs: w.ExternalIDs}
 	}
 	if err := s.c.net.NB.SetLoadBalancers(ctx, services.ClusterLBGroup, names, lbs); err != nil {
 		return fmt.Errorf("service %s: %w", key, err)

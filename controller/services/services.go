@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -42,6 +41,8 @@ type LB struct {
 	Protocol string            // OVN's: "tcp", "udp", "sctp"
 	VIPs     map[string]string // "10.96.0.10:53" -> "10.16.0.5:53,10.16.0.6:53"; "" = no backend (rejected)
 	Options  map[string]string
+	// SelectionFields: ["ip_src"] for sessionAffinity ClientIP.
+	SelectionFields []string
 	// ExternalIDs identify the owner: service and protocol.
 	ExternalIDs map[string]string
 }
@@ -119,6 +120,7 @@ func Translate(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]LB, err
 		// at once instead of letting clients time out.
 		"reject": "true",
 	}
+	affinity := false
 	if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
 		t := DefaultAffinityTimeout
 		if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
@@ -127,7 +129,12 @@ func Translate(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]LB, err
 		if t <= 0 || t > 86400 {
 			problems = append(problems, fmt.Sprintf("sessionAffinityConfig.clientIP.timeoutSeconds %d is outside 1..86400", t))
 		}
-		opts["affinity_timeout"] = strconv.Itoa(t)
+		// OVN 23.03's affinity_timeout loses the first connection of every
+		// client (its SYN and retransmits go unanswered; seen on the
+		// userspace datapath): a hash of the source address keeps a client
+		// on one backend instead, for as long as the backend set stays the
+		// same; timeoutSeconds is validated but not enforced (README).
+		affinity = true
 	}
 	byProto := map[corev1.Protocol]map[string]string{}
 	for _, sp := range svc.Spec.Ports {
@@ -168,11 +175,15 @@ func Translate(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]LB, err
 		if len(m) == 0 {
 			continue
 		}
-		out = append(out, LB{
+		lb := LB{
 			Name: Name(svc.Namespace, svc.Name, proto), Protocol: strings.ToLower(string(proto)), VIPs: m,
 			Options:     clone(opts),
 			ExternalIDs: map[string]string{KeyService: key, KeyProtocol: string(proto)},
-		})
+		}
+		if affinity {
+			lb.SelectionFields = []string{"ip_src"}
+		}
+		out = append(out, lb)
 	}
 	return out, nil
 }

@@ -3,6 +3,7 @@ package services
 import (
 	"errors"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -50,6 +51,7 @@ func TestTranslate(t *testing.T) {
 		eps  []*discoveryv1.EndpointSlice
 		want map[string]map[string]string // LB name -> VIPs
 		opts map[string]string            // options of every LB
+		sel  []string                     // selection fields of every LB
 	}{
 		{name: "ready endpoints only, sorted, across slices",
 			svc: svc(nil),
@@ -92,16 +94,16 @@ func TestTranslate(t *testing.T) {
 				"Service_ns/web_TCP":  {"10.96.0.10:53": "10.16.0.2:5353", "192.0.2.1:53": "10.16.0.2:5353", "198.51.100.7:53": "10.16.0.2:5353"},
 				"Service_ns/web_SCTP": {"10.96.0.10:9": "", "192.0.2.1:9": "", "198.51.100.7:9": ""},
 			},
-			opts: map[string]string{"reject": "true", "affinity_timeout": "60"}},
+			opts: map[string]string{"reject": "true"}, sel: []string{"ip_src"}},
 		{name: "dual stack: backends of the VIP's family",
-			svc: svc(func(s *corev1.Service) { s.Spec.ClusterIPs = []string{"10.96.0.10", "fd00:96::a"} }),
-			eps: []*discoveryv1.EndpointSlice{slice("http", corev1.ProtocolTCP, 8080, ep{ip: "10.16.0.2"}), slice("http", corev1.ProtocolTCP, 8080, ep{ip: "fd00:16::2"})},
+			svc:  svc(func(s *corev1.Service) { s.Spec.ClusterIPs = []string{"10.96.0.10", "fd00:96::a"} }),
+			eps:  []*discoveryv1.EndpointSlice{slice("http", corev1.ProtocolTCP, 8080, ep{ip: "10.16.0.2"}), slice("http", corev1.ProtocolTCP, 8080, ep{ip: "fd00:16::2"})},
 			want: map[string]map[string]string{"Service_ns/web_TCP": {"10.96.0.10:80": "10.16.0.2:8080", "[fd00:96::a]:80": "[fd00:16::2]:8080"}},
 			opts: map[string]string{"reject": "true"}},
 		{name: "default affinity timeout",
 			svc:  svc(func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP }),
 			want: map[string]map[string]string{"Service_ns/web_TCP": {"10.96.0.10:80": ""}},
-			opts: map[string]string{"reject": "true", "affinity_timeout": "10800"}},
+			opts: map[string]string{"reject": "true"}, sel: []string{"ip_src"}},
 		{name: "headless and ExternalName: nothing",
 			svc:  svc(func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = "None", []string{"None"} }),
 			want: map[string]map[string]string{}},
@@ -123,6 +125,9 @@ func TestTranslate(t *testing.T) {
 				}
 				if !maps.Equal(lb.Options, tc.opts) {
 					t.Errorf("%s: options %v, want %v", lb.Name, lb.Options, tc.opts)
+				}
+				if !slices.Equal(lb.SelectionFields, tc.sel) {
+					t.Errorf("%s: selection fields %v, want %v", lb.Name, lb.SelectionFields, tc.sel)
 				}
 				if lb.ExternalIDs[KeyService] != "ns/web" || !strings.HasSuffix(lb.Name, "_"+lb.ExternalIDs[KeyProtocol]) ||
 					strings.ToUpper(lb.Protocol) != lb.ExternalIDs[KeyProtocol] {

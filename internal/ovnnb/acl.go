@@ -16,6 +16,7 @@ import (
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
+	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
 )
 
 // ACL is one access control list entry of a port group.
@@ -84,7 +85,10 @@ func (c *Client) MonitorPortGroups(ctx context.Context) error {
 	if _, ok := monitored.Load(c); ok {
 		return nil
 	}
-	if _, err := c.cl.Monitor(ctx, c.cl.NewMonitor(client.WithTable(&nbdb.PortGroup{}), client.WithTable(&nbdb.ACL{}))); err != nil {
+	// The model's columns by name: a newer NB's extra columns (ACL.tier,
+	// which Kube-OVN writes) would otherwise break the cache on update.
+	pg, acl := &nbdb.PortGroup{}, &nbdb.ACL{}
+	if _, err := c.cl.Monitor(ctx, c.cl.NewMonitor(client.WithTable(pg, ovsdbconn.Columns(pg)...), client.WithTable(acl, ovsdbconn.Columns(acl)...))); err != nil {
 		return fmt.Errorf("ovnnb: monitoring Port_Group and ACL: %w", err)
 	}
 	monitored.Store(c, struct{}{})

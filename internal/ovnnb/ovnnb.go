@@ -111,16 +111,16 @@ func Connect(ctx context.Context, o Options) (*Client, error) {
 	ls := &nbdb.LogicalSwitch{}
 	lsp := &nbdb.LogicalSwitchPort{}
 	conn, err := ovsdbconn.Dial(ctx, dbm, o.Endpoints, ovsdbconn.Options{
-		Monitor: []client.MonitorOption{
-			client.WithTable(ls, &ls.Name, &ls.ExternalIDs, &ls.OtherConfig, &ls.LoadBalancerGroup),
-			client.WithTable(lsp, &lsp.Name, &lsp.Addresses, &lsp.PortSecurity, &lsp.ExternalIDs, &lsp.Type, &lsp.Options),
-			client.WithTable(&nbdb.LogicalRouter{}),
-			client.WithTable(&nbdb.LogicalRouterPort{}),
-			client.WithTable(&nbdb.LogicalRouterStaticRoute{}),
-			client.WithTable(&nbdb.LogicalRouterPolicy{}),
-			client.WithTable(&nbdb.AddressSet{}),
-			client.WithTable(&nbdb.LoadBalancer{}),
-			client.WithTable(&nbdb.LoadBalancerGroup{}),
+		Monitor: []ovsdbconn.Table{
+			{Model: ls, Fields: []any{&ls.Name, &ls.ExternalIDs, &ls.OtherConfig, &ls.LoadBalancerGroup}},
+			{Model: lsp, Fields: []any{&lsp.Name, &lsp.Addresses, &lsp.PortSecurity, &lsp.ExternalIDs, &lsp.Type, &lsp.Options}},
+			{Model: &nbdb.LogicalRouter{}},
+			{Model: &nbdb.LogicalRouterPort{}},
+			{Model: &nbdb.LogicalRouterStaticRoute{}},
+			{Model: &nbdb.LogicalRouterPolicy{}},
+			{Model: &nbdb.AddressSet{}},
+			{Model: &nbdb.LoadBalancer{}},
+			{Model: &nbdb.LoadBalancerGroup{}},
 		},
 		TLS:     o.TLS,
 		Log:     o.Logger.With("component", "libovsdb"),
