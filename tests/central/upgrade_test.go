@@ -12,20 +12,22 @@ import (
 	"time"
 
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
-	"github.com/ovnhost/ovnhost/tests/harness/debpkg"
+	"github.com/ovnhost/ovnhost/tests/harness/debschema"
 )
 
 // An OVN upgrade under a running cluster: the members run the installed
 // OVN's schemas (Debian bookworm, OVN 23.03: NB 7.0.0), rows are written,
 // then each member restarts with a newer OVN's schemas (trixie's
-// ovn-central, OVN 25.03 as Kube-OVN 1.15 ships: NB 7.11.0). The first to
+// ovn-central, OVN 25.03 as Kube-OVN 1.15 ships: NB 7.11.0; fetched by
+// tests/harness/debschema). The first to
 // restart backs the databases up and converts them online; every row is
 // still there, the backup holds them too, the others see the new schema
 // and the cluster keeps taking writes. (Bullseye's ovn-common is only a
 // virtual package of openvswitch-common 2.15 and ships no OVN schema.)
 func TestOVNUpgradeConvertsTheClusterOnline(t *testing.T) {
-	newer := filepath.Join(debpkg.Unpack(t, "trixie", "ovn-central"), "usr", "share", "ovn")
-	oldNB, newNB := schemaVersion(t, "/usr/share/ovn/ovn-nb.ovsschema"), schemaVersion(t, filepath.Join(newer, "ovn-nb.ovsschema"))
+	old, trixie := debschema.Bookworm(t), debschema.Fetch(t, "trixie")
+	newer := filepath.Dir(trixie.NB) // ovn-nb and ovn-sb.ovsschema side by side
+	oldNB, newNB := schemaVersion(t, old.NB), schemaVersion(t, trixie.NB)
 	if oldNB == newNB {
 		t.Fatalf("trixie's NB schema %s is the installed one: nothing to upgrade", newNB)
 	}
