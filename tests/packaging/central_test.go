@@ -13,6 +13,9 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/ovnhost/ovnhost/packaging/build"
 	"github.com/ovnhost/ovnhost/supervisor/config"
@@ -231,5 +234,97 @@ func TestTalosCentralConfigPatch(t *testing.T) {
 	}
 	if err := loadConfig(append(append([]string{}, svc.Container.Environment...), env...), svc.Container.Args[1:]); err != nil {
 		t.Errorf("ovnhost rejects the central's Talos environment: %v", err)
+	}
+}
+
+// The central's Deployment against the daemon: its arguments and
+// environment (with the ConfigMap, OVN_DB_IPS filled in) pass ovnhost's
+// loader as role=central, the probes hit the health address it is told to
+// serve, which is not the node DaemonSet's on the same host, the run
+// directory on the host is not the node's, and the members are spread one
+// per node on the host network with the four OVN ports.
+func TestCentralDeploymentMatchesDaemon(t *testing.T) {
+	var d appsv1.Deployment
+	if err := yaml.UnmarshalStrict([]byte(readRepo(t, "packaging/kubernetes/central/deployment-central.yaml")), &d); err != nil {
+		t.Fatalf("deployment-central.yaml: %v", err)
+	}
+	var cm corev1.ConfigMap
+	if err := yaml.UnmarshalStrict([]byte(readRepo(t, "packaging/kubernetes/base/config.yaml")), &cm); err != nil {
+		t.Fatal(err)
+	}
+	var ds appsv1.DaemonSet
+	if err := yaml.UnmarshalStrict([]byte(readRepo(t, "packaging/kubernetes/base/daemonset-node.yaml")), &ds); err != nil {
+		t.Fatal(err)
+	}
+	spec := d.Spec.Template.Spec
+	if !spec.HostNetwork || d.Spec.Replicas == nil || *d.Spec.Replicas != 3 {
+		t.Errorf("hostNetwork %v replicas %v", spec.HostNetwork, d.Spec.Replicas)
+	}
+	if spec.Affinity == nil || spec.Affinity.PodAntiAffinity == nil || len(spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) == 0 {
+		t.Error("members are not kept one per node")
+	}
+	if ru := d.Spec.Strategy.RollingUpdate; ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 0 {
+		t.Error("a rollout must not start a fourth member on an occupied node (maxSurge 0)")
+	}
+	c := spec.Containers[0]
+	env := []string{}
+	for k, v := range cm.Data {
+		if k == "OVN_DB_IPS" {
+			v = "10.0.0.1,10.0.0.2,10.0.0.3"
+		}
+		env = append(env, k+"="+v)
+	}
+	health := ""
+	for _, e := range c.Env {
+		v := e.Value
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			switch e.ValueFrom.FieldRef.FieldPath {
+			case "spec.nodeName":
+				v = "cp1"
+			case "status.podIP":
+				v = "10.0.0.1"
+			}
+		}
+		if e.Name == "OVNHOST_HEALTH_ADDR" {
+			health = v
+		}
+		env = append(env, e.Name+"="+v)
+	}
+	cfg, err := config.Load(c.Args[1:], env, nilWriter{})
+	if err != nil {
+		t.Fatalf("ovnhost rejects the Deployment: %v", err)
+	}
+	if !cfg.IsCentral() || cfg.Central.IP != "10.0.0.1" {
+		t.Errorf("role %s, central-ip %q", cfg.Role, cfg.Central.IP)
+	}
+	for _, e := range ds.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == "OVNHOST_HEALTH_ADDR" && e.Value == health {
+			t.Errorf("the central and the node DaemonSet both serve health on %s (host network)", health)
+		}
+	}
+	for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe, "startup": c.StartupProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Host+":"+p.HTTPGet.Port.String() != health {
+			t.Errorf("%s probe does not hit %s", name, health)
+		}
+	}
+	ports := map[int32]bool{}
+	for _, p := range c.Ports {
+		ports[p.ContainerPort] = true
+	}
+	for _, p := range []int32{6641, 6642, 6643, 6644} {
+		if !ports[p] {
+			t.Errorf("port %d not declared", p)
+		}
+	}
+	nodeRun := ""
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.HostPath != nil && v.HostPath.Path == "/run/ovn" {
+			nodeRun = v.Name
+		}
+	}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil && v.HostPath.Path == "/run/ovn" && nodeRun != "" {
+			t.Error("the central shares the node's /run/ovn on the host")
+		}
 	}
 }
