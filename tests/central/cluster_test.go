@@ -167,7 +167,9 @@ func TestLeaderCrashElectsANewLeaderAndLosesNoRows(t *testing.T) {
 			survivor = m
 		}
 	}
-	st := survivor.waitStatus(nbName, "a new leader", 10*time.Second, func(s *central.ClusterStatus) bool {
+	// OVN's election timer is 1 s plus up to 1 s of jitter; a crashed
+	// leader's connections close at once. 5 s is the failover target.
+	st := survivor.waitStatus(nbName, "a new leader within 5 s", 5*time.Second, func(s *central.ClusterStatus) bool {
 		return s.LeaderKnown() && s.Term > oldSt.Term && s.Leader != oldSt.SelfShort
 	})
 	elected := time.Since(t0)
