@@ -76,3 +76,27 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// With only the time threshold, a database that has new log entries is
+// compacted once --db-compact-interval has passed since the last snapshot.
+func TestDatabaseIsCompactedPastItsTimeThreshold(t *testing.T) {
+	c := newCluster(t, 1)
+	m := c.members[0]
+	m.startNoWait(c.ips(), "--db-compact-size=0", "--db-compact-interval=2s")
+	m.waitReady(60 * time.Second)
+	nb := dial(t, nbdb.FullDatabaseModel, c.nbRemote())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := 0; i < 10; i++ {
+		if err := insertSwitch(ctx, nb, fmt.Sprintf("t-%02d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := waitLog(m.path("ovnhost.log"), "no snapshot for", 20*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, m.logTail())
+	}
+	m.waitStatus(nbName, "the log folded into a snapshot", 10*time.Second, func(s *central.ClusterStatus) bool { return s.LogEnd-s.LogStart <= 2 })
+	if !waitSwitch(t, m, "t-09") {
+		t.Fatal("row lost in the compaction")
+	}
+}
