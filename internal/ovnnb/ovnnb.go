@@ -121,6 +121,7 @@ func Connect(ctx context.Context, o Options) (*Client, error) {
 			{Model: &nbdb.AddressSet{}},
 			{Model: &nbdb.LoadBalancer{}},
 			{Model: &nbdb.LoadBalancerGroup{}},
+			{Model: &nbdb.ChassisTemplateVar{}},
 		},
 		TLS:     o.TLS,
 		Log:     o.Logger.With("component", "libovsdb"),

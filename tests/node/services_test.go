@@ -254,6 +254,46 @@ func TestServices(t *testing.T) {
 		}
 	})
 
+	t.Run("internal traffic policy local", func(t *testing.T) {
+		local := corev1.ServiceInternalTrafficPolicyLocal
+		svc, err := c.cp.kc.CoreV1().Services(ns).Create(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web-local"},
+			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, InternalTrafficPolicy: &local,
+				Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := net.JoinHostPort(svc.Spec.ClusterIP, "80")
+		want := map[string][]string{"client-a": {"web-0", "web-2"}, "client-b": {"web-1"}}
+		for _, cl := range clients {
+			// The template load balancer and its per-chassis variable
+			// land after the Service: the first answer may take a moment.
+			deadline := time.Now().Add(30 * time.Second)
+			var got string
+			for err = errors.New("none"); err != nil && time.Now().Before(deadline); {
+				got, err = ask(cl.netns, addr, time.Second)
+			}
+			if err != nil {
+				t.Fatalf("%s to %s (internalTrafficPolicy Local): %v\n%s", cl.name, addr, err, c.diag())
+			}
+			seen := map[string]int{}
+			for i := 0; i < 40; i++ {
+				got, err = ask(cl.netns, addr, 3*time.Second)
+				if err != nil {
+					t.Fatalf("connection %d from %s to %s: %v", i, cl.name, addr, err)
+				}
+				seen[got]++
+			}
+			for name := range seen {
+				if !slices.Contains(want[cl.name], name) {
+					t.Fatalf("internalTrafficPolicy Local: %s on %s reached %v, want only its node's %v", cl.name, cl.nodeName, seen, want[cl.name])
+				}
+			}
+			if len(seen) != len(want[cl.name]) {
+				t.Errorf("internalTrafficPolicy Local: 40 connections from %s reached %v, want each of %v", cl.name, seen, want[cl.name])
+			}
+		}
+	})
+
 	t.Run("affinity", func(t *testing.T) {
 		aff := net.JoinHostPort(affIP, "80")
 		for _, cl := range clients {
