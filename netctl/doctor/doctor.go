@@ -59,6 +59,9 @@ type Options struct {
 
 // Run runs every check and never changes the host.
 func Run(ctx context.Context, cfg *config.Config, opts Options) *Report {
+	if cfg.IsCentral() {
+		return RunCentral(ctx, cfg, opts)
+	}
 	f := opts.Facts
 	if f == nil {
 		f = NewHost(cfg)
@@ -246,7 +249,7 @@ func isV6(ip string) bool { return strings.Contains(ip, ":") }
 
 // CheckClock reports an unsynchronised clock, and certificates not yet or
 // no longer valid, when SSL is on: both break TLS to the OVN databases.
-func CheckClock(cfg *config.Config, f Facts) preflight.Check {
+func CheckClock(cfg *config.Config, f ClockFacts) preflight.Check {
 	const name = "clock"
 	synced, maxErr, err := f.ClockSync()
 	now := f.Now()

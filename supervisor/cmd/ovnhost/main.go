@@ -91,6 +91,9 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	// handled, the write fails instead. Handled, not ignored, so children
 	// start with the default disposition.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	if cfg.IsCentral() && args[0] == "run" {
+		return runCentral(ctx, cfg, log, stderr)
+	}
 
 	pre := preflight.Run(ctx, cfg)
 	if args[0] == "preflight" {
