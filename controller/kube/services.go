@@ -96,7 +96,7 @@ func newServiceController(c *Controller) (addon, error) {
 		return ""
 	}
 	if _, err := c.factory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { s.requeueLocalServices() },
+		AddFunc: func(any) { s.requeueLocalServices() },
 		UpdateFunc: func(o, n any) {
 			if chassisOf(o) != chassisOf(n) {
 				s.requeueLocalServices()
