@@ -181,8 +181,10 @@ func runNode(ctx context.Context, cfg *config.Config, nc *nodeconfig.NodeConfig,
 		egress := &egressUnit{backend: cfg.NATBackend, keepDatapath: cfg.KeepDatapath, log: log,
 			n: n, nodeName: nc.Name, kubeconfig: cfg.Kubeconfig, sb: nc.SB}
 		n.AddUnit(egress)
-		n.AddUnit(&externalGatewayUnit{n: n, nodeName: nc.Name, kubeconfig: cfg.Kubeconfig, tunnelIface: nc.TunnelIface,
-			keepDatapath: cfg.KeepDatapath, log: log})
+		if rc, _ := kubeConfig(cfg.Kubeconfig); rc != nil { // EIP/SNAT come from a ConfigMap: Kubernetes mode only
+			n.AddUnit(&externalGatewayUnit{n: n, nodeName: nc.Name, kubeconfig: cfg.Kubeconfig, tunnelIface: nc.TunnelIface,
+				keepDatapath: cfg.KeepDatapath, log: log})
+		}
 		cni := newCNIUnit(n, cfg, nc, log, h.Registry())
 		cni.opts.Egress = egress.apply
 		n.AddUnit(cni)
