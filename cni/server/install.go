@@ -174,8 +174,13 @@ func (in *installer) report() {
 		in.log.Warn("cannot analyze the CNI configuration directory", "dir", in.confDir, "err", err)
 		return
 	}
-	if r.Status != cniconf.Pass {
+	switch {
+	case r.Status != cniconf.Pass:
 		in.log.Warn("conflicting CNI configuration", "dir", in.confDir, "status", r.Status, "found", r.Found, "fix", r.Fix)
+	case len(r.Outranking) > 0:
+		// Multus is read first and delegates the pods' default network to
+		// ovnhost: the way a Multus node is meant to be.
+		in.log.Info("CNI configuration", "dir", in.confDir, "found", r.Found)
 	}
 }
 

@@ -224,3 +224,49 @@ func TestInstallProbesRealPortmap(t *testing.T) {
 		}
 	}
 }
+
+// TestInstallerWithMultus: Multus's configuration sorts before ours and
+// delegates to it (what multus-cni's thin entrypoint writes: a copy of our
+// conflist as its first delegate). The installer leaves Multus's file alone,
+// keeps ours in place, and warns only when Multus delegates elsewhere.
+func TestInstallerWithMultus(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		delegate func(in *installer) string
+		warn     string
+	}{
+		{"delegates to ovnhost", func(in *installer) string { return string(ConflistChain(in.socket, in.version, false)) }, ""},
+		{"delegates to flannel", func(*installer) string { return `{"name":"cbr0","plugins":[{"type":"flannel"}]}` }, "not to ovnhost"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			in := newTestInstaller(t, "0.4.0")
+			in.log = slog.New(slog.NewTextHandler(&logs, nil))
+			if err := os.MkdirAll(in.confDir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			multus := []byte(`{"cniVersion":"0.4.0","name":"multus-cni-network","type":"multus","kubeconfig":"/k","delegates":[` + tc.delegate(in) + `]}`)
+			mp := filepath.Join(in.confDir, "00-multus.conf")
+			if err := os.WriteFile(mp, multus, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := in.installAll(); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(mustRead(t, mp), multus) {
+				t.Fatal("the installer changed Multus's configuration")
+			}
+			if c := in.installed(t); c.Plugins[0]["type"] != "ovnhost-cni" {
+				t.Fatalf("our conflist: %v", c.Plugins)
+			}
+			got := logs.String()
+			conflict := bytes.Contains(logs.Bytes(), []byte("conflicting CNI configuration"))
+			if tc.warn == "" && conflict {
+				t.Fatalf("Multus delegating to ovnhost reported as a conflict:\n%s", got)
+			}
+			if tc.warn != "" && (!conflict || !bytes.Contains(logs.Bytes(), []byte(tc.warn))) {
+				t.Fatalf("want a conflict warning with %q, got:\n%s", tc.warn, got)
+			}
+		})
+	}
+}
