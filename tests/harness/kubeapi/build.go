@@ -15,7 +15,8 @@
 // ControllerManager builds kube-controller-manager (same version, same module
 // directory, its own stamp so a cached kube-apiserver/etcd stays valid) and
 // Server.StartControllerManager runs it with the endpointslice, namespace and
-// garbage-collector controllers.
+// garbage-collector controllers. Kubelet builds kubelet the same way (its
+// own stamp .stamp-kubelet); tests/runtime runs it against containerd.
 //
 // Traps handled: 1.37 refuses a loopback advertise address with the lease
 // endpoint reconciler (--endpoint-reconciler-type=none); without a
@@ -281,7 +282,7 @@ var (
 func ControllerManager(t testing.TB) string {
 	t.Helper()
 	dir := Binaries(t)
-	kcmOnce.Do(func() { kcmPath, kcmErr = buildKCM(dir) })
+	kcmOnce.Do(func() { kcmPath, kcmErr = buildComponent(dir, "kube-controller-manager", ".stamp-kcm") })
 	if kcmErr != nil {
 		if testenv.Strict() {
 			t.Fatalf("building kube-controller-manager: %v", kcmErr)
@@ -291,17 +292,38 @@ func ControllerManager(t testing.TB) string {
 	return kcmPath
 }
 
-// buildKCM adds kube-controller-manager to the module directory build()
-// prepared. A separate stamp: adding it must not invalidate (and rebuild)
-// the kube-apiserver and etcd other tests are using.
-func buildKCM(dir string) (string, error) {
+var (
+	kubeletOnce sync.Once
+	kubeletPath string
+	kubeletErr  error
+)
+
+// Kubelet returns the path of a kubelet of the same version as the
+// kube-apiserver, building it on first use next to it (cached across runs).
+func Kubelet(t testing.TB) string {
+	t.Helper()
+	dir := Binaries(t)
+	kubeletOnce.Do(func() { kubeletPath, kubeletErr = buildComponent(dir, "kubelet", ".stamp-kubelet") })
+	if kubeletErr != nil {
+		if testenv.Strict() {
+			t.Fatalf("building kubelet: %v", kubeletErr)
+		}
+		t.Skipf("cannot build kubelet: %v", kubeletErr)
+	}
+	return kubeletPath
+}
+
+// buildComponent adds k8s.io/kubernetes/cmd/<name> to the module directory
+// build() prepared. Each component has its own stamp: adding one must not
+// invalidate (and rebuild) the kube-apiserver and etcd other tests are using.
+func buildComponent(dir, name, stampName string) (string, error) {
 	gobin, err := goTool()
 	if err != nil {
 		return "", fmt.Errorf("go toolchain not found: %w", err)
 	}
 	v := version()
-	bin := filepath.Join(dir, "kube-controller-manager")
-	stamp := filepath.Join(dir, ".stamp-kcm")
+	bin := filepath.Join(dir, name)
+	stamp := filepath.Join(dir, stampName)
 	want := "k8s=v" + v + " recipe=1"
 	ok := func() bool {
 		b, err := os.ReadFile(stamp)
@@ -323,7 +345,7 @@ func buildKCM(dir string) (string, error) {
 		return bin, nil
 	}
 	t0 := time.Now()
-	fmt.Fprintf(os.Stderr, "kubeapi: building kube-controller-manager v%s into %s\n", v, dir)
+	fmt.Fprintf(os.Stderr, "kubeapi: building %s v%s into %s\n", name, v, dir)
 	moddir := filepath.Join(dir, "mod")
 	env := append(os.Environ(), "GOWORK=off", "GOFLAGS=-buildvcs=false -modcacherw", "CGO_ENABLED=0")
 	run := func(args ...string) error {
@@ -337,7 +359,8 @@ func buildKCM(dir string) (string, error) {
 		}
 		return nil
 	}
-	if err := run("get", "-tool", "k8s.io/kubernetes/cmd/kube-controller-manager@v"+v); err != nil {
+	pkg := "k8s.io/kubernetes/cmd/" + name
+	if err := run("get", "-tool", pkg+"@v"+v); err != nil {
 		return "", err
 	}
 	vpkg := "k8s.io/component-base/version"
@@ -349,15 +372,15 @@ func buildKCM(dir string) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
-	if err := run("build", "-ldflags", ldflags, "-o", tmp+"/", "k8s.io/kubernetes/cmd/kube-controller-manager"); err != nil {
+	if err := run("build", "-ldflags", ldflags, "-o", tmp+"/", pkg); err != nil {
 		return "", err
 	}
-	if err := os.Rename(filepath.Join(tmp, "kube-controller-manager"), bin); err != nil {
+	if err := os.Rename(filepath.Join(tmp, name), bin); err != nil {
 		return "", err
 	}
 	if err := os.WriteFile(stamp, []byte(want), 0o644); err != nil {
 		return "", err
 	}
-	fmt.Fprintf(os.Stderr, "kubeapi: built kube-controller-manager in %s\n", time.Since(t0).Round(time.Second))
+	fmt.Fprintf(os.Stderr, "kubeapi: built %s in %s\n", name, time.Since(t0).Round(time.Second))
 	return bin, nil
 }
