@@ -295,7 +295,6 @@ func (r *Report) multus(ourIdx int) {
 	}
 }
 
-
 func contains(ss []string, s string) bool {
 	for _, x := range ss {
 		if x == s {

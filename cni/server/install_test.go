@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -270,3 +272,55 @@ func TestInstallerWithMultus(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchJudgesMultusWhenWritten: Multus's file appearing while the daemon
+// runs is judged once its writes settle, not at its empty Create (which
+// would read as an unparsable configuration sorting first).
+func TestWatchJudgesMultusWhenWritten(t *testing.T) {
+	var logs syncBuffer
+	in := newTestInstaller(t, "0.4.0")
+	in.log = slog.New(slog.NewTextHandler(&logs, nil))
+	if err := in.installAll(); err != nil {
+		t.Fatal(err)
+	}
+	w, err := in.startWatch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { in.watch(ctx, w); close(done) }()
+	defer func() { cancel(); <-done }()
+	f, err := os.Create(filepath.Join(in.confDir, "00-multus.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // a writer between its create and its write
+	if _, err := f.WriteString(`{"cniVersion":"0.4.0","name":"multus-cni-network","type":"multus","kubeconfig":"/k","delegates":[` + string(ConflistChain(in.socket, in.version, false)) + `]}`); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for !logs.contains("delegates the default network to ovnhost") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no report of Multus delegating to ovnhost:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if logs.contains("conflicting CNI configuration") {
+		t.Fatalf("the half-written Multus file was reported as a conflict:\n%s", logs.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string           { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+func (s *syncBuffer) contains(sub string) bool { return strings.Contains(s.String(), sub) }

@@ -153,12 +153,13 @@ type goToolBuild struct {
 // `go install sigs.k8s.io/cri-tools/cmd/crictl@v1.37.0`.
 func crictl(t testing.TB) string {
 	t.Helper()
-	return goInstalled(t, "crictl", crictlModule, crictlVersion)
+	return goInstalled(t, "crictl", "", crictlModule, crictlVersion)
 }
 
-// goInstalled returns the path of program name (package pkg at version),
-// building it on first use; it fails (strict) or skips t if it cannot.
-func goInstalled(t testing.TB, name, pkg, version string) string {
+// goInstalled returns the path of program name (package pkg of module at
+// version; module "" = `go install pkg@version`), building it on first use;
+// it fails (strict) or skips t if it cannot.
+func goInstalled(t testing.TB, name, module, pkg, version string) string {
 	t.Helper()
 	goToolsMu.Lock()
 	b := goTools[name]
@@ -167,7 +168,7 @@ func goInstalled(t testing.TB, name, pkg, version string) string {
 		goTools[name] = b
 	}
 	goToolsMu.Unlock()
-	b.once.Do(func() { b.path, b.err = buildGoTool(t, name, pkg, version) })
+	b.once.Do(func() { b.path, b.err = buildGoTool(t, name, module, pkg, version) })
 	if b.err != nil {
 		if testenv.Strict() {
 			t.Fatalf("building %s: %v", name, b.err)
@@ -177,7 +178,7 @@ func goInstalled(t testing.TB, name, pkg, version string) string {
 	return b.path
 }
 
-func buildGoTool(t testing.TB, name, pkg, version string) (string, error) {
+func buildGoTool(t testing.TB, name, module, pkg, version string) (string, error) {
 	gobin, err := goTool()
 	if err != nil {
 		return "", fmt.Errorf("go toolchain not found: %w", err)
@@ -187,6 +188,9 @@ func buildGoTool(t testing.TB, name, pkg, version string) (string, error) {
 		return "", err
 	}
 	bin, stamp, want := filepath.Join(dir, name), filepath.Join(dir, ".stamp"), pkg+"@"+version+" recipe=1"
+	if module != "" {
+		want = pkg + "@" + version + " recipe=module-1"
+	}
 	ok := func() bool {
 		b, err := os.ReadFile(stamp)
 		return err == nil && string(b) == want && fileExists(bin)
@@ -212,11 +216,26 @@ func buildGoTool(t testing.TB, name, pkg, version string) (string, error) {
 	}
 	defer os.RemoveAll(tmp)
 	t0 := time.Now()
-	cmd := exec.Command(gobin, "install", "-trimpath", "-ldflags=-s -w", pkg+"@"+version)
-	cmd.Dir = tmp // outside any module: `go install pkg@version` mode
-	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOWORK=off", "GOFLAGS=-modcacherw", "CGO_ENABLED=0")
+	var cmd *exec.Cmd
+	if module == "" {
+		cmd = exec.Command(gobin, "install", "-trimpath", "-ldflags=-s -w", pkg+"@"+version)
+		cmd.Dir = tmp // outside any module: `go install pkg@version` mode
+		cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOWORK=off", "GOFLAGS=-modcacherw", "CGO_ENABLED=0")
+	} else {
+		// A throwaway module requiring module@version, built with
+		// -mod=mod: no @v/list query, which `go install pkg@version` makes
+		// for its deprecation check (and which the proxy refuses for some
+		// gopkg.in modules: "403 Forbidden").
+		gomod := fmt.Sprintf("module ovnhost.local/%s\n\ngo 1.24\n\nrequire %s %s\n", name, module, version)
+		if err := os.WriteFile(filepath.Join(tmp, "go.mod"), []byte(gomod), 0o644); err != nil {
+			return "", err
+		}
+		cmd = exec.Command(gobin, "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(tmp, filepath.Base(pkg)), pkg)
+		cmd.Dir = tmp
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-modcacherw -mod=mod", "CGO_ENABLED=0")
+	}
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go install %s@%s: %v\n%s", pkg, version, err, lastLines(string(out), 20))
+		return "", fmt.Errorf("go %s: %v\n%s", strings.Join(cmd.Args[1:], " "), err, lastLines(string(out), 20))
 	}
 	if err := os.Rename(filepath.Join(tmp, filepath.Base(pkg)), bin); err != nil {
 		return "", err

@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -523,7 +524,29 @@ func (e *env) podOf(p *corev1.Pod) *pod {
 	if err != nil {
 		e.t.Fatalf("pod %s: status.podIP %q: %v", p.Name, p.Status.PodIP, err)
 	}
-	return &pod{name: p.Name, id: id, ctr: ctr, ip: ip}
+	var sb struct {
+		Info struct {
+			RuntimeSpec struct {
+				Linux struct {
+					Namespaces []struct{ Type, Path string } `json:"namespaces"`
+				} `json:"linux"`
+			} `json:"runtimeSpec"`
+		} `json:"info"`
+	}
+	if err := json.Unmarshal([]byte(e.cri("inspectp", "-o", "json", id)), &sb); err != nil {
+		e.t.Fatal(err)
+	}
+	out := &pod{name: p.Name, id: id, ctr: ctr, ip: ip}
+	for _, n := range sb.Info.RuntimeSpec.Linux.Namespaces {
+		if n.Type == "network" {
+			out.netns = n.Path
+		}
+	}
+	if out.netns == "" {
+		e.t.Fatalf("pod %s: no network namespace path in the sandbox spec", p.Name)
+	}
+	e.netnsPaths = append(e.netnsPaths, out.netns)
+	return out
 }
 
 // deletePods deletes pods and waits until kubelet has removed their

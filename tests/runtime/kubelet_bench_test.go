@@ -25,6 +25,7 @@ import (
 //
 //   - The harness of TestKubeletRunsPods: apiserver, OVN central,
 //     ovnhost-controller, ovnhost in Kubernetes mode, containerd, kubelet.
+//
 //   - A phase creates N Pod objects (spec.nodeName set, busybox, image
 //     already imported) from 10 goroutines; a pod's sample is the time from
 //     just before its Create call to the watch event showing it Running with
@@ -32,9 +33,11 @@ import (
 //     Every pod must get an address of the plugin's range. Then all are
 //     deleted and the phase waits until the objects are gone and kubelet has
 //     stopped every sandbox (CNI DEL done) before the next phase.
+//
 //   - In the bridge phases ovnhost-controller still allocates addresses and
 //     logical ports for the pods (they are Pods of the node): work the
 //     ovnhost phases need and the bridge phases do in the background.
+//
 //   - One untimed warm-up pod per plugin; rounds alternate which plugin goes
 //     first. Reported: p50, p99 and the wall time of the whole wave.
 //
