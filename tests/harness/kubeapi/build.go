@@ -15,8 +15,7 @@
 // ControllerManager builds kube-controller-manager (same version, same module
 // directory, its own stamp so a cached kube-apiserver/etcd stays valid) and
 // Server.StartControllerManager runs it with the endpointslice, namespace and
-// garbage-collector controllers. Kubelet builds kubelet the same way (its
-// own stamp .stamp-kubelet); tests/runtime runs it against containerd.
+// garbage-collector controllers.
 //
 // Traps handled: 1.37 refuses a loopback advertise address with the lease
 // endpoint reconciler (--endpoint-reconciler-type=none); without a
@@ -271,59 +270,55 @@ func lastLines(s string, n int) string {
 	return strings.Join(l, "\n")
 }
 
-var (
-	kcmOnce sync.Once
-	kcmPath string
-	kcmErr  error
-)
+// extraTools are the Kubernetes programs built on demand next to
+// kube-apiserver, each once per test binary.
+var extraTools sync.Map // name -> *toolBuild
+
+type toolBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
 
 // ControllerManager returns the path of kube-controller-manager, building it
 // on first use next to kube-apiserver (cached across runs).
-func ControllerManager(t testing.TB) string {
-	t.Helper()
-	dir := Binaries(t)
-	kcmOnce.Do(func() { kcmPath, kcmErr = buildComponent(dir, "kube-controller-manager", ".stamp-kcm") })
-	if kcmErr != nil {
-		if testenv.Strict() {
-			t.Fatalf("building kube-controller-manager: %v", kcmErr)
-		}
-		t.Skipf("cannot build kube-controller-manager: %v", kcmErr)
-	}
-	return kcmPath
-}
+func ControllerManager(t testing.TB) string { return Tool(t, "kube-controller-manager") }
 
-var (
-	kubeletOnce sync.Once
-	kubeletPath string
-	kubeletErr  error
-)
+// KubeProxy returns the path of kube-proxy, built like ControllerManager.
+func KubeProxy(t testing.TB) string { return Tool(t, "kube-proxy") }
 
 // Kubelet returns the path of a kubelet of the same version as the
-// kube-apiserver, building it on first use next to it (cached across runs).
-func Kubelet(t testing.TB) string {
+// kube-apiserver, built like ControllerManager (tests/runtime runs it
+// against containerd).
+func Kubelet(t testing.TB) string { return Tool(t, "kubelet") }
+
+// Tool returns the path of k8s.io/kubernetes/cmd/<name> at the harness's
+// version, building it on first use into the kube-apiserver directory with a
+// stamp of its own: adding a tool must not invalidate (and rebuild) the
+// kube-apiserver and etcd other tests are using.
+func Tool(t testing.TB, name string) string {
 	t.Helper()
 	dir := Binaries(t)
-	kubeletOnce.Do(func() { kubeletPath, kubeletErr = buildComponent(dir, "kubelet", ".stamp-kubelet") })
-	if kubeletErr != nil {
+	v, _ := extraTools.LoadOrStore(name, &toolBuild{})
+	b := v.(*toolBuild)
+	b.once.Do(func() { b.path, b.err = buildTool(dir, name) })
+	if b.err != nil {
 		if testenv.Strict() {
-			t.Fatalf("building kubelet: %v", kubeletErr)
+			t.Fatalf("building %s: %v", name, b.err)
 		}
-		t.Skipf("cannot build kubelet: %v", kubeletErr)
+		t.Skipf("cannot build %s: %v", name, b.err)
 	}
-	return kubeletPath
+	return b.path
 }
 
-// buildComponent adds k8s.io/kubernetes/cmd/<name> to the module directory
-// build() prepared. Each component has its own stamp: adding one must not
-// invalidate (and rebuild) the kube-apiserver and etcd other tests are using.
-func buildComponent(dir, name, stampName string) (string, error) {
+func buildTool(dir, name string) (string, error) {
 	gobin, err := goTool()
 	if err != nil {
 		return "", fmt.Errorf("go toolchain not found: %w", err)
 	}
 	v := version()
 	bin := filepath.Join(dir, name)
-	stamp := filepath.Join(dir, stampName)
+	stamp := filepath.Join(dir, ".stamp-"+name)
 	want := "k8s=v" + v + " recipe=1"
 	ok := func() bool {
 		b, err := os.ReadFile(stamp)
