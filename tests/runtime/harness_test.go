@@ -796,6 +796,9 @@ func waitGone(f func(string) []int, arg string) {
 // cgroupDirs lists the pods' cgroup parent directories in every v1 hierarchy.
 func (e *env) cgroupDirs() []string {
 	m, _ := filepath.Glob("/sys/fs/cgroup/*" + e.cgParent)
+	if fileExists("/sys/fs/cgroup" + e.cgParent) { // cgroup v2
+		m = append(m, "/sys/fs/cgroup"+e.cgParent)
+	}
 	return m
 }
 

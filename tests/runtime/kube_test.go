@@ -397,6 +397,12 @@ func (e *env) stopKubelet() {
 // they are copied from the parent, as clone_children would.
 func (e *env) makeCgroupRoot() {
 	e.t.Helper()
+	if fileExists("/sys/fs/cgroup/cgroup.controllers") { // a cgroup v2 host: one hierarchy
+		if err := os.MkdirAll("/sys/fs/cgroup"+e.cgParent, 0o755); err != nil {
+			e.t.Fatalf("cgroup root: %v", err)
+		}
+		return
+	}
 	hier, _ := filepath.Glob("/sys/fs/cgroup/*")
 	for _, h := range hier {
 		if filepath.Base(h) == "unified" { // the v2 hierarchy of a hybrid host: unused by kubelet on v1
@@ -460,39 +466,63 @@ func (e *env) waitPodRunning(cp *controlPlane, name string, d time.Duration) *co
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	w, err := cp.kc.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
-	if err != nil {
-		e.t.Fatal(err)
+	var last, got *corev1.Pod
+	err := watchPods(ctx, cp.kc, metav1.ListOptions{FieldSelector: "metadata.name=" + name}, func(p *corev1.Pod) bool {
+		last = p
+		if p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+			got = p
+			return true
+		}
+		return p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded
+	})
+	switch {
+	case got != nil:
+		return got
+	case last != nil && (last.Status.Phase == corev1.PodFailed || last.Status.Phase == corev1.PodSucceeded):
+		e.t.Fatalf("pod %s ended %s: %s\n%s", name, last.Status.Phase, last.Status.Message, e.podEvents(cp, name))
 	}
-	defer w.Stop()
-	var last *corev1.Pod
+	phase := "unknown"
+	if last != nil {
+		phase = string(last.Status.Phase)
+	}
+	e.t.Fatalf("pod %s not Running within %s (phase %s: %v)\n%s\n%s\n%s", name, d, phase, err, e.podEvents(cp, name),
+		e.tail("kubelet.log", 30), e.tail("ovnhost.log", 20))
+	return nil
+}
+
+// watchPods calls f with every state of the default namespace's pods
+// matching opts (first as listed, then as watched) until f returns true
+// (nil) or ctx ends (its error). A watch the API server closes (it may, at
+// any time) is resumed from the last resource version seen.
+func watchPods(ctx context.Context, kc kubernetes.Interface, opts metav1.ListOptions, f func(*corev1.Pod) bool) error {
 	for {
-		select {
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				e.t.Fatalf("watch of pod %s closed", name)
+		list, err := kc.CoreV1().Pods("default").List(ctx, opts)
+		if err != nil {
+			return err
+		}
+		for i := range list.Items {
+			if f(&list.Items[i]) {
+				return nil
 			}
+		}
+		wo := opts
+		wo.ResourceVersion = list.ResourceVersion
+		w, err := kc.CoreV1().Pods("default").Watch(ctx, wo)
+		if err != nil {
+			return err
+		}
+		for ev := range w.ResultChan() {
 			if ev.Type == watch.Error {
-				e.t.Fatalf("watch of pod %s: %v", name, ev.Object)
+				break // e.g. resource version too old: list again
 			}
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok {
-				continue
+			if p, ok := ev.Object.(*corev1.Pod); ok && f(p) {
+				w.Stop()
+				return nil
 			}
-			last = p
-			if p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
-				return p
-			}
-			if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
-				e.t.Fatalf("pod %s ended %s: %s\n%s", name, p.Status.Phase, p.Status.Message, e.podEvents(cp, name))
-			}
-		case <-ctx.Done():
-			phase := "unknown"
-			if last != nil {
-				phase = string(last.Status.Phase)
-			}
-			e.t.Fatalf("pod %s not Running within %s (phase %s)\n%s\n%s\n%s", name, d, phase, e.podEvents(cp, name),
-				e.tail("kubelet.log", 30), e.tail("ovnhost.log", 20))
+		}
+		w.Stop()
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 	}
 }

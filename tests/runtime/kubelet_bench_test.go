@@ -12,7 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 )
 
 // BenchmarkKubeletPods measures pod create → Running for 50 pods created at
@@ -77,14 +76,40 @@ func BenchmarkKubeletPods(b *testing.B) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
 		sel := "bench=" + tag
-		w, err := cp.kc.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{LabelSelector: sel})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer w.Stop()
-		names := make([]string, count)
-		start := make(map[string]time.Time, count)
+		start := make(map[string]time.Time, count) // pod -> just before its Create
 		var mu sync.Mutex
+		// Pods are stamped Running as the watch delivers them; the watch
+		// runs from before the first Create.
+		running := map[string]time.Duration{}
+		var last time.Time
+		var badIP string
+		werrc := make(chan error, 1)
+		go func() {
+			werrc <- watchPods(ctx, cp.kc, metav1.ListOptions{LabelSelector: sel}, func(pod *corev1.Pod) bool {
+				if pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" {
+					return false
+				}
+				if _, done := running[pod.Name]; done {
+					return false
+				}
+				now := time.Now()
+				ip, err := netip.ParseAddr(pod.Status.PodIP)
+				if err != nil || !p.cidr.Contains(ip) {
+					badIP = fmt.Sprintf("%s pod %s: IP %q, want one of %s", p.name, pod.Name, pod.Status.PodIP, p.cidr)
+					return true
+				}
+				mu.Lock()
+				t0, ok := start[pod.Name]
+				mu.Unlock()
+				if !ok {
+					return false // its Create has not returned yet; counted when seen again
+				}
+				running[pod.Name] = now.Sub(t0)
+				last = now
+				return len(running) == count
+			})
+		}()
+		names := make([]string, count)
 		var wg sync.WaitGroup
 		jobs := make(chan int)
 		errs := make(chan error, count)
@@ -119,36 +144,12 @@ func BenchmarkKubeletPods(b *testing.B) {
 		for err := range errs {
 			b.Fatalf("creating pods: %v", err)
 		}
-		running := map[string]time.Duration{}
-		var last time.Time
-		for len(running) < count {
-			select {
-			case ev, ok := <-w.ResultChan():
-				if !ok {
-					b.Fatal("pod watch closed")
-				}
-				if ev.Type == watch.Error {
-					b.Fatalf("pod watch: %v", ev.Object)
-				}
-				pod, ok := ev.Object.(*corev1.Pod)
-				if !ok || pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" {
-					continue
-				}
-				if _, done := running[pod.Name]; done {
-					continue
-				}
-				now := time.Now()
-				ip, err := netip.ParseAddr(pod.Status.PodIP)
-				if err != nil || !p.cidr.Contains(ip) {
-					b.Fatalf("%s pod %s: IP %q, want one of %s", p.name, pod.Name, pod.Status.PodIP, p.cidr)
-				}
-				mu.Lock()
-				running[pod.Name] = now.Sub(start[pod.Name])
-				mu.Unlock()
-				last = now
-			case <-ctx.Done():
-				b.Fatalf("%s: %d of %d pods Running within 10 min\n%s", p.name, len(running), count, e.tail("kubelet.log", 20))
-			}
+		werr := <-werrc
+		if badIP != "" {
+			b.Fatal(badIP)
+		}
+		if werr != nil {
+			b.Fatalf("%s: %d of %d pods Running (%v)\n%s", p.name, len(running), count, werr, e.tail("kubelet.log", 20))
 		}
 		if record {
 			for _, d := range running {
