@@ -736,13 +736,7 @@ func (e *env) cri(args ...string) string {
 // processes in the pods' cgroups, the cgroups, mounts under the test dir,
 // and /run/containerd when the test created it. Idempotent.
 func (e *env) teardown() {
-	if e.ctrd != nil {
-		select {
-		case <-e.ctrdExited:
-		default:
-			_ = e.crictlCmd("rmp", "-fa").Run()
-		}
-	}
+	e.removeSandboxes()
 	e.stopContainerd()
 	e.killCgroups()
 	for _, p := range processesMentioning(e.dir) {
@@ -772,6 +766,56 @@ func (e *env) teardown() {
 		_ = os.Remove("/run/containerd")
 		if fileExists("/run/containerd") {
 			e.t.Logf("teardown: /run/containerd is not empty, left alone")
+		}
+	}
+}
+
+// removeSandboxes removes every sandbox through CRI while containerd runs
+// (the CNI DEL succeeds only while ovnhost runs too: the kube tests call it
+// before ovnhost stops). Sandboxes it cannot remove keep their network
+// namespace mount; those are recorded for the teardown, and so are their
+// libcni cache entries (/var/lib/cni/results/<network>-<id>-<ifname>).
+func (e *env) removeSandboxes() {
+	if e.ctrd == nil {
+		return
+	}
+	select {
+	case <-e.ctrdExited:
+		return
+	default:
+	}
+	out, err := e.crictlCmd("pods", "-q").Output()
+	if err != nil {
+		return
+	}
+	ids := strings.Fields(string(out))
+	for _, id := range ids {
+		raw, err := e.crictlCmd("inspectp", "-o", "json", id).Output()
+		if err != nil {
+			continue
+		}
+		var sb struct {
+			Info struct {
+				RuntimeSpec struct {
+					Linux struct {
+						Namespaces []struct{ Type, Path string } `json:"namespaces"`
+					} `json:"linux"`
+				} `json:"runtimeSpec"`
+			} `json:"info"`
+		}
+		if json.Unmarshal(raw, &sb) == nil {
+			for _, n := range sb.Info.RuntimeSpec.Linux.Namespaces {
+				if n.Type == "network" && n.Path != "" {
+					e.netnsPaths = append(e.netnsPaths, n.Path)
+				}
+			}
+		}
+	}
+	_ = e.crictlCmd("rmp", "-fa").Run()
+	for _, id := range ids {
+		left, _ := filepath.Glob("/var/lib/cni/results/*-" + id + "-*")
+		for _, f := range left {
+			_ = os.Remove(f)
 		}
 	}
 }

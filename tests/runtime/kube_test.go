@@ -322,7 +322,9 @@ kubeAPIBurst: 1000
 	k := &kubelet{cmd: cmd, exited: make(chan struct{}), log: logPath, healthz: fmt.Sprintf("127.0.0.1:%d", hport)}
 	go func() { _ = cmd.Wait(); log.Close(); close(k.exited) }()
 	e.kubelet = k
-	t.Cleanup(e.stopKubelet)
+	// Runs before ovnhost and containerd stop (registered after them):
+	// whatever pods a failed test left are torn down with their CNI DEL.
+	t.Cleanup(func() { e.stopKubelet(); e.removeSandboxes() })
 
 	// Registered: the Node exists and says which kubelet it runs.
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
