@@ -157,9 +157,10 @@ func crictl(t testing.TB) string {
 }
 
 // goInstalled returns the path of program name (package pkg of module at
-// version; module "" = `go install pkg@version`), building it on first use;
-// it fails (strict) or skips t if it cannot.
-func goInstalled(t testing.TB, name, module, pkg, version string) string {
+// version; module "" = `go install pkg@version`; pins, "module version"
+// requirements added to the build module), building it on first use; it
+// fails (strict) or skips t if it cannot.
+func goInstalled(t testing.TB, name, module, pkg, version string, pins ...string) string {
 	t.Helper()
 	goToolsMu.Lock()
 	b := goTools[name]
@@ -168,7 +169,7 @@ func goInstalled(t testing.TB, name, module, pkg, version string) string {
 		goTools[name] = b
 	}
 	goToolsMu.Unlock()
-	b.once.Do(func() { b.path, b.err = buildGoTool(t, name, module, pkg, version) })
+	b.once.Do(func() { b.path, b.err = buildGoTool(t, name, module, pkg, version, pins) })
 	if b.err != nil {
 		if testenv.Strict() {
 			t.Fatalf("building %s: %v", name, b.err)
@@ -178,7 +179,7 @@ func goInstalled(t testing.TB, name, module, pkg, version string) string {
 	return b.path
 }
 
-func buildGoTool(t testing.TB, name, module, pkg, version string) (string, error) {
+func buildGoTool(t testing.TB, name, module, pkg, version string, pins []string) (string, error) {
 	gobin, err := goTool()
 	if err != nil {
 		return "", fmt.Errorf("go toolchain not found: %w", err)
@@ -189,7 +190,7 @@ func buildGoTool(t testing.TB, name, module, pkg, version string) (string, error
 	}
 	bin, stamp, want := filepath.Join(dir, name), filepath.Join(dir, ".stamp"), pkg+"@"+version+" recipe=1"
 	if module != "" {
-		want = pkg + "@" + version + " recipe=module-1"
+		want = pkg + "@" + version + " recipe=module-2 " + strings.Join(pins, ",")
 	}
 	ok := func() bool {
 		b, err := os.ReadFile(stamp)
@@ -226,11 +227,17 @@ func buildGoTool(t testing.TB, name, module, pkg, version string) (string, error
 		// -mod=mod: no @v/list query, which `go install pkg@version` makes
 		// for its deprecation check (and which the proxy refuses for some
 		// gopkg.in modules: "403 Forbidden").
+		// Extra requirements raise shared dependencies to the versions
+		// the harness's other builds use (kube-apiserver's, built the same
+		// way: CGO off, no -trimpath), so their compiled packages are reused.
 		gomod := fmt.Sprintf("module ovnhost.local/%s\n\ngo 1.24\n\nrequire %s %s\n", name, module, version)
+		for _, p := range pins {
+			gomod += "require " + p + "\n"
+		}
 		if err := os.WriteFile(filepath.Join(tmp, "go.mod"), []byte(gomod), 0o644); err != nil {
 			return "", err
 		}
-		cmd = exec.Command(gobin, "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(tmp, filepath.Base(pkg)), pkg)
+		cmd = exec.Command(gobin, "build", "-ldflags=-s -w", "-o", filepath.Join(tmp, filepath.Base(pkg)), pkg)
 		cmd.Dir = tmp
 		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-modcacherw -mod=mod", "CGO_ENABLED=0")
 	}
