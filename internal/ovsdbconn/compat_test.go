@@ -64,3 +64,14 @@ func TestCompare(t *testing.T) {
 		t.Fatalf("Columns(Bridge) = %d pointers, schema has %d columns", n, len(s.Tables["Bridge"].Columns))
 	}
 }
+
+func TestCompareVersionsTable(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want int
+	}{{"8.3.0", "8.3.0", 0}, {"8.2.0", "8.3.0", -1}, {"8.10.0", "8.9.1", 1}, {"7", "7.0.0", 0}} {
+		if got := CompareVersions(c.a, c.b); got != c.want {
+			t.Errorf("CompareVersions(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
+		}
+	}
+}

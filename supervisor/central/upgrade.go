@@ -8,9 +8,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
 )
 
 // upgrade converts the clustered database online when the installed
@@ -29,7 +30,7 @@ func (db *database) upgrade(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reading the schema version %s runs: %w", db.schemaName, err)
 	}
-	switch cmp := compareVersions(have, want); {
+	switch cmp := ovsdbconn.CompareVersions(have, want); {
 	case cmp == 0:
 		return nil
 	case cmp > 0:
@@ -43,7 +44,7 @@ func (db *database) upgrade(ctx context.Context) error {
 	}
 	if err := db.client(ctx, "", "convert", "unix:"+db.sock, db.schemaFile); err != nil {
 		// Another member may have converted it meanwhile.
-		if now, verr := serverSchemaVersion(ctx, db.sock, db.schemaName); verr == nil && compareVersions(now, want) == 0 {
+		if now, verr := serverSchemaVersion(ctx, db.sock, db.schemaName); verr == nil && ovsdbconn.CompareVersions(now, want) == 0 {
 			return nil
 		}
 		return fmt.Errorf("converting %s from schema %s to %s (backup kept at %s): %w", db.schemaName, have, want, backup, err)
@@ -137,25 +138,4 @@ func schemaFileVersion(path string) (string, error) {
 		return "", fmt.Errorf("%s: not an OVSDB schema", path)
 	}
 	return s.Version, nil
-}
-
-// compareVersions compares dotted numeric versions.
-func compareVersions(a, b string) int {
-	as, bs := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; i < max(len(as), len(bs)); i++ {
-		var x, y int
-		if i < len(as) {
-			x, _ = strconv.Atoi(as[i])
-		}
-		if i < len(bs) {
-			y, _ = strconv.Atoi(bs[i])
-		}
-		if x != y {
-			if x < y {
-				return -1
-			}
-			return 1
-		}
-	}
-	return 0
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -107,6 +108,21 @@ func TestCentralizedGatewayFailsOverWithoutTheController(t *testing.T) {
 	if got := c.activeGateway(t, "central", "node-b", 30*time.Second); got != "node-b" {
 		t.Fatalf("Subnet central status.activateGateway = %q after failback, want node-b", got)
 	}
+
+	// A NotReady node (kubelet gone) leaves the group although its daemon runs.
+	nd, err := c.cp.kc.CoreV1().Nodes().Get(ctx, "node-b", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady",
+		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	if _, err := c.cp.kc.CoreV1().Nodes().UpdateStatus(ctx, nd, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if src, err := c.sourceUntil(p, nodeC, 30*time.Second); err != nil {
+		t.Fatalf("node-b NotReady: outside saw %q (%v), want node-c's %s\n%s", src, err, nodeC, c.diag())
+	}
+	c.waitGatewayRank(t, "central", []string{"node-c"}, 30*time.Second)
 }
 
 // waitGatewayRank waits until the subnet's HA chassis group in NB ranks the
