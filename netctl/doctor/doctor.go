@@ -182,8 +182,9 @@ func CheckCNIPlugin(ctx context.Context, cfg *config.Config, f Facts) []prefligh
 	return []preflight.Check{{Name: name, Status: preflight.Pass, Found: fmt.Sprintf("%s is executable, build %q like %s", path, stamp, who)}}
 }
 
-// CheckCNIConfig checks that 00-ovnhost.conflist is present and first, and
-// names every other configuration that outranks or shadows it.
+// CheckCNIConfig checks that 00-ovnhost.conflist is present and first (or
+// behind a Multus configuration that delegates the default network to it),
+// and names every other configuration that outranks or shadows it.
 func CheckCNIConfig(cfg *config.Config, f Facts) preflight.Check {
 	const name = "cni-config"
 	rep, err := f.ScanCNIConf(cfg.CNIConfDir, cniconf.Conflist)

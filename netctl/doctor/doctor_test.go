@@ -372,6 +372,30 @@ func TestCNIConfigStaleFlannel(t *testing.T) {
 	}
 }
 
+// Multus read first and delegating to ovnhost is how a Multus node is meant
+// to look, not a conflict; Multus delegating elsewhere is one.
+func TestCNIConfigMultus(t *testing.T) {
+	ours := `{"cniVersion":"0.4.0","name":"ovnhost","plugins":[{"type":"ovnhost-cni","socket":"/run/ovnhost/cni.sock"}]}`
+	for _, tc := range []struct {
+		name, multus string
+		status       preflight.Status
+		found        string
+	}{
+		{"delegates to ovnhost", `{"name":"multus-cni-network","type":"multus","kubeconfig":"/k","delegates":[` + ours + `]}`, preflight.Pass, "delegates the default network to ovnhost"},
+		{"delegates to flannel", `{"name":"multus-cni-network","type":"multus","kubeconfig":"/k","delegates":[{"name":"cbr0","plugins":[{"type":"flannel"}]}]}`, preflight.Fail, "not to ovnhost"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := healthy()
+			f.cniFiles["00-ovnhost.conflist"] = ours
+			f.cniFiles["00-multus.conf"] = tc.multus
+			r := Run(context.Background(), cfgOf(t), Options{Facts: f})
+			if c := check(t, r, "cni-config"); c.Status != tc.status || !strings.Contains(c.Found, tc.found) {
+				t.Fatal(c)
+			}
+		})
+	}
+}
+
 func TestClock(t *testing.T) {
 	f := healthy()
 	f.synced = false

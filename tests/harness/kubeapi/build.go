@@ -287,6 +287,11 @@ func ControllerManager(t testing.TB) string { return Tool(t, "kube-controller-ma
 // KubeProxy returns the path of kube-proxy, built like ControllerManager.
 func KubeProxy(t testing.TB) string { return Tool(t, "kube-proxy") }
 
+// Kubelet returns the path of a kubelet of the same version as the
+// kube-apiserver, built like ControllerManager (tests/runtime runs it
+// against containerd).
+func Kubelet(t testing.TB) string { return Tool(t, "kubelet") }
+
 // Tool returns the path of k8s.io/kubernetes/cmd/<name> at the harness's
 // version, building it on first use into the kube-apiserver directory with a
 // stamp of its own: adding a tool must not invalidate (and rebuild) the
