@@ -113,6 +113,9 @@ type Options struct {
 	// Egress is told what the host must masquerade for pod egress (the
 	// node daemon's host NAT); nil leaves the host alone.
 	Egress func(ctx context.Context, plan EgressPlan) error
+	// ControllerFieldManagers are the field managers whose pod annotations
+	// the node honours (nil: DefaultControllerManagers).
+	ControllerFieldManagers []string
 }
 
 // Server is the CNI server unit.
@@ -132,6 +135,7 @@ type Server struct {
 	installWait     time.Duration
 	noInstall       bool
 	noNodePort      bool
+	nodePortRetry   time.Duration
 
 	src     PodSource
 	metrics *metrics
@@ -175,7 +179,7 @@ func New(o Options, opts ...Option) (*Server, error) {
 	}
 	s := &Server{cfg: o, node: o.Node, ovs: &ovsOps{cl: o.OVS, bridge: DefaultBridge}, log: o.Log.With("unit", "cni"),
 		reg: prometheus.DefaultRegisterer, dpType: o.Node.Datapath, mtu: o.Node.PodMTU,
-		annWait: DefaultAnnotationWait, installWait: DefaultInstallWait, wired: map[string]wiredPod{}}
+		annWait: DefaultAnnotationWait, installWait: DefaultInstallWait, nodePortRetry: time.Second, wired: map[string]wiredPod{}}
 	if s.mtu <= 0 {
 		s.mtu = nodeconfig.FallbackPodMTU
 	}
@@ -217,11 +221,11 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if err := s.chooseSource(); err != nil {
 		return err
 	}
-	if err := s.src.Start(ctx); err != nil {
-		return err
-	}
-	if ks, ok := s.src.(*kubeSource); ok {
-		ks.onQoS = s.updateQoS
+	ks, _ := s.src.(*kubeSource)
+	if ks != nil {
+		// Before the informers run: their handlers call it.
+		ks.setTrusted(s.cfg.ControllerFieldManagers)
+		ks.setOnQoS(s.updateQoS)
 	}
 	// Pods wired before a restart keep following their rate annotations.
 	if owned, err := s.ovs.OwnedInterfaces(ctx); err == nil {
@@ -231,6 +235,9 @@ func (s *Server) Start(ctx context.Context) (err error) {
 			s.wired[key] = wiredPod{port: o.Name, ids: o.ExternalIDs}
 		}
 		s.mu.Unlock()
+	}
+	if err := s.src.Start(ctx); err != nil {
+		return err
 	}
 	if err := s.listen(); err != nil {
 		return err
@@ -253,6 +260,12 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if !s.noNodePort {
 		s.bg.Add(1)
 		go func() { defer s.bg.Done(); s.nodePortLoop(bctx) }()
+	}
+	if ks != nil {
+		// A rate changed while the daemon was down has no update event:
+		// apply the current annotations once the informer has listed.
+		s.bg.Add(1)
+		go func() { defer s.bg.Done(); s.reapplyQoS(bctx, ks) }()
 	}
 	s.log.Info("CNI server ready", "socket", s.cfg.Socket, "datapath", s.dpType, "mode", s.mode())
 	return nil
@@ -989,6 +1002,39 @@ func (s *Server) gc(ctx context.Context, q *request) *cniError {
 		return fail(types.ErrInternal, "gc", "GC: %s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// reapplyQoS applies the current rate annotations of every pod wired
+// before this start.
+func (s *Server) reapplyQoS(ctx context.Context, ks *kubeSource) {
+	if ks.waitSynced(ctx) != nil {
+		return
+	}
+	s.mu.Lock()
+	keys := make([]string, 0, len(s.wired))
+	for k := range s.wired {
+		keys = append(keys, k)
+	}
+	s.mu.Unlock()
+	for _, key := range keys {
+		p := ks.getPod(key)
+		if p == nil {
+			continue
+		}
+		var n PodNetwork
+		if err := parseOptional(p.Annotations, &n); err != nil {
+			s.log.Warn("pod rate annotation is invalid; QoS left unchanged", "pod", key, "err", err)
+			continue
+		}
+		s.mu.Lock()
+		w := s.wired[key]
+		s.mu.Unlock()
+		if in, eg, err := s.ovs.Rates(ctx, w.port); err == nil && in == n.IngressMbps && eg == n.EgressMbps {
+			continue
+		}
+		s.log.Info("pod rates changed while the node daemon was down; applying them", "pod", key)
+		s.updateQoS(key, &n)
+	}
 }
 
 // updateQoS applies changed rate annotations to a running pod.
