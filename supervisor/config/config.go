@@ -106,6 +106,9 @@ type Config struct {
 
 	// File is the configuration file that was read, if any.
 	File string
+	// IgnoredEnv are OVNHOST_* variables shaped like Kubernetes service
+	// links (OVNHOST_X_SERVICE_HOST, ...), ignored rather than refused.
+	IgnoredEnv []string
 }
 
 // Owner is a uid/gid pair; -1 leaves it unchanged.
