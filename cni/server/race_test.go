@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,13 +43,21 @@ func TestQoSHookInstalledWhileInformerRuns(t *testing.T) {
 	}()
 	k.setOnQoS(func(_ string, n *PodNetwork) { calls.Add(1); got <- n.IngressMbps })
 	<-done
-	// The last change reaches the hook (all later ones did too).
-	for v := range got {
-		if v == 19 {
-			break
-		}
+	// A change after the hook is in place reaches it.
+	p, _ := cs.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+	p.Annotations[annotations.IngressRate] = "77"
+	if _, err := cs.CoreV1().Pods("ns").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
-	if calls.Load() == 0 {
-		t.Fatal("the hook was never called")
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case v := <-got:
+			if v == 77 {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("the hook did not see the last rate change (%d calls)", calls.Load())
+		}
 	}
 }

@@ -153,6 +153,9 @@ type Server struct {
 
 	mirrorMu    sync.Mutex
 	mirrorReady bool
+
+	// ownNetns are the host's network namespaces, refused as CNI_NETNS.
+	ownNetns hostNetns
 }
 
 type wiredPod struct {
@@ -183,6 +186,11 @@ func New(o Options, opts ...Option) (*Server, error) {
 	if s.mtu <= 0 {
 		s.mtu = nodeconfig.FallbackPodMTU
 	}
+	own, err := ownNetns()
+	if err != nil {
+		return nil, fmt.Errorf("cni server: the daemon's own network namespace: %w", err)
+	}
+	s.ownNetns = own
 	for _, o := range opts {
 		o(s)
 	}
@@ -371,7 +379,7 @@ func (s *Server) listen() error {
 	s.ln = ln
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+protocol.Path, s.serveCNI)
-	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ConnContext: withPeer}
 	s.served = make(chan struct{})
 	go func() {
 		defer close(s.served)
@@ -649,8 +657,8 @@ func (s *Server) add(ctx context.Context, q *request) (_ []byte, cerr *cniError)
 	if q.Netns == "" {
 		return nil, fail(types.ErrInvalidNetNS, "bad_request", "CNI_NETNS is empty")
 	}
-	if _, err := os.Stat(q.Netns); err != nil {
-		return nil, fail(types.ErrInvalidNetNS, "netns", "network namespace %s: %v", q.Netns, err)
+	if err := checkPodNetns(q.Netns, s.ownNetns); err != nil {
+		return nil, fail(types.ErrInvalidNetNS, "netns", "CNI_NETNS %s: %v", q.Netns, err)
 	}
 	t0 := time.Now()
 	actx, cancel := context.WithTimeout(ctx, s.annWait)
@@ -981,6 +989,16 @@ func (s *Server) gc(ctx context.Context, q *request) *cniError {
 	owned, err := s.ovs.OwnedInterfaces(ctx)
 	if err != nil {
 		return fail(types.ErrTryAgainLater, "ovs", "GC: %v", err)
+	}
+	keep := 0
+	for _, o := range owned {
+		if valid[o.ExternalIDs[extContainerID]+"/"+o.ExternalIDs[extIfName]] {
+			keep++
+		}
+	}
+	if p := peerOf(ctx); len(owned) > 0 && keep == 0 && (!p.known || p.uid != 0) {
+		return fail(types.ErrInvalidNetworkConfig, "gc_refused",
+			"GC would remove every pod port on this node (%d, none of them in cni.dev/valid-attachments); refused because the request does not come from root (uid %d): only the container runtime running as root may do that", len(owned), p.uid)
 	}
 	var errs []string
 	for _, o := range owned {

@@ -290,7 +290,7 @@ func baseSettings() []setting {
 		{Name: "cni-bin-dir", Env: []string{"CNI_BIN_DIR"}, Default: "/opt/cni/bin", Help: "where the ovnhost-cni plugin is installed", Set: func(c *Config, v string) error { return absPath(&c.CNIBinDir)(c, v) }},
 		{Name: "cni-conf-dir", Env: []string{"CNI_CONF_DIR"}, Default: "/etc/cni/net.d", Help: "where the CNI conflist is installed", Set: func(c *Config, v string) error { return absPath(&c.CNIConfDir)(c, v) }},
 		{Name: "cni-socket", Env: nil, Default: "/run/ovnhost/cni.sock", Help: "unix socket of the embedded CNI server", Set: func(c *Config, v string) error { return absPath(&c.CNISocket)(c, v) }},
-		{Name: "cni-socket-group", Env: nil, Help: "group allowed to use the CNI socket (default: root only, mode 0600)",
+		{Name: "cni-socket-group", Env: nil, Help: "group allowed to use the CNI socket (default: root only, mode 0600); its members are root-equivalent on the node (cni/README.md)",
 			Set: func(c *Config, v string) error {
 				v = strings.TrimSpace(v)
 				if v != "" {
