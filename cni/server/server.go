@@ -136,6 +136,11 @@ type Server struct {
 	noInstall       bool
 	noNodePort      bool
 	nodePortRetry   time.Duration
+	maxConcurrent   int
+
+	slots     chan struct{}
+	handlers  sync.WaitGroup     // requests in flight
+	reqCancel context.CancelFunc // cancels the requests' base context
 
 	src     PodSource
 	metrics *metrics
@@ -194,6 +199,10 @@ func New(o Options, opts ...Option) (*Server, error) {
 	for _, o := range opts {
 		o(s)
 	}
+	if s.maxConcurrent <= 0 {
+		s.maxConcurrent = DefaultMaxConcurrent
+	}
+	s.slots = make(chan struct{}, s.maxConcurrent)
 	m, err := newMetrics(s.reg)
 	if err != nil {
 		return nil, err
@@ -379,7 +388,17 @@ func (s *Server) listen() error {
 	s.ln = ln
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+protocol.Path, s.serveCNI)
-	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ConnContext: withPeer}
+	base, cancel := context.WithCancel(context.Background())
+	s.reqCancel = cancel
+	// A request is small and sent at once; its answer may wait for the
+	// controller and for ovn-controller, never longer than the plugin's
+	// own deadline (protocol.NetConf.TimeoutSeconds, 300 s by default).
+	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: s.annWait + s.installWait + slotWait + time.Minute, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10,
+		ConnContext: withPeer, BaseContext: func(net.Listener) context.Context { return base }}
+	if s.slots == nil {
+		s.slots = make(chan struct{}, DefaultMaxConcurrent)
+	}
 	s.served = make(chan struct{})
 	go func() {
 		defer close(s.served)
@@ -410,6 +429,10 @@ func (s *Server) Stop(ctx context.Context) error {
 			errs = append(errs, err)
 			_ = s.http.Close()
 		}
+		// Handlers still running (ctx ended first) are told to give up and
+		// awaited: they use the OVS client and the pod source stopped below.
+		s.reqCancel()
+		s.handlers.Wait()
 		<-s.served
 		s.http = nil
 		_ = os.Remove(s.cfg.Socket)
@@ -438,19 +461,34 @@ func fail(code uint, reason, format string, a ...any) *cniError {
 	return &cniError{code: code, reason: reason, msg: fmt.Sprintf(format, a...)}
 }
 
+// DefaultMaxConcurrent bounds the CNI requests handled at once; more wait
+// for a slot (up to slotWait), then are answered "try again later".
+const DefaultMaxConcurrent = 64
+
+const slotWait = 30 * time.Second
+
+// WithMaxConcurrent sets how many requests are handled at once.
+func WithMaxConcurrent(n int) Option { return func(s *Server) { s.maxConcurrent = n } }
+
 func (s *Server) serveCNI(w http.ResponseWriter, r *http.Request) {
+	s.handlers.Add(1)
+	defer s.handlers.Done()
 	t0 := time.Now()
 	var req protocol.Request
-	body, err := io.ReadAll(io.LimitReader(r.Body, 4<<20))
 	var result []byte
 	var cerr *cniError
-	if err == nil {
-		err = json.Unmarshal(body, &req)
-	}
-	if err != nil {
+	err := protocol.DecodeRequest(io.LimitReader(r.Body, protocol.MaxRequestBytes), &req)
+	switch {
+	case err != nil:
 		cerr = fail(types.ErrDecodingFailure, "bad_request", "cannot decode the plugin's request: %v", err)
-	} else {
+	default:
+		release, ok := s.acquireSlot(r.Context())
+		if !ok {
+			cerr = fail(types.ErrTryAgainLater, "busy", "the CNI server is handling %d requests already and none finished within %s; try again later", cap(s.slots), slotWait)
+			break
+		}
 		result, cerr = s.handle(r.Context(), &req)
+		release()
 	}
 	cmd := req.Command
 	if cmd == "" {
@@ -468,6 +506,19 @@ func (s *Server) serveCNI(w http.ResponseWriter, r *http.Request) {
 	s.metrics.latency.WithLabelValues(cmd, outcome).Observe(time.Since(t0).Seconds())
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(resp)
+}
+
+// acquireSlot waits for one of the concurrent-request slots.
+func (s *Server) acquireSlot(ctx context.Context) (func(), bool) {
+	t := time.NewTimer(slotWait)
+	defer t.Stop()
+	select {
+	case s.slots <- struct{}{}:
+		return func() { <-s.slots }, true
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return nil, false
 }
 
 // request is a decoded CNI request.
