@@ -18,7 +18,7 @@ MISSING_PKGS = $(shell for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' 
 
 PROGRAMS := supervisor/cmd/ovnhost cni/cmd/ovnhost-cni controller/cmd/ovnhost-controller netctl/cmd/netctl
 
-.PHONY: all deps build run test test-unit bench clean bundle image talos-extension rpm package
+.PHONY: all deps build run test test-unit fuzz bench clean bundle image talos-extension rpm package
 
 all: build
 
@@ -49,6 +49,16 @@ test: deps build
 
 test-unit: build  # the packaging tests read the built programs
 	$(GO) test -count=1 -short ./...
+
+# Fuzz targets (their seeds also run in `make test`): each for FUZZTIME.
+FUZZTIME ?= 60s
+FUZZ_TARGETS := ./cni/server:FuzzPodAnnotations ./cni/server:FuzzAnnotationOwnership ./cni/server:FuzzCNIRequest \
+	./cni/protocol:FuzzProtocolRoundTrip ./cni/protocol:FuzzResponse ./supervisor/config:FuzzLoad
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; echo "== $$fn ($$pkg, $(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 bench: deps build
 	OVNHOST_TEST_STRICT=1 OVNHOST_BIN=$(BIN) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./tests/... 

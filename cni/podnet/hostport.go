@@ -49,10 +49,15 @@ type HostPort struct {
 	MTU    int
 	Addrs  []netip.Prefix
 	Routes []Route
+	// PruneRoutes removes the gatewayed routes through the port that
+	// Routes does not list (a Subnet that went, a stale default): the
+	// port is ours alone.
+	PruneRoutes bool
 }
 
 // ConfigureHostPort applies p to the existing interface p.Name: its global
-// addresses become exactly p.Addrs; routes it does not list are left alone.
+// addresses become exactly p.Addrs; routes it does not list are left alone
+// unless PruneRoutes.
 // It is safe to call again (with more routes, or a new address).
 func ConfigureHostPort(p HostPort) error {
 	l, err := netlink.LinkByName(p.Name)
@@ -103,7 +108,37 @@ func ConfigureHostPort(p HostPort) error {
 			return stepErr("add route "+routeString(r)+" via "+p.Name, err)
 		}
 	}
+	if p.PruneRoutes {
+		have, err := netlink.RouteList(l, netlink.FAMILY_ALL)
+		if err != nil {
+			return stepErr("list routes via "+p.Name, err)
+		}
+		for _, h := range have {
+			if h.Gw == nil || h.Dst == nil {
+				continue
+			}
+			dst, ok := ipNetToPrefix(h.Dst)
+			gw, gok := netip.AddrFromSlice(h.Gw)
+			if !ok || !gok {
+				continue
+			}
+			if !slices.Contains(p.Routes, Route{Dst: dst.Masked(), GW: gw.Unmap()}) {
+				if err := netlink.RouteDel(&h); err != nil && !errors.Is(err, errNoSuchProcess) {
+					return stepErr("remove stale route "+dst.String()+" via "+p.Name, err)
+				}
+			}
+		}
+	}
 	return nil
+}
+
+func ipNetToPrefix(n *net.IPNet) (netip.Prefix, bool) {
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, _ := n.Mask.Size()
+	return netip.PrefixFrom(a.Unmap(), ones), true
 }
 
 // RemoveRoutes deletes the given routes through name; missing ones are fine.

@@ -6,6 +6,9 @@ package protocol
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 
 	"github.com/containernetworking/cni/pkg/types"
 )
@@ -72,4 +75,29 @@ type NetConf struct {
 	TimeoutSeconds int `json:"timeoutSeconds,omitempty"`
 	// MTU overrides the pod interface MTU chosen by the daemon.
 	MTU int `json:"mtu,omitempty"`
+}
+
+// MaxRequestBytes bounds one request (the network configuration with a
+// prevResult is a few kilobytes).
+const MaxRequestBytes = 4 << 20
+
+// DecodeRequest reads exactly one Request from r: unknown fields and
+// trailing data are refused (the plugin and the server ship together, so
+// a field the server does not know is a mismatch, not an extension).
+func DecodeRequest(r io.Reader, req *Request) error {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(req); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("data after the request")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("data after the request")
+	}
+	if req.Command == "" {
+		return errors.New("no command")
+	}
+	return nil
 }

@@ -45,10 +45,12 @@ type kubeSource struct {
 	stop      chan struct{}
 	synced    chan struct{}
 
+	// trusted are the field managers whose annotations the node honours.
+	trusted map[string]bool
+
 	mu      sync.Mutex
 	waiters map[string]map[chan struct{}]struct{} // pod key or "node" -> waiters
-	onQoS   func(key string, n *PodNetwork)       // annotation change on a running pod
-	podCIDR map[string]struct{}
+	onQoS   func(key string, n *PodNetwork)       // annotation change on a running pod (under mu)
 }
 
 // restConfig returns the Kubernetes client configuration: the kubeconfig
@@ -85,7 +87,27 @@ func newKubeSource(cfg *rest.Config, node string, log *slog.Logger) (*kubeSource
 }
 
 func newKubeSourceFor(cs kubernetes.Interface, node string, log *slog.Logger) *kubeSource {
-	return &kubeSource{cs: cs, node: node, log: log, waiters: map[string]map[chan struct{}]struct{}{}, podCIDR: map[string]struct{}{}}
+	k := &kubeSource{cs: cs, node: node, log: log, waiters: map[string]map[chan struct{}]struct{}{}}
+	k.setTrusted(nil)
+	return k
+}
+
+// setTrusted sets the trusted field managers (nil: DefaultControllerManagers).
+func (k *kubeSource) setTrusted(managers []string) {
+	if len(managers) == 0 {
+		managers = DefaultControllerManagers
+	}
+	k.trusted = map[string]bool{}
+	for _, m := range managers {
+		k.trusted[m] = true
+	}
+}
+
+// setOnQoS installs the hook called when a running pod's rates change.
+func (k *kubeSource) setOnQoS(f func(key string, n *PodNetwork)) {
+	k.mu.Lock()
+	k.onQoS = f
+	k.mu.Unlock()
 }
 
 func (k *kubeSource) Start(ctx context.Context) error {
@@ -170,7 +192,7 @@ func slimPod(obj any) (any, error) {
 	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
-			Annotations: p.Annotations, DeletionTimestamp: p.DeletionTimestamp},
+			Annotations: p.Annotations, DeletionTimestamp: p.DeletionTimestamp, ManagedFields: slimOwners(p.ManagedFields)},
 		Spec: corev1.PodSpec{NodeName: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork},
 	}, nil
 }
@@ -191,17 +213,11 @@ func (k *kubeSource) podChanged(old, obj any) {
 	if p == nil {
 		return
 	}
-	if c := p.Annotations[annotations.CIDR]; c != "" {
-		k.mu.Lock()
-		_, known := k.podCIDR[c]
-		k.podCIDR[c] = struct{}{}
-		k.mu.Unlock()
-		if !known {
-			k.signal(cidrKey)
-		}
-	}
 	k.signal(key)
-	if old == nil || k.onQoS == nil {
+	k.mu.Lock()
+	onQoS := k.onQoS
+	k.mu.Unlock()
+	if old == nil || onQoS == nil {
 		return
 	}
 	op, _ := podKey(old)
@@ -215,18 +231,11 @@ func (k *kubeSource) podChanged(old, obj any) {
 				k.log.Warn("pod rate annotation is invalid; QoS left unchanged", "pod", key, "err", err)
 				return
 			}
-			k.onQoS(key, &n)
+			onQoS(key, &n)
 			return
 		}
 	}
 }
-
-// cidrKey is signalled when a pod CIDR not seen before shows up, so that
-// ovn0's routes follow new subnets.
-const cidrKey = "\x00cidr"
-
-// CIDRChanges returns a channel signalled on new pod CIDRs and its cancel.
-func (k *kubeSource) CIDRChanges() (<-chan struct{}, func()) { return k.subscribe(cidrKey) }
 
 func (k *kubeSource) signal(key string) {
 	k.mu.Lock()
@@ -274,21 +283,47 @@ func (k *kubeSource) PodNetwork(ctx context.Context, ref PodRef) (*PodNetwork, e
 	key := ref.Key()
 	ch, cancel := k.subscribe(key)
 	defer cancel()
+	subCh, subCancel := k.subscribe(subnetsKey)
+	defer subCancel()
 	for {
 		p := k.getPod(key)
 		var miss []string
 		if p != nil {
 			miss = missingAnnotations(p.Annotations)
 			if len(miss) == 0 {
-				return ParseAnnotations(p.Annotations)
+				n, wait, err := k.confirmedNetwork(p)
+				if err != nil || wait == "" {
+					return n, err
+				}
+				miss = []string{wait}
 			}
 		}
 		select {
 		case <-ch:
+		case <-subCh:
 		case <-ctx.Done():
 			return nil, k.waitError(p, ref, miss)
 		}
 	}
+}
+
+// confirmedNetwork is the pod's network when the controller confirmed
+// every value the node acts on; wait says what is still awaited.
+func (k *kubeSource) confirmedNetwork(p *corev1.Pod) (_ *PodNetwork, wait string, _ error) {
+	if te := checkConfirmed(p, k.trusted); te != nil {
+		return nil, te.msg, nil
+	}
+	n, err := ParseAnnotations(p.Annotations)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := validatePodNetwork(n); err != nil {
+		return nil, "", err
+	}
+	if w := k.checkAgainstSubnet(p, n); w != "" {
+		return nil, w, nil
+	}
+	return n, "", nil
 }
 
 // annotationTimeout is returned when the controller did not annotate in time.
@@ -301,6 +336,9 @@ func (k *kubeSource) waitError(p *corev1.Pod, ref PodRef, miss []string) error {
 		return &annotationTimeout{fmt.Sprintf("pod %s is not known on node %s: the node-local informer (spec.nodeName=%s) has not seen it; check that the pod is scheduled to this node", ref.Key(), k.node, k.node)}
 	}
 	msg := fmt.Sprintf("timed out waiting for the controller to annotate pod %s: missing %s", ref.Key(), strings.Join(miss, ", "))
+	if len(miss) == 1 && !strings.HasPrefix(miss[0], annotations.Prefix) {
+		msg = fmt.Sprintf("timed out waiting for the controller to confirm pod %s: %s", ref.Key(), miss[0])
+	}
 	if ev := k.lastEvent(p); ev != "" {
 		msg += "; the controller reported: " + ev
 	} else {
@@ -357,7 +395,7 @@ func (k *kubeSource) NodeNetwork(ctx context.Context) (*NodeNetwork, error) {
 		if obj, ok, _ := k.nodes.GetStore().GetByKey(k.node); ok {
 			n := obj.(*corev1.Node)
 			if nn, err := parseNodeAnnotations(n.Annotations); err == nil {
-				nn.PodCIDRs = k.knownPodCIDRs()
+				nn.PodCIDRs = k.routedCIDRs(nn.Addr.Masked())
 				nn.Egress = k.egressPlan([]netip.Prefix{nn.Addr.Masked()})
 				return nn, nil
 			}
@@ -368,26 +406,6 @@ func (k *kubeSource) NodeNetwork(ctx context.Context) (*NodeNetwork, error) {
 			return nil, fmt.Errorf("node %s has no complete ovn.kubernetes.io node annotations (ip_address, mac_address, cidr, gateway, port_name): %w", k.node, ctx.Err())
 		}
 	}
-}
-
-func (k *kubeSource) knownPodCIDRs() []netip.Prefix {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	var out []netip.Prefix
-	seen := map[netip.Prefix]bool{}
-	add := func(s string) {
-		for _, c := range strings.Split(s, ",") {
-			if p, err := netip.ParsePrefix(strings.TrimSpace(c)); err == nil && !seen[p.Masked()] {
-				seen[p.Masked()] = true
-				out = append(out, p.Masked())
-			}
-		}
-	}
-	add(DefaultCIDR)
-	for c := range k.podCIDR {
-		add(c)
-	}
-	return out
 }
 
 func parseNodeAnnotations(ann map[string]string) (*NodeNetwork, error) {

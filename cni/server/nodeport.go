@@ -19,15 +19,12 @@ import (
 // and ClusterIPs. It runs in the background
 // because in Kubernetes mode it waits for the controller's node annotations.
 func (s *Server) nodePortLoop(ctx context.Context) {
-	var changes, nodeChanges, subnetChanges <-chan struct{}
+	var nodeChanges, subnetChanges <-chan struct{}
 	ks, _ := s.src.(*kubeSource)
 	if ks != nil {
 		sch, scancel := ks.subscribe(subnetsKey)
 		defer scancel()
 		subnetChanges = sch
-		ch, cancel := ks.CIDRChanges()
-		defer cancel()
-		changes = ch
 		nch, ncancel := ks.subscribe("node")
 		defer ncancel()
 		nodeChanges = nch
@@ -42,22 +39,31 @@ func (s *Server) nodePortLoop(ctx context.Context) {
 		s.log.Warn("no link events: "+NodePortName+" will not be reconfigured after an ovs-vswitchd restart", "err", err)
 		links = nil
 	}
+	retryDelay := s.nodePortRetry
 	for {
 		idx := 0
+		var retry <-chan time.Time
 		applied, err := s.ensureNodePort(ctx)
 		if err != nil && ctx.Err() == nil {
-			s.log.Error("node port "+NodePortName+" not configured; the host cannot reach pods", "err", err)
-		} else if l, err := netlink.LinkByName(NodePortName); err == nil {
-			idx = l.Attrs().Index
+			// Standalone mode has no event that would bring a retry: try
+			// again after a growing delay.
+			s.log.Error("node port "+NodePortName+" not configured; the host cannot reach pods; retrying", "err", err, "retry_in", retryDelay)
+			retry = time.After(retryDelay)
+			retryDelay = min(2*retryDelay, 30*time.Second)
+		} else {
+			retryDelay = s.nodePortRetry
+			if l, err := netlink.LinkByName(NodePortName); err == nil {
+				idx = l.Attrs().Index
+			}
 		}
 	wait:
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-changes: // a new pod CIDR: add its route
+			case <-retry:
 				break wait
-			case <-subnetChanges: // natOutgoing or CIDRs changed: the host's NAT follows
+			case <-subnetChanges: // Subnet CIDRs (ovn0's routes) or natOutgoing changed
 				break wait
 			case <-nodeChanges:
 				// Most node updates are status; act only when the
@@ -125,7 +131,7 @@ func (s *Server) applyNodePort(ctx context.Context, nn *NodeNetwork) error {
 	if _, err := podnet.WaitLink(wctx, NodePortName); err != nil {
 		return err
 	}
-	var routes []podnet.Route
+	routes := []podnet.Route{}
 	for _, c := range nn.PodCIDRs {
 		if c.Addr().Is4() == nn.Gateway.Is4() {
 			routes = append(routes, podnet.Route{Dst: c, GW: nn.Gateway})
@@ -139,7 +145,7 @@ func (s *Server) applyNodePort(ctx context.Context, nn *NodeNetwork) error {
 		}
 	}
 	if err := podnet.ConfigureHostPort(podnet.HostPort{Name: NodePortName, MAC: nn.MAC, MTU: s.mtu,
-		Addrs: []netip.Prefix{nn.Addr}, Routes: routes}); err != nil {
+		Addrs: []netip.Prefix{nn.Addr}, Routes: routes, PruneRoutes: true}); err != nil {
 		return err
 	}
 	if err := s.ovs.WaitInstalled(ctx, NodePortName, s.installWait); err != nil {

@@ -472,3 +472,30 @@ func (o *ovsOps) SetExternalIDs(ctx context.Context, name string, kv map[string]
 			Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationInsert, strMap(kv))}})
 	return err
 }
+
+// Rates returns the port's current ingress limit (its queue's max-rate)
+// and egress policing, in Mbit/s (0: none).
+func (o *ovsOps) Rates(ctx context.Context, name string) (ingressMbps, egressMbps int, err error) {
+	ifs, err := o.selectRows(ctx, "Interface", []ovsdb.Condition{eq("name", name)}, "ingress_policing_rate")
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(ifs) > 0 {
+		switch r := ifs[0]["ingress_policing_rate"].(type) {
+		case int:
+			egressMbps = r / 1000
+		case float64:
+			egressMbps = int(r) / 1000
+		}
+	}
+	qs, err := o.selectRows(ctx, "Queue", []ovsdb.Condition{includes("external_ids", map[string]string{extPort: name})}, "other_config")
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, q := range qs {
+		if v, err := strconv.ParseInt(rowMap(q, "other_config")["max-rate"], 10, 64); err == nil {
+			ingressMbps = int(v / 1_000_000)
+		}
+	}
+	return ingressMbps, egressMbps, nil
+}

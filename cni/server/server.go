@@ -113,6 +113,9 @@ type Options struct {
 	// Egress is told what the host must masquerade for pod egress (the
 	// node daemon's host NAT); nil leaves the host alone.
 	Egress func(ctx context.Context, plan EgressPlan) error
+	// ControllerFieldManagers are the field managers whose pod annotations
+	// the node honours (nil: DefaultControllerManagers).
+	ControllerFieldManagers []string
 }
 
 // Server is the CNI server unit.
@@ -132,6 +135,12 @@ type Server struct {
 	installWait     time.Duration
 	noInstall       bool
 	noNodePort      bool
+	nodePortRetry   time.Duration
+	maxConcurrent   int
+
+	slots     chan struct{}
+	handlers  sync.WaitGroup     // requests in flight
+	reqCancel context.CancelFunc // cancels the requests' base context
 
 	src     PodSource
 	metrics *metrics
@@ -149,6 +158,9 @@ type Server struct {
 
 	mirrorMu    sync.Mutex
 	mirrorReady bool
+
+	// ownNetns are the host's network namespaces, refused as CNI_NETNS.
+	ownNetns hostNetns
 }
 
 type wiredPod struct {
@@ -175,13 +187,22 @@ func New(o Options, opts ...Option) (*Server, error) {
 	}
 	s := &Server{cfg: o, node: o.Node, ovs: &ovsOps{cl: o.OVS, bridge: DefaultBridge}, log: o.Log.With("unit", "cni"),
 		reg: prometheus.DefaultRegisterer, dpType: o.Node.Datapath, mtu: o.Node.PodMTU,
-		annWait: DefaultAnnotationWait, installWait: DefaultInstallWait, wired: map[string]wiredPod{}}
+		annWait: DefaultAnnotationWait, installWait: DefaultInstallWait, nodePortRetry: time.Second, wired: map[string]wiredPod{}}
 	if s.mtu <= 0 {
 		s.mtu = nodeconfig.FallbackPodMTU
 	}
+	own, err := ownNetns()
+	if err != nil {
+		return nil, fmt.Errorf("cni server: the daemon's own network namespace: %w", err)
+	}
+	s.ownNetns = own
 	for _, o := range opts {
 		o(s)
 	}
+	if s.maxConcurrent <= 0 {
+		s.maxConcurrent = DefaultMaxConcurrent
+	}
+	s.slots = make(chan struct{}, s.maxConcurrent)
 	m, err := newMetrics(s.reg)
 	if err != nil {
 		return nil, err
@@ -217,11 +238,11 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if err := s.chooseSource(); err != nil {
 		return err
 	}
-	if err := s.src.Start(ctx); err != nil {
-		return err
-	}
-	if ks, ok := s.src.(*kubeSource); ok {
-		ks.onQoS = s.updateQoS
+	ks, _ := s.src.(*kubeSource)
+	if ks != nil {
+		// Before the informers run: their handlers call it.
+		ks.setTrusted(s.cfg.ControllerFieldManagers)
+		ks.setOnQoS(s.updateQoS)
 	}
 	// Pods wired before a restart keep following their rate annotations.
 	if owned, err := s.ovs.OwnedInterfaces(ctx); err == nil {
@@ -231,6 +252,9 @@ func (s *Server) Start(ctx context.Context) (err error) {
 			s.wired[key] = wiredPod{port: o.Name, ids: o.ExternalIDs}
 		}
 		s.mu.Unlock()
+	}
+	if err := s.src.Start(ctx); err != nil {
+		return err
 	}
 	if err := s.listen(); err != nil {
 		return err
@@ -253,6 +277,12 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if !s.noNodePort {
 		s.bg.Add(1)
 		go func() { defer s.bg.Done(); s.nodePortLoop(bctx) }()
+	}
+	if ks != nil {
+		// A rate changed while the daemon was down has no update event:
+		// apply the current annotations once the informer has listed.
+		s.bg.Add(1)
+		go func() { defer s.bg.Done(); s.reapplyQoS(bctx, ks) }()
 	}
 	s.log.Info("CNI server ready", "socket", s.cfg.Socket, "datapath", s.dpType, "mode", s.mode())
 	return nil
@@ -358,7 +388,17 @@ func (s *Server) listen() error {
 	s.ln = ln
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+protocol.Path, s.serveCNI)
-	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	base, cancel := context.WithCancel(context.Background())
+	s.reqCancel = cancel
+	// A request is small and sent at once; its answer may wait for the
+	// controller and for ovn-controller, never longer than the plugin's
+	// own deadline (protocol.NetConf.TimeoutSeconds, 300 s by default).
+	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: s.annWait + s.installWait + slotWait + time.Minute, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10,
+		ConnContext: withPeer, BaseContext: func(net.Listener) context.Context { return base }}
+	if s.slots == nil {
+		s.slots = make(chan struct{}, DefaultMaxConcurrent)
+	}
 	s.served = make(chan struct{})
 	go func() {
 		defer close(s.served)
@@ -389,6 +429,10 @@ func (s *Server) Stop(ctx context.Context) error {
 			errs = append(errs, err)
 			_ = s.http.Close()
 		}
+		// Handlers still running (ctx ended first) are told to give up and
+		// awaited: they use the OVS client and the pod source stopped below.
+		s.reqCancel()
+		s.handlers.Wait()
 		<-s.served
 		s.http = nil
 		_ = os.Remove(s.cfg.Socket)
@@ -417,19 +461,34 @@ func fail(code uint, reason, format string, a ...any) *cniError {
 	return &cniError{code: code, reason: reason, msg: fmt.Sprintf(format, a...)}
 }
 
+// DefaultMaxConcurrent bounds the CNI requests handled at once; more wait
+// for a slot (up to slotWait), then are answered "try again later".
+const DefaultMaxConcurrent = 64
+
+const slotWait = 30 * time.Second
+
+// WithMaxConcurrent sets how many requests are handled at once.
+func WithMaxConcurrent(n int) Option { return func(s *Server) { s.maxConcurrent = n } }
+
 func (s *Server) serveCNI(w http.ResponseWriter, r *http.Request) {
+	s.handlers.Add(1)
+	defer s.handlers.Done()
 	t0 := time.Now()
 	var req protocol.Request
-	body, err := io.ReadAll(io.LimitReader(r.Body, 4<<20))
 	var result []byte
 	var cerr *cniError
-	if err == nil {
-		err = json.Unmarshal(body, &req)
-	}
-	if err != nil {
+	err := protocol.DecodeRequest(io.LimitReader(r.Body, protocol.MaxRequestBytes), &req)
+	switch {
+	case err != nil:
 		cerr = fail(types.ErrDecodingFailure, "bad_request", "cannot decode the plugin's request: %v", err)
-	} else {
+	default:
+		release, ok := s.acquireSlot(r.Context())
+		if !ok {
+			cerr = fail(types.ErrTryAgainLater, "busy", "the CNI server is handling %d requests already and none finished within %s; try again later", cap(s.slots), slotWait)
+			break
+		}
 		result, cerr = s.handle(r.Context(), &req)
+		release()
 	}
 	cmd := req.Command
 	if cmd == "" {
@@ -447,6 +506,19 @@ func (s *Server) serveCNI(w http.ResponseWriter, r *http.Request) {
 	s.metrics.latency.WithLabelValues(cmd, outcome).Observe(time.Since(t0).Seconds())
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(resp)
+}
+
+// acquireSlot waits for one of the concurrent-request slots.
+func (s *Server) acquireSlot(ctx context.Context) (func(), bool) {
+	t := time.NewTimer(slotWait)
+	defer t.Stop()
+	select {
+	case s.slots <- struct{}{}:
+		return func() { <-s.slots }, true
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return nil, false
 }
 
 // request is a decoded CNI request.
@@ -636,8 +708,8 @@ func (s *Server) add(ctx context.Context, q *request) (_ []byte, cerr *cniError)
 	if q.Netns == "" {
 		return nil, fail(types.ErrInvalidNetNS, "bad_request", "CNI_NETNS is empty")
 	}
-	if _, err := os.Stat(q.Netns); err != nil {
-		return nil, fail(types.ErrInvalidNetNS, "netns", "network namespace %s: %v", q.Netns, err)
+	if err := checkPodNetns(q.Netns, s.ownNetns); err != nil {
+		return nil, fail(types.ErrInvalidNetNS, "netns", "CNI_NETNS %s: %v", q.Netns, err)
 	}
 	t0 := time.Now()
 	actx, cancel := context.WithTimeout(ctx, s.annWait)
@@ -969,6 +1041,16 @@ func (s *Server) gc(ctx context.Context, q *request) *cniError {
 	if err != nil {
 		return fail(types.ErrTryAgainLater, "ovs", "GC: %v", err)
 	}
+	keep := 0
+	for _, o := range owned {
+		if valid[o.ExternalIDs[extContainerID]+"/"+o.ExternalIDs[extIfName]] {
+			keep++
+		}
+	}
+	if p := peerOf(ctx); len(owned) > 0 && keep == 0 && (!p.known || p.uid != 0) {
+		return fail(types.ErrInvalidNetworkConfig, "gc_refused",
+			"GC would remove every pod port on this node (%d, none of them in cni.dev/valid-attachments); refused because the request does not come from root (uid %d): only the container runtime running as root may do that", len(owned), p.uid)
+	}
 	var errs []string
 	for _, o := range owned {
 		cid, ifn := o.ExternalIDs[extContainerID], o.ExternalIDs[extIfName]
@@ -989,6 +1071,39 @@ func (s *Server) gc(ctx context.Context, q *request) *cniError {
 		return fail(types.ErrInternal, "gc", "GC: %s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// reapplyQoS applies the current rate annotations of every pod wired
+// before this start.
+func (s *Server) reapplyQoS(ctx context.Context, ks *kubeSource) {
+	if ks.waitSynced(ctx) != nil {
+		return
+	}
+	s.mu.Lock()
+	keys := make([]string, 0, len(s.wired))
+	for k := range s.wired {
+		keys = append(keys, k)
+	}
+	s.mu.Unlock()
+	for _, key := range keys {
+		p := ks.getPod(key)
+		if p == nil {
+			continue
+		}
+		var n PodNetwork
+		if err := parseOptional(p.Annotations, &n); err != nil {
+			s.log.Warn("pod rate annotation is invalid; QoS left unchanged", "pod", key, "err", err)
+			continue
+		}
+		s.mu.Lock()
+		w := s.wired[key]
+		s.mu.Unlock()
+		if in, eg, err := s.ovs.Rates(ctx, w.port); err == nil && in == n.IngressMbps && eg == n.EgressMbps {
+			continue
+		}
+		s.log.Info("pod rates changed while the node daemon was down; applying them", "pod", key)
+		s.updateQoS(key, &n)
+	}
 }
 
 // updateQoS applies changed rate annotations to a running pod.

@@ -65,9 +65,6 @@ type EgressPlan struct {
 	Gateways []GatewayPlan
 }
 
-// DefaultCIDR is Kube-OVN's default pod subnet, always routed through ovn0.
-const DefaultCIDR = ovnnet.DefaultSubnetCIDR
-
 const standaloneNote = "standalone mode (no Kubernetes)"
 
 // standaloneSource allocates addresses itself and creates the logical
@@ -178,18 +175,23 @@ func (s *standaloneSource) NodeNetwork(ctx context.Context) (*NodeNetwork, error
 	mac, _ := net.ParseMAC(a.MAC)
 	gw, _ := netip.ParseAddr(strings.Split(a.Gateway, ",")[0])
 	nn := &NodeNetwork{PortName: ovnnet.NodePortName(s.node), Addr: netip.PrefixFrom(a.IPs[0], jp.Bits()), Gateway: gw, MAC: mac}
+	// ovn0 routes the subnets this node's own IPAM serves (join aside:
+	// ovn0 is on it).
+	var natOut []netip.Prefix
 	if d, ok := s.net.IPAM.Subnet(s.net.Config().DefaultSubnet); ok {
-		nn.PodCIDRs = d.CIDRs
-	} else {
-		nn.PodCIDRs = []netip.Prefix{netip.MustParsePrefix(DefaultCIDR)}
+		natOut = d.CIDRs
 	}
 	// Standalone offers Kube-OVN's defaults: ovn-default has natOutgoing.
-	plan := &EgressPlan{NATOutgoing: nn.PodCIDRs, Cluster: []netip.Prefix{netip.MustParsePrefix(ovnnet.DefaultServiceCIDR)}}
+	plan := &EgressPlan{NATOutgoing: natOut, Cluster: []netip.Prefix{netip.MustParsePrefix(ovnnet.DefaultServiceCIDR)}}
 	for _, name := range s.net.IPAM.SubnetNames() {
 		if sc, ok := s.net.IPAM.Subnet(name); ok {
 			plan.Cluster = append(plan.Cluster, sc.CIDRs...)
+			if name != s.net.Config().JoinSubnet {
+				nn.PodCIDRs = append(nn.PodCIDRs, sc.CIDRs...)
+			}
 		}
 	}
+	sortPrefixes(nn.PodCIDRs)
 	nn.Egress = plan
 	return nn, nil
 }

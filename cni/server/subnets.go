@@ -1,9 +1,13 @@
 package server
 
 import (
+	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -11,6 +15,7 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/ovnhost/ovnhost/internal/annotations"
 	"github.com/ovnhost/ovnhost/internal/ovnnet"
 )
 
@@ -70,22 +75,10 @@ func (k *kubeSource) egressPlan(join []netip.Prefix) *EgressPlan {
 // subnetEgress reads a Subnet's CIDRs and natOutgoing; ok is false unless
 // the controller marked it Validated.
 func subnetEgress(u *unstructured.Unstructured) (cidrs []netip.Prefix, natOutgoing, ok bool) {
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conds {
-		m, _ := c.(map[string]any)
-		if m["type"] == "Validated" && m["status"] == "True" {
-			ok = true
-		}
-	}
-	if !ok {
+	if !subnetValidated(u) {
 		return nil, false, false
 	}
-	block, _, _ := unstructured.NestedString(u.Object, "spec", "cidrBlock")
-	for _, s := range strings.Split(block, ",") {
-		if p, err := netip.ParsePrefix(strings.TrimSpace(s)); err == nil {
-			cidrs = append(cidrs, p.Masked())
-		}
-	}
+	cidrs = subnetCIDRs(u)
 	natOutgoing, _, _ = unstructured.NestedBool(u.Object, "spec", "natOutgoing")
 	return cidrs, natOutgoing, len(cidrs) > 0
 }
@@ -132,4 +125,109 @@ func gatewayPlan(u *unstructured.Unstructured, node string, cidrs []netip.Prefix
 
 func sortPrefixes(ps []netip.Prefix) {
 	sort.Slice(ps, func(i, j int) bool { return ps[i].String() < ps[j].String() })
+}
+
+// routedCIDRs are what ovn0 routes through the join gateway: the CIDRs of
+// every Subnet of the default VPC that the controller validated, read from
+// the Subnet objects (never from pod annotations, never a built-in
+// default), except join itself (ovn0 is on it), underlay (vlan) and
+// non-OVN provider subnets, and anything as wide as a default route.
+// Without a Subnet informer nothing is routed.
+func (k *kubeSource) routedCIDRs(join netip.Prefix) []netip.Prefix {
+	if k.subnets == nil {
+		return nil
+	}
+	seen := map[netip.Prefix]bool{}
+	var out []netip.Prefix
+	for _, obj := range k.subnets.GetStore().List() {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok || !subnetValidated(u) || !routedThroughJoin(u) {
+			continue
+		}
+		for _, c := range subnetCIDRs(u) {
+			if c.Bits() == 0 || c.Overlaps(join) || seen[c] {
+				if c.Bits() == 0 {
+					k.log.Warn("a validated Subnet covers the whole address space; not routing it through "+NodePortName, "subnet", u.GetName(), "cidr", c)
+				}
+				continue
+			}
+			seen[c] = true
+			out = append(out, c)
+		}
+	}
+	sortPrefixes(out)
+	return out
+}
+
+// routedThroughJoin: a Subnet of the default VPC on OVN's overlay.
+func routedThroughJoin(u *unstructured.Unstructured) bool {
+	if u.GetName() == ovnnet.JoinSubnet {
+		return false
+	}
+	vpc, _, _ := unstructured.NestedString(u.Object, "spec", "vpc")
+	vlan, _, _ := unstructured.NestedString(u.Object, "spec", "vlan")
+	provider, _, _ := unstructured.NestedString(u.Object, "spec", "provider")
+	if vpc != "" && vpc != ovnnet.DefaultRouter {
+		return false
+	}
+	if provider != "" && provider != "ovn" && !strings.HasSuffix(provider, ".ovn") {
+		return false
+	}
+	return vlan == ""
+}
+
+func subnetValidated(u *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Validated" && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
+}
+
+func subnetCIDRs(u *unstructured.Unstructured) []netip.Prefix {
+	block, _, _ := unstructured.NestedString(u.Object, "spec", "cidrBlock")
+	var out []netip.Prefix
+	for _, s := range strings.Split(block, ",") {
+		if p, err := netip.ParsePrefix(strings.TrimSpace(s)); err == nil {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
+}
+
+// checkAgainstSubnet compares a pod's cidr and gateway with the validated
+// Subnet its logical_switch names; it returns what is awaited ("" when
+// they agree or when the node has no Subnet informer).
+func (k *kubeSource) checkAgainstSubnet(p *corev1.Pod, n *PodNetwork) string {
+	if k.subnets == nil || n.Switch == "" {
+		return ""
+	}
+	obj, ok, _ := k.subnets.GetStore().GetByKey(n.Switch)
+	u, _ := obj.(*unstructured.Unstructured)
+	if !ok || u == nil || !subnetValidated(u) {
+		return fmt.Sprintf("Subnet %q (annotation %s) is not known to this node as validated yet", n.Switch, annotations.LogicalSwitch)
+	}
+	cidrs := subnetCIDRs(u)
+	for _, a := range n.Addrs {
+		if !slices.Contains(cidrs, a.Masked()) {
+			return fmt.Sprintf("annotation %s=%q does not match Subnet %s's cidrBlock %v", annotations.CIDR, p.Annotations[annotations.CIDR], n.Switch, cidrs)
+		}
+	}
+	if gw, _, _ := unstructured.NestedString(u.Object, "spec", "gateway"); gw != "" {
+		var want []netip.Addr
+		for _, s := range strings.Split(gw, ",") {
+			if g, err := netip.ParseAddr(strings.TrimSpace(s)); err == nil {
+				want = append(want, g.Unmap())
+			}
+		}
+		for _, g := range n.Gateways {
+			if !slices.Contains(want, g) {
+				return fmt.Sprintf("annotation %s=%q does not match Subnet %s's gateway %s", annotations.Gateway, p.Annotations[annotations.Gateway], n.Switch, gw)
+			}
+		}
+	}
+	return ""
 }

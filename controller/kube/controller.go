@@ -698,8 +698,15 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 	if same {
 		return nil
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID, "annotations": want}})
-	_, err = c.kc.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	// Server-side apply: the controller's field manager then owns every
+	// key it confirms, also the values a user set before (static address,
+	// chosen subnet), which a merge patch that changes nothing would leave
+	// with the user. The node honours only keys the controller owns
+	// (cni/README.md, Trust). The uid makes a replaced pod's apply invalid.
+	patch, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": name, "namespace": ns, "uid": pod.UID, "annotations": want}})
+	force := true
+	_, err = c.kc.CoreV1().Pods(ns).Patch(ctx, name, types.ApplyPatchType, patch, metav1.PatchOptions{FieldManager: annotations.ControllerFieldManager, Force: &force})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) || apierrors.IsInvalid(err) {
 		// Gone or replaced: the next event for the key decides.
 		return nil
@@ -799,7 +806,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 		return nil
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": want}})
-	if _, err := c.kc.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	if _, err := c.kc.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: annotations.ControllerFieldManager}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("annotating node %s: %w", name, err)
 	}
 	c.statusQ.AddAfter(a.Subnet, c.cfg.StatusDelay)

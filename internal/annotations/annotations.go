@@ -3,6 +3,11 @@
 // no dependencies, so the CNI plugin and the node daemon can import it.
 package annotations
 
+import (
+	"encoding/json"
+	"strings"
+)
+
 const prefix = "ovn.kubernetes.io/"
 
 // Pod annotations written by the controller (ip_address, mac_address and
@@ -23,3 +28,48 @@ const (
 	Mirror        = prefix + "mirror"
 	Routes        = prefix + "routes"
 )
+
+// ControllerFieldManager is the field manager the ovnhost controller writes
+// pod and node annotations as. The node daemon honours a pod's
+// controller-written annotations only when the managedFields of the pod
+// show them written by a trusted field manager (cni/README.md, Trust).
+const ControllerFieldManager = "ovnhost-controller"
+
+// KubeOVNFieldManager is upstream kube-ovn-controller's field manager (the
+// client-go default: its user agent's program name), trusted by default so
+// that the node side works under the upstream controller (migration step 1).
+const KubeOVNFieldManager = "kube-ovn-controller"
+
+// FieldOwner is one managedFields entry of an object, reduced to what the
+// trust check reads: its manager, operation, time (RFC 3339, "" when the
+// API server recorded none) and the ovn.kubernetes.io annotations it owns.
+type FieldOwner struct {
+	Manager, Operation, Time string
+	Keys                     map[string]bool
+}
+
+// OwnedAnnotations returns the annotation keys with the given prefix that
+// a managedFields entry's fieldsV1 (raw JSON) owns.
+func OwnedAnnotations(fieldsV1 []byte, keyPrefix string) map[string]bool {
+	var f struct {
+		Metadata struct {
+			Annotations map[string]json.RawMessage `json:"f:annotations"`
+		} `json:"f:metadata"`
+	}
+	if json.Unmarshal(fieldsV1, &f) != nil {
+		return nil
+	}
+	var out map[string]bool
+	for k := range f.Metadata.Annotations {
+		if key, ok := strings.CutPrefix(k, "f:"); ok && strings.HasPrefix(key, keyPrefix) {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[key] = true
+		}
+	}
+	return out
+}
+
+// Prefix is what every key of this package starts with.
+const Prefix = prefix

@@ -65,3 +65,34 @@ func Call(ctx context.Context, socket, command string, args ...string) (string, 
 	}
 	return out, nil
 }
+
+// Echo sends the JSON-RPC "echo" that every OVSDB server answers on its
+// database socket (the liveness probe of RFC 7047) and checks the reply.
+func Echo(ctx context.Context, socket string) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return fmt.Errorf("echo %s: %w", socket, err)
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	} else {
+		_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	}
+	if err := json.NewEncoder(conn).Encode(map[string]any{"method": "echo", "params": []string{"ovnhost"}, "id": "ovnhost-probe"}); err != nil {
+		return fmt.Errorf("echo %s: %w", socket, err)
+	}
+	var resp struct {
+		Result []string        `json:"result"`
+		Error  json.RawMessage `json:"error"`
+		ID     string          `json:"id"`
+	}
+	if err := json.NewDecoder(conn).Decode(&resp); err != nil {
+		return fmt.Errorf("echo %s: reading reply: %w", socket, err)
+	}
+	if resp.ID != "ovnhost-probe" || len(resp.Result) != 1 || resp.Result[0] != "ovnhost" {
+		return fmt.Errorf("echo %s: unexpected reply (id %q, result %v, error %s)", socket, resp.ID, resp.Result, resp.Error)
+	}
+	return nil
+}

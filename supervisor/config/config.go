@@ -92,8 +92,16 @@ type Config struct {
 	CNIVersion     string // cniVersion of the installed conflist
 	MirrorOutput   string
 	Kubeconfig     string
-	LogLevel       string
-	LogFormat      string
+	// ControllerFieldManagers are the field managers whose pod annotations
+	// the CNI server honours (cni/README.md, Trust).
+	ControllerFieldManagers []string
+	// ChildProbeInterval and ChildProbeMisses: each child is probed on its
+	// own channel every interval and killed (then restarted) after that
+	// many missed probes in a row.
+	ChildProbeInterval time.Duration
+	ChildProbeMisses   int
+	LogLevel           string
+	LogFormat          string
 	// LogFileMaxSize rotates a child's log file past this many bytes (0:
 	// never); checked every LogRotateInterval.
 	LogFileMaxSize    int64
@@ -101,6 +109,9 @@ type Config struct {
 
 	// File is the configuration file that was read, if any.
 	File string
+	// IgnoredEnv are OVNHOST_* variables shaped like Kubernetes service
+	// links (OVNHOST_X_SERVICE_HOST, ...), ignored rather than refused.
+	IgnoredEnv []string
 }
 
 // Owner is a uid/gid pair; -1 leaves it unchanged.

@@ -170,3 +170,27 @@ func TestLogFileSizes(t *testing.T) {
 		t.Fatalf("default %d", c.LogFileMaxSize)
 	}
 }
+
+// Kubernetes injects service-link variables for a Service named ovnhost or
+// ovnhost-* in the DaemonSet's namespace: they are not settings and must
+// not stop the node (issue 14.5); real typos still do.
+func TestServiceLinkVariablesAreIgnored(t *testing.T) {
+	links := []string{
+		"OVNHOST_METRICS_SERVICE_HOST=10.96.0.7", "OVNHOST_METRICS_SERVICE_PORT=9476", "OVNHOST_METRICS_SERVICE_PORT_HTTP=9476",
+		"OVNHOST_METRICS_PORT=tcp://10.96.0.7:9476", "OVNHOST_METRICS_PORT_9476_TCP=tcp://10.96.0.7:9476",
+		"OVNHOST_METRICS_PORT_9476_TCP_PROTO=tcp", "OVNHOST_METRICS_PORT_9476_TCP_PORT=9476", "OVNHOST_METRICS_PORT_9476_TCP_ADDR=10.96.0.7",
+		"OVNHOST_SERVICE_HOST=10.96.0.8", "OVNHOST_PORT=tcp://10.96.0.8:53", "OVNHOST_PORT_53_UDP_ADDR=10.96.0.8",
+	}
+	c, err := load(t, nil, append([]string{"NODE_NAME=n"}, links...))
+	if err != nil {
+		t.Fatalf("service-link variables refused: %v", err)
+	}
+	if len(c.IgnoredEnv) != len(links) {
+		t.Fatalf("ignored %v, want all %d service-link variables", c.IgnoredEnv, len(links))
+	}
+	for _, typo := range []string{"OVNHOST_DATAPTH=netdev", "OVNHOST_PORTS=1", "OVNHOST_X_SERVICE_HOSTS=a"} {
+		if _, err := load(t, nil, append([]string{"NODE_NAME=n", typo}, links...)); err == nil || !strings.Contains(err.Error(), strings.Split(typo, "=")[0]) {
+			t.Errorf("typo %s: %v", typo, err)
+		}
+	}
+}

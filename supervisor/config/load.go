@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -54,7 +55,8 @@ func Load(args, environ []string, usage io.Writer) (*Config, error) {
 		}
 	}
 	var errs Errors
-	errs = append(errs, unknownEnv(table, env)...)
+	unknown, ignored := unknownEnv(table, env)
+	errs = append(errs, unknown...)
 
 	path := *file
 	if !setFlags["config"] {
@@ -67,7 +69,7 @@ func Load(args, environ []string, usage io.Writer) (*Config, error) {
 		errs = append(errs, ferrs...)
 	}
 
-	c := &Config{File: path}
+	c := &Config{File: path, IgnoredEnv: ignored}
 	for _, s := range table {
 		key, source, val := s.Name, "default", s.Default
 		if v, ok := fileVals[s.Name]; ok {
@@ -113,25 +115,37 @@ func Load(args, environ []string, usage io.Writer) (*Config, error) {
 	return c, nil
 }
 
+// serviceLinkEnv matches the variables Kubernetes injects for a Service
+// named ovnhost or ovnhost-* in the pod's namespace (enableServiceLinks):
+// OVNHOST_X_SERVICE_HOST, OVNHOST_X_SERVICE_PORT[_NAME], OVNHOST_X_PORT,
+// OVNHOST_X_PORT_53_UDP[_PROTO|_PORT|_ADDR].
+var serviceLinkEnv = regexp.MustCompile(`^OVNHOST(_[A-Z0-9_]+?)?(_SERVICE_HOST|_SERVICE_PORT(_[A-Z0-9_]+)?|_PORT(_[0-9]+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?)$`)
+
 // unknownEnv reports OVNHOST_* variables that name no setting: a typo there
-// would otherwise be silently ignored.
-func unknownEnv(table []setting, env map[string]string) Errors {
+// would otherwise be silently ignored. Service-link variables are not
+// settings anyone wrote: they are returned apart, to be logged at debug.
+func unknownEnv(table []setting, env map[string]string) (Errors, []string) {
 	known := map[string]bool{ConfigEnv: true}
 	for _, s := range table {
 		known[envName(s.Name)] = true
 	}
 	var errs Errors
-	var names []string
+	var names, ignored []string
 	for k := range env {
 		if strings.HasPrefix(k, "OVNHOST_") && !known[k] && !strings.HasPrefix(k, "OVNHOST_TEST_") && k != "OVNHOST_BIN" {
+			if serviceLinkEnv.MatchString(k) {
+				ignored = append(ignored, k)
+				continue
+			}
 			names = append(names, k)
 		}
 	}
 	sort.Strings(names)
+	sort.Strings(ignored)
 	for _, k := range names {
 		errs = append(errs, &Error{Key: k, Source: "environment", Reason: "unknown setting", Fix: "remove it or use one of the names listed by `ovnhost run --help`" + suggest(strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(k, "OVNHOST_"), "_", "-")), table, true)})
 	}
-	return errs
+	return errs, ignored
 }
 
 // readFile parses the YAML configuration file; keys are flag names.

@@ -290,7 +290,7 @@ func baseSettings() []setting {
 		{Name: "cni-bin-dir", Env: []string{"CNI_BIN_DIR"}, Default: "/opt/cni/bin", Help: "where the ovnhost-cni plugin is installed", Set: func(c *Config, v string) error { return absPath(&c.CNIBinDir)(c, v) }},
 		{Name: "cni-conf-dir", Env: []string{"CNI_CONF_DIR"}, Default: "/etc/cni/net.d", Help: "where the CNI conflist is installed", Set: func(c *Config, v string) error { return absPath(&c.CNIConfDir)(c, v) }},
 		{Name: "cni-socket", Env: nil, Default: "/run/ovnhost/cni.sock", Help: "unix socket of the embedded CNI server", Set: func(c *Config, v string) error { return absPath(&c.CNISocket)(c, v) }},
-		{Name: "cni-socket-group", Env: nil, Help: "group allowed to use the CNI socket (default: root only, mode 0600)",
+		{Name: "cni-socket-group", Env: nil, Help: "group allowed to use the CNI socket (default: root only, mode 0600); its members are root-equivalent on the node (cni/README.md)",
 			Set: func(c *Config, v string) error {
 				v = strings.TrimSpace(v)
 				if v != "" {
@@ -316,6 +316,32 @@ func baseSettings() []setting {
 			}},
 		{Name: "mirror-output", Env: []string{"MIRROR_IFACE"}, Default: "mirror0", Help: "output port of the traffic mirror for pods annotated ovn.kubernetes.io/mirror=true",
 			Set: func(c *Config, v string) error { c.MirrorOutput = strings.TrimSpace(v); return nil }},
+		{Name: "controller-field-managers", Default: "ovnhost-controller,kube-ovn-controller", Help: "comma-separated field managers whose pod annotations the node honours (managedFields); the controller's own, and upstream kube-ovn-controller's for a migration",
+			Set: func(c *Config, v string) error {
+				c.ControllerFieldManagers = nil
+				for _, m := range strings.Split(v, ",") {
+					if m = strings.TrimSpace(m); m != "" {
+						c.ControllerFieldManagers = append(c.ControllerFieldManagers, m)
+					}
+				}
+				if len(c.ControllerFieldManagers) == 0 {
+					return bad("no field manager given", "name at least the controller's field manager, ovnhost-controller")
+				}
+				return nil
+			}},
+		{Name: "child-probe-interval", Default: "5s", Help: "how often each child (ovsdb-server, ovs-vswitchd, ovn-controller) is probed on its own socket",
+			Set: func(c *Config, v string) error {
+				return positiveDuration(&c.ChildProbeInterval, time.Second, "seconds")(c, v)
+			}},
+		{Name: "child-probe-misses", Default: "3", Help: "missed probes in a row after which a hung child is killed and restarted",
+			Set: func(c *Config, v string) error {
+				n, err := strconv.Atoi(strings.TrimSpace(v))
+				if err != nil || n < 1 || n > 100 {
+					return bad("not a whole number from 1 to 100", "give the number of missed probes, e.g. 3")
+				}
+				c.ChildProbeMisses = n
+				return nil
+			}},
 		{Name: "kubeconfig", Env: []string{"KUBECONFIG"}, Help: "kubeconfig for the pod informer (default: in-cluster config, else standalone)", Set: func(c *Config, v string) error { return optAbsPath(&c.Kubeconfig)(c, v) }},
 		{Name: "log-level", Env: nil, Default: "info", Help: "debug, info, warn or error", Set: func(c *Config, v string) error { return oneOf(&c.LogLevel, "debug", "info", "warn", "error")(c, v) }},
 		{Name: "log-file-max-size", Default: "100Mi", Help: "rotate a child's log file (kept once as .1) when it grows past this size: bytes, or with Ki/Mi/Gi; 0 never rotates",

@@ -181,6 +181,41 @@ func (r *Reporter) Exited(name, reason string, crashLoop bool) {
 	}
 }
 
+// Unresponsive records that a ready child stopped answering its probe:
+// not ready, with the reason, until Responsive or its restart.
+func (r *Reporter) Unresponsive(name, reason string) {
+	r.mu.Lock()
+	c := r.child(name)
+	c.Ready, c.Waiting = false, reason
+	r.ready.WithLabelValues(name).Set(0)
+	r.allReady.Set(0)
+	stopping := r.stopping
+	r.mu.Unlock()
+	if !stopping {
+		r.sendStatus(fmt.Sprintf("%s is unresponsive; waiting for %s", name, reason))
+	}
+}
+
+// Responsive records that the child answers its probe again.
+func (r *Reporter) Responsive(name string) {
+	r.mu.Lock()
+	c := r.child(name)
+	if !c.Up {
+		r.mu.Unlock()
+		return
+	}
+	c.Ready, c.Waiting = true, ""
+	r.ready.WithLabelValues(name).Set(1)
+	all := r.allReadyLocked()
+	if all {
+		r.allReady.Set(1)
+	}
+	r.mu.Unlock()
+	if all {
+		r.sendStatus("ready: " + r.summary())
+	}
+}
+
 // Stopping announces the shutdown.
 func (r *Reporter) Stopping() {
 	r.mu.Lock()

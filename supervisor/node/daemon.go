@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"syscall"
 	"time"
 
+	"github.com/ovnhost/ovnhost/internal/unixctl"
 	"github.com/ovnhost/ovnhost/supervisor/health"
 	"github.com/ovnhost/ovnhost/supervisor/process"
 )
@@ -31,6 +33,9 @@ type daemon struct {
 	// vlog/reopen after rotation).
 	logFile string
 	ctl     func(c *process.Child) string
+	// probe checks that a ready child still answers on its own channel
+	// (nil: unixctl "version" on its control socket).
+	probe func(ctx context.Context, c *process.Child) error
 	// dependants are restarted, in order, after this daemon restarts.
 	dependants []*daemon
 	// beforeStop and afterStop run around the final stop (not restarts).
@@ -46,6 +51,8 @@ type daemon struct {
 	mu       sync.Mutex
 	child    *process.Child
 	stopping bool
+	// hung is why the supervisor killed the current child (missed probes).
+	hung string
 }
 
 func (d *daemon) Name() string { return d.name }
@@ -89,7 +96,80 @@ func (d *daemon) startAndGate(ctx context.Context, restart bool) error {
 	}
 	d.n.health.Ready(d.name, time.Since(t0), time.Since(c.Started()))
 	d.log.Info("ready", "child", d.name, "pid", c.Pid(), "gate", time.Since(t0).Round(time.Millisecond), "since_start", time.Since(c.Started()).Round(time.Millisecond))
+	go d.probeLoop(c)
 	return nil
+}
+
+// probeLoop probes a ready child every ChildProbeInterval until it exits.
+// A miss turns its readiness false with the reason; ChildProbeMisses in a
+// row and the child is killed (SIGKILL: a hung or stopped process does
+// not act on SIGTERM), which watch turns into a restart.
+func (d *daemon) probeLoop(c *process.Child) {
+	interval, limit := d.n.cfg.ChildProbeInterval, d.n.cfg.ChildProbeMisses
+	if interval <= 0 || limit <= 0 {
+		return
+	}
+	probe := d.probe
+	if probe == nil {
+		if d.ctl == nil {
+			return
+		}
+		probe = func(ctx context.Context, c *process.Child) error {
+			_, err := unixctl.Call(ctx, d.ctl(c), "version")
+			return err
+		}
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	missed := 0
+	for {
+		select {
+		case <-c.Exited():
+			return
+		case <-d.n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		d.mu.Lock()
+		current := d.child == c && !d.stopping
+		d.mu.Unlock()
+		if !current {
+			return
+		}
+		pctx, cancel := context.WithTimeout(d.n.ctx, interval)
+		err := probe(pctx, c)
+		cancel()
+		select {
+		case <-c.Exited():
+			return
+		default:
+		}
+		if err == nil {
+			if missed > 0 {
+				d.log.Info("child answers its probe again", "child", d.name, "pid", c.Pid(), "missed", missed)
+				d.n.health.Responsive(d.name)
+			}
+			missed = 0
+			continue
+		}
+		missed++
+		reason := fmt.Sprintf("an answer to its probe (%d of %d missed, every %s): %v", missed, limit, interval, err)
+		d.n.health.Unresponsive(d.name, reason)
+		if missed < limit {
+			d.log.Warn("child missed a probe", "child", d.name, "pid", c.Pid(), "missed", missed, "limit", limit, "err", err)
+			continue
+		}
+		d.mu.Lock()
+		if d.child != c || d.stopping {
+			d.mu.Unlock()
+			return
+		}
+		d.hung = fmt.Sprintf("hung: killed after %d missed probes (every %s; last: %v)", missed, interval, err)
+		d.mu.Unlock()
+		d.log.Error("child is hung; killing it", "child", d.name, "pid", c.Pid(), "missed", missed, "err", err)
+		_ = c.Signal(syscall.SIGKILL)
+		return
+	}
 }
 
 // watch waits for one process instance to die and, unless that was asked
@@ -119,6 +199,11 @@ func (d *daemon) watch(c *process.Child) {
 // then restarts its dependants. Called with d.restarts held.
 func (d *daemon) recover(dead *process.Child) {
 	reason := dead.ExitReason()
+	d.mu.Lock()
+	if d.hung != "" {
+		reason, d.hung = d.hung, ""
+	}
+	d.mu.Unlock()
 	for {
 		delay, loop := d.backoff.Died(time.Now())
 		d.n.health.Exited(d.name, reason, loop)

@@ -56,6 +56,8 @@ func (n *Node) dbServerDaemon(s dbServer, slot **ovsdbconn.Conn, connect func(ct
 		n.health.Waiting(s.name, "unix:"+s.sock+" to answer")
 		return connect(ctx, c)
 	}
+	// The database socket itself, where clients are served.
+	d.probe = func(ctx context.Context, _ *process.Child) error { return unixctl.Echo(ctx, s.sock) }
 	return d
 }
 

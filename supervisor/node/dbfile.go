@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
 )
@@ -40,34 +41,43 @@ func dbVersion(path string) (string, error) {
 		return "", err
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() == 0 {
+		return "", &corruptDBError{path, "the file is empty"}
+	}
 	r := bufio.NewReader(f)
 	header, err := r.ReadString('\n')
 	if err != nil {
-		return "", fmt.Errorf("%s: reading header: %w", path, err)
+		return "", &corruptDBError{path, fmt.Sprintf("reading its header: %v", err)}
 	}
 	fields := strings.Fields(header)
 	if len(fields) != 4 || fields[0] != "OVSDB" {
-		return "", fmt.Errorf("%s: not an OVSDB database file", path)
+		return "", &corruptDBError{path, "its first line is not an OVSDB header"}
 	}
 	if fields[1] != "JSON" {
 		return "", fmt.Errorf("%s: a %s database; only standalone databases are managed here", path, fields[1])
 	}
 	n, err := strconv.Atoi(fields[2])
 	if err != nil || n <= 0 || n > 64<<20 {
-		return "", fmt.Errorf("%s: bad record length %q", path, fields[2])
+		return "", &corruptDBError{path, fmt.Sprintf("bad schema record length %q", fields[2])}
 	}
 	buf := make([]byte, n)
 	if _, err := io.ReadFull(r, buf); err != nil {
-		return "", fmt.Errorf("%s: reading schema record: %w", path, err)
+		return "", &corruptDBError{path, fmt.Sprintf("its schema record is cut short: %v", err)}
 	}
 	var s struct {
 		Version string `json:"version"`
 	}
-	if err := json.Unmarshal(buf, &s); err != nil {
-		return "", fmt.Errorf("%s: schema record: %w", path, err)
+	if err := json.Unmarshal(buf, &s); err != nil || s.Version == "" {
+		return "", &corruptDBError{path, fmt.Sprintf("its schema record is not a schema: %v", err)}
 	}
 	return s.Version, nil
 }
+
+// corruptDBError: a standalone database file that no ovsdb-server can
+// open (empty after a crash or a full disk, or garbage).
+type corruptDBError struct{ path, why string }
+
+func (e *corruptDBError) Error() string { return e.path + ": not a usable OVSDB database: " + e.why }
 
 // ensureDB creates db from schema when missing, and converts it in place,
 // keeping its rows, when the installed schema's version differs (ovs-ctl's
@@ -78,6 +88,19 @@ func ensureDB(ctx context.Context, tool, db, schema string, log *slog.Logger) er
 		return err
 	}
 	have, err := dbVersion(db)
+	var corrupt *corruptDBError
+	if errors.As(err, &corrupt) {
+		// Every start would fail on it. The node's own configuration is
+		// rebuilt from settings, so a fresh database keeps it working;
+		// the old file stays for whoever wants to look at it.
+		aside := fmt.Sprintf("%s.corrupt-%s", db, time.Now().UTC().Format("20060102T150405Z"))
+		if err := os.Rename(db, aside); err != nil {
+			return fmt.Errorf("%v; moving it aside failed: %w", corrupt, err)
+		}
+		log.Error("DATABASE WAS UNUSABLE: moved aside and recreated empty; ovnhost rebuilds its bridges and configuration, anything else configured in it by hand is gone (see the moved file)",
+			"db", db, "problem", corrupt.why, "moved_to", aside)
+		err = os.ErrNotExist
+	}
 	if errors.Is(err, os.ErrNotExist) {
 		if err := runTool(ctx, tool, "create", db, schema); err != nil {
 			return err

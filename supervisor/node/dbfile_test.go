@@ -1,11 +1,18 @@
 package node
 
 import (
+	"bytes"
+	"context"
+	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
 func TestDBVersionReadsTheSchemaRecord(t *testing.T) {
@@ -49,5 +56,42 @@ func TestSystemIDIsStableAndNeverEmpty(t *testing.T) {
 	adopted, _, err := loadSystemID(f, "chassis-7")
 	if err != nil || adopted != "chassis-7" {
 		t.Fatalf("adopt = %q, %v", adopted, err)
+	}
+}
+
+// An empty or garbage database (a crash or a full disk mid-write) used to
+// fail every start: it is moved aside with a timestamp and recreated.
+func TestUnusableDatabaseIsMovedAsideAndRecreated(t *testing.T) {
+	tool, err := exec.LookPath("ovsdb-tool")
+	if err != nil {
+		if testenv.Strict() {
+			t.Fatal("ovsdb-tool is missing (make deps)")
+		}
+		t.Skip("no ovsdb-tool")
+	}
+	schema := "/usr/share/openvswitch/vswitch.ovsschema"
+	for name, content := range map[string]string{"empty": "", "garbage": "\x00\x00\x00garbage\n", "truncated": "OVSDB JSON 500 0123\n{\"name\":"} {
+		dir := t.TempDir()
+		db := filepath.Join(dir, "conf.db")
+		if err := os.WriteFile(db, []byte(content), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		var logged bytes.Buffer
+		if err := ensureDB(context.Background(), tool, db, schema, slog.New(slog.NewTextHandler(&logged, nil))); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if _, err := dbVersion(db); err != nil {
+			t.Fatalf("%s: the recreated database: %v", name, err)
+		}
+		aside, _ := filepath.Glob(db + ".corrupt-*")
+		if len(aside) != 1 {
+			t.Fatalf("%s: moved-aside files %v", name, aside)
+		}
+		if raw, _ := os.ReadFile(aside[0]); string(raw) != content {
+			t.Fatalf("%s: the moved file does not hold the old content", name)
+		}
+		if !strings.Contains(logged.String(), "level=ERROR") || !strings.Contains(logged.String(), aside[0]) {
+			t.Fatalf("%s: not logged loudly: %s", name, logged.String())
+		}
 	}
 }

@@ -3,7 +3,9 @@ package preflight
 import (
 	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -13,10 +15,17 @@ import (
 
 // RequiredCaps are the capabilities the node daemon and its children need.
 func RequiredCaps(cfg *config.Config) uint64 {
-	m := CapMask(capability.CAP_NET_ADMIN, capability.CAP_NET_RAW, capability.CAP_NET_BIND_SERVICE,
+	m := CapMask(capability.CAP_NET_ADMIN, capability.CAP_NET_RAW,
 		capability.CAP_SYS_ADMIN, capability.CAP_SYS_NICE)
 	if cfg.MLockAll {
 		m |= CapMask(capability.CAP_IPC_LOCK)
+	}
+	// Every socket is a unix socket or above 1024, unless the health
+	// address is set below it.
+	if _, port, err := net.SplitHostPort(cfg.HealthAddr); err == nil {
+		if p, err := strconv.Atoi(port); err == nil && p > 0 && p < 1024 {
+			m |= CapMask(capability.CAP_NET_BIND_SERVICE)
+		}
 	}
 	return m
 }

@@ -42,6 +42,12 @@ type kubeNode struct {
 
 func startKubeNode(t testing.TB, annWait time.Duration) *kubeNode {
 	t.Helper()
+	return startKubeNodeWith(t, annWait, nil)
+}
+
+// startKubeNodeWith lets the test adjust the controller's configuration.
+func startKubeNodeWith(t testing.TB, annWait time.Duration, tweak func(*kube.Config)) *kubeNode {
+	t.Helper()
 	n := startNode(t, nodeOpts{noServer: true})
 	api := kubeapi.Start(t)
 	api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "packaging/kubernetes/base/crd-subnets.yaml"))
@@ -52,7 +58,11 @@ func startKubeNode(t testing.TB, annWait time.Duration) *kubeNode {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	c, err := kube.New(kube.Config{Rest: api.Config, NBEndpoints: n.central.NB(), Logger: log, Registry: prometheus.NewRegistry()}, nb)
+	kcfg := kube.Config{Rest: api.Config, NBEndpoints: n.central.NB(), Logger: log, Registry: prometheus.NewRegistry()}
+	if tweak != nil {
+		tweak(&kcfg)
+	}
+	c, err := kube.New(kcfg, nb)
 	if err != nil {
 		t.Fatal(err)
 	}

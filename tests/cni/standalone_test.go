@@ -11,11 +11,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -634,4 +637,51 @@ func TestNoOVNControllerRollsBack(t *testing.T) {
 	if _, found, err := nb.GetPort(ctx, "noctl.default"); err != nil || found {
 		t.Fatalf("logical switch port of the failed pod: found=%v err=%v", found, err)
 	}
+}
+
+// Members of --cni-socket-group can send any CNI request (issue 14.8): a
+// CNI_NETNS that is the daemon's own or the host's network namespace, or
+// not a network namespace, is refused, and a GC that would remove every
+// pod port is refused unless it comes from root.
+func TestSocketGroupMembersCannotRewireTheHost(t *testing.T) {
+	n := startNode(t, nodeOpts{beforeServer: func(o *server.Options) { o.SocketGroup = "65534" }})
+	for _, c := range []struct{ netns, want string }{
+		{"/proc/self/ns/net", "node daemon's own network namespace"}, // opened by the daemon
+		{"/proc/1/ns/net", ""}, // PID 1's (or, where the harness cannot open it, refused as unreadable)
+		{"/proc/" + strconv.Itoa(os.Getpid()) + "/ns/net", "node daemon's own network namespace"},
+		{"/proc/self/ns/uts", "not a network namespace"},
+		{"/etc/hostname", "is not a namespace"},
+	} {
+		out := runPlugin(t, n.installedPlugin(), cniCall{Command: "ADD", ContainerID: "cid-hostns", Netns: c.netns, IfName: "eth0",
+			Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=hostns", Conf: n.netconf(t, "", nil)})
+		if out.Code == 0 || out.Err.Code != types.ErrInvalidNetNS || !strings.Contains(out.Err.Msg, c.netns) || !strings.Contains(out.Err.Msg, c.want) {
+			t.Errorf("ADD into %s: exit %d code %d %q, want CNI code %d naming it and %q", c.netns, out.Code, out.Err.Code, out.Err.Msg, types.ErrInvalidNetNS, c.want)
+		}
+	}
+	n.assertClean(t)
+
+	p := n.add(t, "stays", "")
+	// A GC with an empty list, from a socket group member (uid/gid 65534).
+	for _, d := range []string{n.dir, filepath.Dir(n.installedPlugin())} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gc := n.netconf(t, "1.1.0", map[string]any{"cni.dev/valid-attachments": []map[string]string{}})
+	cmd := exec.Command(n.installedPlugin())
+	cmd.Env = []string{"CNI_COMMAND=GC", "CNI_PATH=" + filepath.Dir(n.installedPlugin())}
+	cmd.Stdin = bytes.NewReader(gc)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	stdout, err := cmd.Output()
+	if err == nil || !strings.Contains(string(stdout), "GC would remove every pod port") || !strings.Contains(string(stdout), "uid 65534") {
+		t.Fatalf("GC of everything from uid 65534: %v %s", err, stdout)
+	}
+	if err := ping(t, p.netns, "10.16.0.1"); err != nil {
+		t.Fatalf("the pod lost its network to a refused GC: %v", err)
+	}
+	// The same from root is the runtime's right.
+	if out := runPlugin(t, n.installedPlugin(), cniCall{Command: "GC", Conf: gc}); out.Code != 0 {
+		t.Fatalf("GC from root: %s", out.Err.Msg)
+	}
+	n.assertClean(t)
 }

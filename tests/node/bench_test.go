@@ -296,3 +296,39 @@ func parentOf(pid int) int {
 	p, _ := strconv.Atoi(f[1])
 	return p
 }
+
+// BenchmarkNodeDaemonRestartGap: the longest interval without ping replies
+// between two pods on one node across a restart of the node daemon itself
+// with --keep-datapath (the DaemonSet default): SIGTERM and start again (a
+// rollout), and kill -9 and start again (a crash under systemd's
+// Restart=). With the userspace datapath ovs-vswitchd is the datapath, so
+// the gap is the time from its stop to ovn-controller's flows on the new
+// one; the pods keep their addresses and ports either way.
+func BenchmarkNodeDaemonRestartGap(b *testing.B) {
+	n := newNode(b)
+	n.start("--keep-datapath")
+	pods := []pod{
+		{hostIf: "veth-d1", lsp: "d1.default", mac: "0a:58:0a:10:00:41", ip: "10.16.0.41"},
+		{hostIf: "veth-d2", lsp: "d2.default", mac: "0a:58:0a:10:00:42", ip: "10.16.0.42"},
+	}
+	wirePods(b, "unix:"+n.path("ovn-run", "ovnnb_db.sock"), "unix:"+n.path("ovs-run", "db.sock"), n.ns, n.logTail, pods)
+	restart := func(sig syscall.Signal) func() {
+		return func() {
+			_ = n.cmd.Process.Signal(sig)
+			<-n.exited
+			n.log.Close()
+			mark := n.notify.mark()
+			if err := n.startNoWait("--keep-datapath"); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := n.notify.waitFor(mark, "READY=1", 60*time.Second, n.exited); err != nil {
+				b.Fatalf("not ready after the restart: %v\n%s", err, n.logTail())
+			}
+		}
+	}
+	term := pingGap(b, "SIGTERM+start", pods, restart(syscall.SIGTERM))
+	kill := pingGap(b, "kill -9+start", pods, restart(syscall.SIGKILL))
+	b.ReportMetric(ms(term), "sigterm-restart-gap-ms")
+	b.ReportMetric(ms(kill), "kill9-restart-gap-ms")
+	b.Logf("data-plane gap across a node-daemon restart with --keep-datapath (userspace datapath): SIGTERM then start %.0f ms, kill -9 then start %.0f ms", ms(term), ms(kill))
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 )
 
 // The whole product on two nodes: a real kube-apiserver, the real
@@ -110,6 +112,20 @@ func TestClusterOfTwoNodesWiresPodsAcrossNodes(t *testing.T) {
 	out, err := exec.Command("ip", "netns", "exec", pods[1].ns, "ping", "-c", "3", "-i", "0.2", "-W", "2", pods[0].ip).CombinedOutput()
 	if err != nil || !bytes.Contains(out, []byte(" 0% packet loss")) {
 		t.Fatalf("pod on node-b to pod on node-a: %v\n%s", err, out)
+	}
+	// Each node announced its chassis on its Node (issue 13): the system-id
+	// of its Chassis row, as upstream kube-ovn-cni does.
+	for i, n := range []*node{a, b} {
+		name := fmt.Sprintf("node-%c", 'a'+i)
+		id, err := os.ReadFile(n.path("ovs-db", "system-id.conf"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitNodeAnnotation(t, ctx, kc, name, "ovn.kubernetes.io/chassis", strings.TrimSpace(string(id)))
+		sb, err := exec.Command("ovn-sbctl", "--db="+central.SB(), "--bare", "--columns=name", "find", "Chassis", "name="+strings.TrimSpace(string(id))).CombinedOutput()
+		if err != nil || strings.TrimSpace(string(sb)) != strings.TrimSpace(string(id)) {
+			t.Fatalf("%s's chassis annotation names no Chassis row in SB: %v %q", name, err, sb)
+		}
 	}
 	// kubelet's probes: each node reaches its own pod through ovn0.
 	if err := ping(a.ns, pods[0].ip, 3); err != nil {
@@ -216,4 +232,25 @@ func listenInNetns(name, addr string) (l net.Listener, err error) {
 		return err
 	})
 	return l, err
+}
+
+// waitNodeAnnotation watches the Node until annotation key has value want.
+func waitNodeAnnotation(t *testing.T, ctx context.Context, kc kubernetes.Interface, name, key, want string) {
+	t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	w, err := kc.CoreV1().Nodes().Watch(wctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	last := ""
+	for ev := range w.ResultChan() {
+		if nd, ok := ev.Object.(*corev1.Node); ok {
+			if last = nd.Annotations[key]; last == want {
+				return
+			}
+		}
+	}
+	t.Fatalf("node %s: annotation %s is %q after 30 s, want %q", name, key, last, want)
 }

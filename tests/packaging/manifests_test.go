@@ -105,6 +105,9 @@ func TestManifestsServerDryRun(t *testing.T) {
 		{"ovnhost-node", "delete", "nodes", nil, false},
 		{"ovnhost-node", "list", "subnets.kubeovn.io", nil, true},
 		{"ovnhost-node", "list", "events", []string{"-A"}, true},
+		{"ovnhost-node", "create", "events", []string{"-A"}, false},
+		{"ovnhost-node", "get", "pods", []string{"-A"}, false},
+		{"ovnhost-node", "patch", "subnets.kubeovn.io/status", nil, false},
 		{"ovnhost-node", "delete", "events", []string{"-A"}, false},
 		{"ovnhost-node", "update", "subnets.kubeovn.io", nil, false},
 		{"ovnhost-node", "get", "secrets", []string{"-A"}, false},
@@ -200,6 +203,13 @@ func checkOwnNodePolicy(t *testing.T, srv *kubeapi.Server) {
 		}
 		if err := patch("node-a", `{"metadata":{"annotations":{"other.io/x":"y"}}}`); err == nil {
 			t.Errorf("%s: ovnhost-node may write annotations outside ovn.kubernetes.io/", c.how)
+		}
+		// The controller's node annotations are not the node's to write:
+		// only the chassis key is (issue 13).
+		for _, key := range []string{"ip_address", "cidr", "gateway", "port_name", "allocated"} {
+			if err := patch("node-a", `{"metadata":{"annotations":{"ovn.kubernetes.io/`+key+`":"x"}}}`); err == nil {
+				t.Errorf("%s: ovnhost-node may write the controller's node annotation ovn.kubernetes.io/%s", c.how, key)
+			}
 		}
 		if err := patch("node-a", `{"spec":{"unschedulable":true}}`); err == nil {
 			t.Errorf("%s: ovnhost-node may change its node's spec", c.how)

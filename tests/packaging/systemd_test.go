@@ -236,9 +236,18 @@ func TestUnitSettings(t *testing.T) {
 	}
 	caps := strings.Fields(strings.Join(v["Service.CapabilityBoundingSet"], " "))
 	sort.Strings(caps)
-	need := []string{"CAP_IPC_LOCK", "CAP_NET_ADMIN", "CAP_NET_BIND_SERVICE", "CAP_NET_RAW", "CAP_SYS_ADMIN", "CAP_SYS_NICE"}
+	need := []string{"CAP_IPC_LOCK", "CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_SYS_ADMIN", "CAP_SYS_NICE"}
 	if strings.Join(caps, " ") != strings.Join(need, " ") {
-		t.Errorf("CapabilityBoundingSet = %v, want exactly %v (modules load at boot, so no CAP_SYS_MODULE)", caps, need)
+		t.Errorf("CapabilityBoundingSet = %v, want exactly %v (modules load at boot, so no CAP_SYS_MODULE; no port below 1024, so no CAP_NET_BIND_SERVICE)", caps, need)
+	}
+	// Hardening that systemd 219 already has (issue 14).
+	for k, want := range map[string]string{
+		"Service.ProtectSystem": "full", "Service.SystemCallArchitectures": "native", "Service.UMask": "0027",
+		"Service.RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6 AF_NETLINK AF_PACKET", "Service.ReadWriteDirectories": "-/etc/cni/net.d",
+	} {
+		if got := strings.Join(v[k], " "); got != want {
+			t.Errorf("%s = %q, want %q", k, got, want)
+		}
 	}
 }
 

@@ -34,6 +34,7 @@ func newCNIUnit(n *node.Node, cfg *config.Config, nc *nodeconfig.NodeConfig, log
 		Socket: cfg.CNISocket, SocketGroup: cfg.CNISocketGroup,
 		BinDir: cfg.CNIBinDir, ConfDir: cfg.CNIConfDir, ConfVersion: cfg.CNIVersion,
 		MirrorOutput: cfg.MirrorOutput, Kubeconfig: cfg.Kubeconfig,
+		ControllerFieldManagers: cfg.ControllerFieldManagers,
 	}}
 }
 

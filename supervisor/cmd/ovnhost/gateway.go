@@ -147,20 +147,6 @@ func (u *egressUnit) runGatewayAgent(ctx context.Context) {
 		u.log.Warn("centralized gateways: no Kubernetes client", "err", err)
 		return
 	}
-	// The controller puts only chassis it knows into HA groups.
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{annotations.Chassis: u.n.SystemID()}}})
-	for delay := 200 * time.Millisecond; ; delay = min(2*delay, 10*time.Second) {
-		_, err := kc.CoreV1().Nodes().Patch(ctx, u.nodeName, types.MergePatchType, patch, metav1.PatchOptions{})
-		if err == nil {
-			break
-		}
-		u.log.Warn("cannot annotate the node with its chassis; retrying", "node", u.nodeName, "annotation", annotations.Chassis, "err", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(delay):
-		}
-	}
 	full, err := sbdb.FullDatabaseModel()
 	if err != nil {
 		u.log.Warn("centralized gateways: SB model", "err", err)
@@ -189,6 +175,7 @@ func (u *egressUnit) runGatewayAgent(ctx context.Context) {
 	}
 	defer conn.Close()
 	reported := map[string]bool{}
+	announced := false
 	for {
 		changed := conn.Changed()
 		var mine []sbdb.Chassis
@@ -196,6 +183,19 @@ func (u *egressUnit) runGatewayAgent(ctx context.Context) {
 		var pbs []sbdb.PortBinding
 		_ = conn.List(ctx, &pbs)
 		failed := false
+		if !announced && len(mine) > 0 {
+			// Once the Chassis row exists (as upstream kube-ovn-cni
+			// does): the controller puts only chassis it knows into HA
+			// groups, and upstream kube-ovn-controller deletes the
+			// chassis of a node without this annotation.
+			if err := announceChassis(ctx, kc, u.nodeName, u.n.SystemID()); err != nil {
+				u.log.Warn("cannot annotate the node with its chassis; retrying", "node", u.nodeName, "annotation", annotations.Chassis, "err", err)
+				failed = true
+			} else {
+				announced = true
+				u.log.Info("node annotated with its chassis", "node", u.nodeName, "annotation", annotations.Chassis, "system_id", u.n.SystemID())
+			}
+		}
 		for _, p := range pbs {
 			subnet, ok := ovnnet.SubnetOfRedirectPort(ovnnet.DefaultRouter, p.LogicalPort)
 			if !ok {
@@ -230,4 +230,12 @@ func (u *egressUnit) runGatewayAgent(ctx context.Context) {
 		case <-retry:
 		}
 	}
+}
+
+// announceChassis writes ovn.kubernetes.io/chassis=<system-id> on the
+// node's own Node, the one key of admission-node.yaml's policy.
+func announceChassis(ctx context.Context, kc kubernetes.Interface, nodeName, systemID string) error {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{annotations.Chassis: systemID}}})
+	_, err := kc.CoreV1().Nodes().Patch(ctx, nodeName, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "ovnhost-node"})
+	return err
 }

@@ -84,6 +84,9 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	level := new(slog.LevelVar)
 	log := newLogger(cfg, level, stderr)
+	for _, k := range cfg.IgnoredEnv {
+		log.Debug("ignoring a Kubernetes service-link variable (a Service named ovnhost-* in this namespace; set enableServiceLinks: false)", "env", k)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	// A reader of our log that goes away (a pipe, a restarted journald)
