@@ -105,9 +105,10 @@ func TestManifestsServerDryRun(t *testing.T) {
 		{"ovnhost-node", "delete", "nodes", nil, false},
 		{"ovnhost-node", "list", "subnets.kubeovn.io", nil, true},
 		{"ovnhost-node", "list", "events", []string{"-A"}, true},
-		{"ovnhost-node", "create", "events", []string{"-A"}, false},
+		{"ovnhost-node", "create", "events", []string{"-A"}, true},
 		{"ovnhost-node", "get", "pods", []string{"-A"}, false},
-		{"ovnhost-node", "patch", "subnets.kubeovn.io/status", nil, false},
+		{"ovnhost-node", "patch", "subnets.kubeovn.io", []string{"--subresource=status"}, true},
+		{"ovnhost-node", "patch", "subnets.kubeovn.io", nil, false},
 		{"ovnhost-node", "delete", "events", []string{"-A"}, false},
 		{"ovnhost-node", "update", "subnets.kubeovn.io", nil, false},
 		{"ovnhost-node", "get", "secrets", []string{"-A"}, false},
@@ -197,6 +198,9 @@ func checkOwnNodePolicy(t *testing.T, srv *kubeapi.Server) {
 		}
 		if err := patch("node-a", own); err != nil {
 			t.Errorf("%s: ovnhost-node may not annotate its own node: %v", c.how, err)
+		}
+		if err := patch("node-a", `{"metadata":{"annotations":{"ovn.kubernetes.io/external-gw-nic":"eth1"}}}`); err != nil {
+			t.Errorf("%s: ovnhost-node may not record its bridged external NIC: %v", c.how, err)
 		}
 		if err := patch("node-a", `{"metadata":{"labels":{"evil":"true"}}}`); err == nil {
 			t.Errorf("%s: ovnhost-node may label its own node", c.how)
