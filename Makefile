@@ -32,6 +32,9 @@ deps:
 build:
 	@mkdir -p $(BIN)
 	$(GOBUILD) -o $(BIN)/ $(addprefix ./,$(PROGRAMS))
+	@# netctl is also the kubectl plugin (name-aware): kubectl netctl ...
+	ln -sf netctl $(BIN)/kubectl-netctl
+	ln -sf netctl $(BIN)/kubectl_complete-netctl
 
 # All-in-one node in the foreground: local NB/SB, northd, ovsdb-server,
 # ovs-vswitchd (userspace datapath when the kernel has none), ovn-controller.
