@@ -166,6 +166,13 @@ Installed as kubectl-netctl it is a kubectl plugin: kubectl netctl diagnose all.
 		a.subnetCommand(),
 		a.ipCommand(),
 		a.podCommand(),
+		a.diagnoseCommand(),
+		a.traceCommand(),
+		a.dbCommand("nbctl", "OVN_Northbound"),
+		a.dbCommand("sbctl", "OVN_Southbound"),
+		a.vsctlCommand(),
+		a.appctlCommand(),
+		a.tcpdumpCommand(),
 	)
 	return root
 }

@@ -168,6 +168,12 @@ func runNode(ctx context.Context, cfg *config.Config, nc *nodeconfig.NodeConfig,
 	wctx, wcancel := context.WithCancel(context.Background())
 	defer wcancel()
 	go h.RunWatchdog(wctx)
+	stopAPI, err := startNodeAPI(wctx, cfg, nc, h, nodeAPIExtras{}, log)
+	if err != nil {
+		log.Error("node API", "addr", cfg.NodeAPIAddr, "err", err, "fix", "free the port, fix --node-api-cert/--node-api-key, or set --node-api-addr= to disable it")
+		return exitFailure
+	}
+	defer stopAPI()
 
 	n, err := node.New(cfg, nc, node.Options{Log: log, Health: h, TLS: tlsFiles, ExplainExec: preflight.ExplainExec})
 	if err != nil {
