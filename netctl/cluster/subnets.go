@@ -7,6 +7,7 @@ package cluster
 
 import (
 	"fmt"
+	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
@@ -54,6 +55,9 @@ func Subnet(u *unstructured.Unstructured) (*SubnetInfo, error) {
 		Available: s.Status.V4AvailableIPs + s.Status.V6AvailableIPs,
 		UsedRange: joinNonEmpty(",", s.Status.V4UsingIPRange, s.Status.V6UsingIPRange),
 		Ready:     "Unknown", Conditions: s.Status.Conditions}
+	if i.Gateway == "" {
+		i.Gateway = defaultGateway(i.CIDR)
+	}
 	if i.GatewayType == "" {
 		i.GatewayType = "distributed"
 	}
@@ -101,6 +105,20 @@ func (s *SubnetInfo) Problem() string {
 func (s *SubnetInfo) UsageString() string {
 	total := s.Used + s.Available
 	return fmt.Sprintf("%s/%s (%.0f%%)", num(s.Used), num(total), s.Usage)
+}
+
+// defaultGateway is the first address of each CIDR, what the controller
+// uses when spec.gateway is empty.
+func defaultGateway(cidrs string) string {
+	var gws []string
+	for _, c := range strings.Split(cidrs, ",") {
+		p, err := netip.ParsePrefix(strings.TrimSpace(c))
+		if err != nil {
+			continue
+		}
+		gws = append(gws, p.Masked().Addr().Next().String())
+	}
+	return strings.Join(gws, ",")
 }
 
 func num(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }

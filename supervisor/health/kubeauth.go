@@ -129,6 +129,12 @@ func (k *KubeAuthorizer) Check(ctx context.Context, req *http.Request, a Attribu
 	return u.Username, http.StatusOK, nil
 }
 
+func (k *KubeAuthorizer) initLocked() {
+	if k.users == nil {
+		k.users, k.dec = map[[32]byte]cachedUser{}, map[string]cachedDecision{}
+	}
+}
+
 func (k *KubeAuthorizer) ttl() time.Duration {
 	if k.TTL > 0 {
 		return k.TTL
@@ -140,9 +146,7 @@ func (k *KubeAuthorizer) authenticate(ctx context.Context, token string) (authnv
 	key := sha256.Sum256([]byte(token))
 	now := time.Now()
 	k.mu.Lock()
-	if k.users == nil {
-		k.users, k.dec = map[[32]byte]cachedUser{}, map[string]cachedDecision{}
-	}
+	k.initLocked()
 	c, hit := k.users[key]
 	k.mu.Unlock()
 	if !hit || now.After(c.expires) {
@@ -173,6 +177,7 @@ func (k *KubeAuthorizer) authorize(ctx context.Context, u authnv1.UserInfo, a At
 	key := u.Username + "\x00" + u.UID + "\x00" + strings.Join(u.Groups, ",") + "\x00" + a.String()
 	now := time.Now()
 	k.mu.Lock()
+	k.initLocked()
 	d, hit := k.dec[key]
 	k.mu.Unlock()
 	if !hit || now.After(d.expires) {
