@@ -134,7 +134,7 @@ func TestNetctlAgainstTheCluster(t *testing.T) {
 		out, errb, code := c.netctlIn(t, a, "pod", "nt/pa", "-o", "json")
 		var p struct {
 			Node, Chassis, LogicalSwitchPort, IP, BoundChassis, NodeError string
-			OVSPort                                              struct {
+			OVSPort                                                       struct {
 				Interface    string
 				OVNInstalled bool
 			}
