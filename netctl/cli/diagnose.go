@@ -78,7 +78,7 @@ worst first, with the fix. Exit status as doctor: 0 all pass, 1 warnings,
 		a.addOutputFlag(s)
 		c.AddCommand(s)
 	}
-	c.PersistentFlags().StringVar(&o.lease, "controller-lease", "kube-system/ovnhost-controller", "NAMESPACE/NAME of the controller's leader Lease")
+	c.PersistentFlags().StringVar(&o.lease, "controller-lease", "", "NAMESPACE/NAME of the controller's leader Lease (default: ovnhost/ovnhost-controller, then kube-system/ovnhost-controller)")
 	c.PersistentFlags().DurationVar(&o.grace, "pod-grace", 10*time.Second, "a pod younger than this without an address is not reported")
 	return c
 }
@@ -268,18 +268,28 @@ func (a *app) diagnose(ctx context.Context, k *kube, o diagOpts, scope, arg stri
 		}
 	}
 	if scope == "all" {
-		ns, name, _ := strings.Cut(o.lease, "/")
-		l, err := k.kc.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
-		var lease *coordinationv1.Lease
-		switch {
-		case err == nil:
-			lease = l
-		case apierrors.IsNotFound(err):
-		default:
-			d.Findings = append(d.Findings, cluster.Finding{Severity: cluster.Warn, Scope: "cluster", Check: "controller-leader", Found: "cannot read Lease " + o.lease + ": " + err.Error()})
+		refs := []string{"ovnhost/ovnhost-controller", "kube-system/ovnhost-controller"}
+		if o.lease != "" {
+			refs = []string{o.lease}
 		}
-		if err == nil || apierrors.IsNotFound(err) {
-			d.Findings = append(d.Findings, cluster.LeaderCheck(lease, o.lease, now))
+		var lease *coordinationv1.Lease
+		var lerr error
+		ref := strings.Join(refs, " or ")
+		for _, r := range refs {
+			ns, name, _ := strings.Cut(r, "/")
+			l, err := k.kc.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+			if err == nil {
+				lease, ref = l, r
+				break
+			}
+			if !apierrors.IsNotFound(err) {
+				lerr = err
+			}
+		}
+		if lease == nil && lerr != nil {
+			d.Findings = append(d.Findings, cluster.Finding{Severity: cluster.Warn, Scope: "cluster", Check: "controller-leader", Found: "cannot read the leader Lease: " + lerr.Error()})
+		} else {
+			d.Findings = append(d.Findings, cluster.LeaderCheck(lease, ref, now))
 		}
 		l2, err := k.dc.Resource(kubeovnv1.SubnetGVR).List(ctx, metav1.ListOptions{})
 		if err != nil {

@@ -6,25 +6,11 @@ import (
 	"sort"
 
 	"github.com/ovnhost/ovnhost/netctl/cluster"
+	"github.com/ovnhost/ovnhost/netctl/pinger"
 )
 
 // PingerView is a node's latest pinger round (the node API's /v1/pinger).
-type PingerView struct {
-	Node    string        `json:"node"`
-	At      string        `json:"at"`
-	Targets []PingerProbe `json:"targets"`
-}
-
-// PingerProbe is one target of a round.
-type PingerProbe struct {
-	Class  string  `json:"class"` // pod, node, external, dns
-	Target string  `json:"target"`
-	Addr   string  `json:"addr"`
-	Sent   int     `json:"sent"`
-	Lost   int     `json:"lost"`
-	RTTms  float64 `json:"rttMs"`
-	Error  string  `json:"error,omitempty"`
-}
+type PingerView = pinger.Round
 
 func writePinger(w io.Writer, m map[string]PingerView) {
 	if len(m) == 0 {

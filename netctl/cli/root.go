@@ -173,6 +173,7 @@ Installed as kubectl-netctl it is a kubectl plugin: kubectl netctl diagnose all.
 		a.vsctlCommand(),
 		a.appctlCommand(),
 		a.tcpdumpCommand(),
+		a.pingerCommand(),
 	)
 	return root
 }

@@ -120,7 +120,7 @@ type NodeAPIError struct {
 type NodeOps struct {
 	Node    string
 	Doctor  func(ctx context.Context) (report any, exitCode int, err error)
-	Pinger  func() any
+	Pinger  func(ctx context.Context) (any, error) // the local pinger pod's latest round
 	Pod     func(ctx context.Context, namespace, name string) (*PodPort, error)
 	Appctl  func(ctx context.Context, r AppctlRequest) (string, error)
 	OVSDB   func(ctx context.Context, r OVSDBRequest) (any, error) // {"output": text, "rows": [...]}
@@ -182,12 +182,17 @@ func (r *Reporter) NodeAPIHandler(ops NodeOps, auth Authorizer, log *slog.Logger
 		w.Header().Set("X-Doctor-Exit-Code", fmt.Sprint(code))
 		writeJSON(w, http.StatusOK, rep)
 	}))
-	mux.HandleFunc(PathPinger, guard(http.MethodGet, diag("get"), func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc(PathPinger, guard(http.MethodGet, diag("get"), func(w http.ResponseWriter, req *http.Request) {
 		if ops.Pinger == nil {
-			writeErr(w, http.StatusNotFound, errors.New("the pinger does not run on this node (--pinger-interval=0 or no Kubernetes)"))
+			writeErr(w, http.StatusNotFound, errors.New("no pinger on this node"))
 			return
 		}
-		writeJSON(w, http.StatusOK, ops.Pinger())
+		round, err := ops.Pinger(req.Context())
+		if err != nil {
+			writeErr(w, http.StatusNotFound, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, round)
 	}))
 	mux.HandleFunc(PathPod, guard(http.MethodGet, diag("get"), func(w http.ResponseWriter, req *http.Request) {
 		ns, name := req.URL.Query().Get("namespace"), req.URL.Query().Get("name")

@@ -248,6 +248,8 @@ func TestNetctlAgainstTheCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("pinger-tunnel-down", func(t *testing.T) { c.checkPinger(t) })
+
 	t.Run("diagnose-exhausted-subnet", func(t *testing.T) {
 		ctx := context.Background()
 		if _, err := c.cp.dc.Resource(subnetsGVR).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
@@ -427,5 +429,92 @@ func (c *cluster) checkNodeAPIAuth(t *testing.T) {
 	// The capture subresource is not part of that grant.
 	if code, _ := get(health.PathCapture+"?namespace=nt&pod=pa", tok); code != http.StatusForbidden {
 		t.Errorf("capture without nodes/capture: %d", code)
+	}
+}
+
+type pingerRound struct {
+	Node    string
+	Targets []struct {
+		Class, Target, Addr string
+		Sent, Lost          int
+	}
+}
+
+// checkPinger runs the pinger in two pods (one per node) as the
+// ovnhost-pinger DaemonSet would, reads its matrix through netctl diagnose
+// (node API, then the node's local pinger pod), and takes node-b's tunnel
+// link down: node-a's pinger reports the loss to node-b's pod.
+func (c *cluster) checkPinger(t *testing.T) {
+	c.ensureNamespace(t, "ovnhost", nil)
+	apiAddr := strings.TrimPrefix(c.cp.api.URL, "https://")
+	for i := range c.nodes {
+		p := c.addPod(t, i, "ovnhost", "pinger-"+c.names[i], map[string]string{"app": "ovnhost-pinger"}, nil)
+		proxyAPIInto(t, p.netns, apiAddr)
+		cmd := exec.Command("ip", "netns", "exec", p.netns, testenv.Binary(t, "netctl"), "--kubeconfig="+c.cp.api.Kubeconfig, "pinger",
+			"--node="+c.names[i], "--pods-namespace=ovnhost", "--interval=300ms", "--count=2", "--timeout=300ms", "--external=192.168.207.1")
+		var logb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &logb, &logb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			if t.Failed() {
+				t.Logf("pinger on %s:\n%s", c.names[i], logb.String())
+			}
+		})
+	}
+	// round returns node-a's latest round as diagnose shows it.
+	round := func() (pingerRound, string) {
+		out, _, _ := c.netctlIn(t, c.nodes[0], "diagnose", "node", "node-a", "-o", "json")
+		var d struct{ Pinger map[string]pingerRound }
+		_ = json.Unmarshal([]byte(out), &d)
+		return d.Pinger["node-a"], out
+	}
+	podLoss := func(r pingerRound) (sent, lost int) {
+		for _, x := range r.Targets {
+			if x.Class == "pod" && x.Target == "node-b" {
+				return x.Sent, x.Lost
+			}
+		}
+		return 0, 0
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	r, out := round()
+	for sent, lost := podLoss(r); sent == 0 || lost > 0; sent, lost = podLoss(r) {
+		if time.Now().After(deadline) {
+			t.Fatalf("node-a's pinger never reached node-b's pinger pod without loss:\n%s", out)
+		}
+		r, out = round()
+	}
+	classes := map[string]bool{}
+	for _, x := range r.Targets {
+		if x.Lost == 0 {
+			classes[x.Class] = true
+		}
+	}
+	for _, cl := range []string{"pod", "node", "external"} {
+		if !classes[cl] {
+			t.Errorf("no loss-free %s target in node-a's round:\n%s", cl, out)
+		}
+	}
+	// The tunnel link of node-b goes down.
+	run(t, "ip", "-n", c.nodes[1].ns, "link", "set", "ul0", "down")
+	defer run(t, "ip", "-n", c.nodes[1].ns, "link", "set", "ul0", "up")
+	deadline = time.Now().Add(30 * time.Second)
+	for sent, lost := podLoss(r); sent == 0 || lost < sent; sent, lost = podLoss(r) {
+		if time.Now().After(deadline) {
+			t.Fatalf("node-a's pinger reports no loss to node-b with node-b's ul0 down:\n%s", out)
+		}
+		r, out = round()
+	}
+	fs, code, out := c.diagnose(t, c.nodes[0], "node", "node-a")
+	if code != 2 || !has(fs, "fail", "node/node-a", "pinger-pod", "probes to node-b") {
+		t.Errorf("diagnose node node-a does not report the pinger's loss: exit %d\n%s", code, out)
+	}
+	text, _, _ := c.netctlIn(t, c.nodes[0], "diagnose", "node", "node-a")
+	if !strings.Contains(text, "PINGER (latest round per node)") {
+		t.Errorf("diagnose prints no pinger matrix:\n%s", text)
 	}
 }

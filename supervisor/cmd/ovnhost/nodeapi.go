@@ -4,15 +4,19 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/ovnhost/ovnhost/internal/annotations"
 	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 	"github.com/ovnhost/ovnhost/netctl/doctor"
 	"github.com/ovnhost/ovnhost/supervisor/config"
@@ -59,7 +63,8 @@ func startNodeAPI(ctx context.Context, cfg *config.Config, nc *nodeconfig.NodeCo
 			}
 			return 0
 		}}
-	wiring := health.NodeOps{Node: nc.Name, Appctl: ops.Appctl, OVSDB: ops.OVSDB, Pod: ops.Pod, Trace: ops.Trace, Capture: ops.Capture, Pinger: extra.pinger,
+	wiring := health.NodeOps{Node: nc.Name, Appctl: ops.Appctl, OVSDB: ops.OVSDB, Pod: ops.Pod, Trace: ops.Trace, Capture: ops.Capture,
+		Pinger: func(ctx context.Context) (any, error) { return localPinger(ctx, kc, nc.Name) },
 		Doctor: func(ctx context.Context) (any, int, error) {
 			r := doctor.Run(ctx, cfg, doctor.Options{})
 			return r, r.ExitCode(), nil
@@ -96,9 +101,56 @@ func startNodeAPI(ctx context.Context, cfg *config.Config, nc *nodeconfig.NodeCo
 	return func() { cancel(); _ = srv.Close() }, nil
 }
 
-// nodeAPIExtras are optional providers wired elsewhere (the pinger).
-type nodeAPIExtras struct {
-	pinger func() any
+// nodeAPIExtras are optional providers wired elsewhere.
+type nodeAPIExtras struct{}
+
+// localPinger fetches the latest round of the pinger pod on this node (the
+// ovnhost-pinger DaemonSet, label app=ovnhost-pinger, any namespace) from
+// its /matrix on the pod network, which this node reaches through ovn0.
+func localPinger(ctx context.Context, kc kubernetes.Interface, node string) (any, error) {
+	pods, err := kc.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: "app=ovnhost-pinger", FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return nil, fmt.Errorf("listing the pinger pods of this node: %w", err)
+	}
+	var errs []string
+	for _, p := range pods.Items {
+		ip := p.Status.PodIP
+		if ip == "" {
+			ip, _, _ = strings.Cut(p.Annotations[annotations.IPAddress], ",")
+		}
+		if ip == "" {
+			continue
+		}
+		port := "8080"
+		for _, c := range p.Spec.Containers {
+			for _, cp := range c.Ports {
+				if cp.Name == "metrics" {
+					port = fmt.Sprint(cp.ContainerPort)
+				}
+			}
+		}
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		req, _ := http.NewRequestWithContext(cctx, http.MethodGet, "http://"+net.JoinHostPort(ip, port)+"/matrix", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			cancel()
+			errs = append(errs, p.Name+": "+err.Error())
+			continue
+		}
+		var round json.RawMessage
+		err = json.NewDecoder(resp.Body).Decode(&round)
+		resp.Body.Close()
+		cancel()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			errs = append(errs, fmt.Sprintf("%s: %s %v", p.Name, resp.Status, err))
+			continue
+		}
+		return round, nil
+	}
+	if len(errs) == 0 {
+		return nil, errors.New("no ovnhost-pinger pod runs on this node")
+	}
+	return nil, errors.New(strings.Join(errs, "; "))
 }
 
 // publishNodeAPI writes the API's address and certificate fingerprint on
