@@ -138,7 +138,7 @@ func dnsProbe(ctx context.Context, server, name string, timeout time.Duration) (
 func dnsQuery(id uint16, name string) ([]byte, error) {
 	b := make([]byte, 12, 64)
 	binary.BigEndian.PutUint16(b[0:], id)
-	b[2] = 0x01                         // RD
+	b[2] = 0x01                          // RD
 	binary.BigEndian.PutUint16(b[4:], 1) // QDCOUNT
 	for _, label := range strings.Split(strings.TrimSuffix(name, "."), ".") {
 		if label == "" || len(label) > 63 {
