@@ -59,3 +59,17 @@ func TestParseOFProtoTraceTakesTheLastVerdict(t *testing.T) {
 		t.Fatal(got)
 	}
 }
+
+func TestParseMemoryAndCoverage(t *testing.T) {
+	m := ParseMemoryShow("handlers:1 idl-cells-Open_vSwitch:382 ports:5 revalidators:1 rules:16 udpif keys:3\n")
+	if m["handlers"] != 1 || m["idl-cells-Open_vSwitch"] != 382 || m["udpif_keys"] != 3 || len(m) != 6 {
+		t.Fatal(m)
+	}
+	c := ParseCoverageShow("Event coverage, avg rate over last: 5 seconds, last minute, last hour,  hash=5bbd9d08:\n" +
+		"bridge_reconfigure         0.0/sec     0.000/sec        0.0083/sec   total: 30\n" +
+		"ofproto_flush              0.0/sec     0.000/sec        0.0000/sec   total: 1\n" +
+		"122 events never hit\n")
+	if c["bridge_reconfigure"] != 30 || c["ofproto_flush"] != 1 || len(c) != 2 {
+		t.Fatal(c)
+	}
+}

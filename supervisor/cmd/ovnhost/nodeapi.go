@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -54,15 +55,7 @@ func startNodeAPI(ctx context.Context, cfg *config.Config, nc *nodeconfig.NodeCo
 	if err != nil {
 		return noop, err
 	}
-	ops := &nodeapi.Ops{Config: nc, SSLKey: cfg.SSLKey, SSLCert: cfg.SSLCert, SSLCACert: cfg.SSLCACert, Log: log.With("component", "node-api"),
-		ControllerPid: func() int {
-			for _, c := range h.Children() {
-				if c.Name == "ovn-controller" {
-					return c.Pid
-				}
-			}
-			return 0
-		}}
+	ops := newOps(cfg, nc, h, log)
 	wiring := health.NodeOps{Node: nc.Name, Appctl: ops.Appctl, OVSDB: ops.OVSDB, Pod: ops.Pod, Trace: ops.Trace, Capture: ops.Capture,
 		Pinger: func(ctx context.Context) (any, error) { return localPinger(ctx, kc, nc.Name) },
 		Doctor: func(ctx context.Context) (any, int, error) {
@@ -99,6 +92,30 @@ func startNodeAPI(ctx context.Context, cfg *config.Config, nc *nodeconfig.NodeCo
 	actx, cancel := context.WithCancel(ctx)
 	go publishNodeAPI(actx, kc, nc.Name, advertise, cert.Fingerprint, log)
 	return func() { cancel(); _ = srv.Close() }, nil
+}
+
+func newOps(cfg *config.Config, nc *nodeconfig.NodeConfig, h *health.Reporter, log *slog.Logger) *nodeapi.Ops {
+	return &nodeapi.Ops{Config: nc, SSLKey: cfg.SSLKey, SSLCert: cfg.SSLCert, SSLCACert: cfg.SSLCACert, Log: log.With("component", "node-api"),
+		ControllerPid: func() int {
+			for _, c := range h.Children() {
+				if c.Name == "ovn-controller" {
+					return c.Pid
+				}
+			}
+			return 0
+		}}
+}
+
+// registerOVSMetrics adds the OVS/OVN internals (memory, coverage, database
+// sizes, active gateways) to the node's metrics, read at each scrape.
+func registerOVSMetrics(cfg *config.Config, nc *nodeconfig.NodeConfig, h *health.Reporter, log *slog.Logger) {
+	h.Registry().MustRegister(&nodeapi.Collector{Ops: newOps(cfg, nc, h, log), SystemID: func() string {
+		raw, err := os.ReadFile(nc.Layout.SystemIDFile)
+		if err != nil {
+			return ""
+		}
+		return strings.TrimSpace(string(raw))
+	}})
 }
 
 // nodeAPIExtras are optional providers wired elsewhere.
