@@ -78,7 +78,9 @@ type journalHandler struct {
 	pw    *prefixWriter
 }
 
-func (h journalHandler) Enabled(ctx context.Context, l slog.Level) bool { return h.inner.Enabled(ctx, l) }
+func (h journalHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.inner.Enabled(ctx, l)
+}
 
 func (h journalHandler) Handle(ctx context.Context, r slog.Record) error {
 	h.pw.mu.Lock()

@@ -48,4 +48,6 @@ func TestUnderJournalMatchesTheStream(t *testing.T) {
 	}
 }
 
-func fmtStream(dev, ino uint64) string { return strconv.FormatUint(dev, 10) + ":" + strconv.FormatUint(ino, 10) }
+func fmtStream(dev, ino uint64) string {
+	return strconv.FormatUint(dev, 10) + ":" + strconv.FormatUint(ino, 10)
+}
