@@ -24,6 +24,7 @@ import (
 
 	"github.com/ovnhost/ovnhost/internal/annotations"
 	"github.com/ovnhost/ovnhost/supervisor/health"
+	"github.com/ovnhost/ovnhost/tests/harness/promcheck"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
@@ -425,6 +426,25 @@ func (c *cluster) checkNodeAPIAuth(t *testing.T) {
 	}
 	if code != http.StatusOK || !strings.Contains(body, "ovnhost_child_up") {
 		t.Errorf("granted token on /metrics: %d %.200s", code, body)
+	}
+	// Every family a live node serves is one the source scan finds, so the
+	// dashboard check (tests/monitoring) sees all of them; and the OVS/OVN
+	// internals are there.
+	defined, err := promcheck.DefinedNames(testenv.RepoRoot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(body, "\n") {
+		name, _, _ := strings.Cut(strings.TrimPrefix(l, "# TYPE "), " ")
+		if strings.HasPrefix(l, "# TYPE ovnhost_") && !defined[name] {
+			t.Errorf("the node serves %s, which tests/harness/promcheck does not find in the sources", name)
+		}
+	}
+	for _, want := range []string{`ovnhost_ovs_memory_items{daemon="ovs-vswitchd",item="rules"}`, `ovnhost_ovs_coverage_total{daemon="ovn-controller"`,
+		`ovnhost_ovsdb_file_bytes{db="conf.db"}`, `ovnhost_cni_request_duration_seconds_count{command="ADD"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("node metrics lack %s", want)
+		}
 	}
 	// The capture subresource is not part of that grant.
 	if code, _ := get(health.PathCapture+"?namespace=nt&pod=pa", tok); code != http.StatusForbidden {
