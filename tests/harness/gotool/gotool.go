@@ -26,17 +26,17 @@ var (
 )
 
 // Install returns the path of program name (the last element of pkg),
-// building pkg@version on first use. It fails under OVNHOST_TEST_STRICT,
-// else skips, when the build is impossible.
-func Install(t testing.TB, pkg, version string) string {
+// building pkg@version (with the build tags, if any) on first use. It
+// fails under OVNHOST_TEST_STRICT, else skips, when the build is impossible.
+func Install(t testing.TB, pkg, version string, tags ...string) string {
 	t.Helper()
 	mu.Lock()
 	defer mu.Unlock()
-	key := pkg + "@" + version
+	key := pkg + "@" + version + " " + strings.Join(tags, ",")
 	if p, ok := built[key]; ok {
 		return p
 	}
-	p, err := install(pkg, version)
+	p, err := install(pkg, version, tags)
 	if err != nil {
 		if testenv.Strict() {
 			t.Fatalf("building %s: %v", key, err)
@@ -57,9 +57,13 @@ func cacheRoot() string {
 	return "/var/cache/ovnhost"
 }
 
-func install(pkg, version string) (string, error) {
+func install(pkg, version string, tags []string) (string, error) {
 	name := filepath.Base(pkg)
-	dir := filepath.Join(cacheRoot(), fmt.Sprintf("%s-%s-%s-%s-%s", name, version, runtime.Version(), runtime.GOOS, runtime.GOARCH))
+	variant := version
+	if len(tags) > 0 {
+		variant += "-" + strings.Join(tags, "-")
+	}
+	dir := filepath.Join(cacheRoot(), fmt.Sprintf("%s-%s-%s-%s-%s", name, variant, runtime.Version(), runtime.GOOS, runtime.GOARCH))
 	bin := filepath.Join(dir, name)
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
@@ -85,7 +89,11 @@ func install(pkg, version string) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
-	cmd := exec.Command(goBin, "install", "-trimpath", pkg+"@"+version)
+	args := []string{"install", "-trimpath"}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.Command(goBin, append(args, pkg+"@"+version)...)
 	cmd.Dir = os.TempDir() // outside any module
 	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false", "GOWORK=off")
 	if out, err := cmd.CombinedOutput(); err != nil {
