@@ -110,6 +110,8 @@ type Controller struct {
 	notApplied map[string]string
 	// gateways: centralized subnet -> its GatewayReady condition.
 	gateways map[string]*kubeovnv1.Condition
+	// gwRank: centralized subnet -> the HA group order last programmed.
+	gwRank map[string]gatewayRanking
 
 	ready atomic.Bool
 	m     *metrics
@@ -147,7 +149,7 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 	}
 	c := &Controller{cfg: cfg, log: cfg.Logger, kc: kc, dc: dc, net: ovnnet.New(nb, ovnnet.Config{ServiceCIDRs: cfg.ServiceCIDRs}),
 		valid: map[string]*kubeovnv1.Subnet{}, problems: map[string]*kubeovnv1.Problem{}, waiting: map[string]map[string]ipam.Kind{},
-		notApplied: map[string]string{}, gateways: map[string]*kubeovnv1.Condition{}}
+		notApplied: map[string]string{}, gateways: map[string]*kubeovnv1.Condition{}, gwRank: map[string]gatewayRanking{}}
 	c.m = newMetrics(cfg.Registry, nb)
 	rl := func() workqueue.TypedRateLimiter[string] {
 		return workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second)
@@ -219,8 +221,14 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 	if _, err := c.subnetInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: enqueue(c.subnetQ),
 		UpdateFunc: func(o, n any) {
-			// Status writes come back as updates: only spec changes matter.
-			if o.(*unstructured.Unstructured).GetGeneration() != n.(*unstructured.Unstructured).GetGeneration() {
+			// Status writes come back as updates: only spec changes matter,
+			// and for centralized gateways which node is active and whether
+			// traffic should go back to the first (the ranking follows them).
+			ou, nu := o.(*unstructured.Unstructured), n.(*unstructured.Unstructured)
+			oa, _, _ := unstructured.NestedString(ou.Object, "status", "activateGateway")
+			na, _, _ := unstructured.NestedString(nu.Object, "status", "activateGateway")
+			if ou.GetGeneration() != nu.GetGeneration() || oa != na ||
+				ou.GetAnnotations()[ovnnet.GatewayFailbackAnnotation] != nu.GetAnnotations()[ovnnet.GatewayFailbackAnnotation] {
 				enqueue(c.subnetQ)(n)
 			}
 		},
@@ -244,6 +252,12 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 		}
 		c.addons = append(c.addons, a)
 	}
+	// EIP/SNAT (ovn-external-gw-config): idle while the ConfigMap is absent.
+	ext, err := newExternalGateway(c)
+	if err != nil {
+		return nil, fmt.Errorf("kube: external gateway: %w", err)
+	}
+	c.addons = append(c.addons, ext)
 	return c, nil
 }
 
@@ -814,6 +828,7 @@ func (c *Controller) syncSubnet(ctx context.Context, name string) error {
 		delete(c.problems, name)
 		delete(c.notApplied, name)
 		delete(c.gateways, name)
+		delete(c.gwRank, name)
 		c.mu.Unlock()
 		if err := c.removeGateway(ctx, name, nil); err != nil {
 			return err

@@ -125,7 +125,7 @@ func Run(ctx context.Context, o Options) error {
 		defer srv.Close()
 	}
 	tNB := time.Now()
-	nb, err := ovnnb.Connect(ctx, ovnnb.Options{Endpoints: o.NBEndpoints, Logger: o.Logger, TLS: o.NBTLS})
+	nb, err := ovnnb.Connect(ctx, ovnnb.Options{Endpoints: o.NBEndpoints, Logger: o.Logger, TLS: o.NBTLS, PortGroups: o.Config.EnableNP})
 	if err != nil {
 		return err
 	}
