@@ -13,7 +13,7 @@ import (
 )
 
 // Usage is the help of `netctl doctor`.
-const Usage = `usage: netctl doctor [--output table|json] [--timeout 3s] [ovnhost run settings...]
+const Usage = `usage: netctl doctor [-o|--output table|wide|json|yaml] [--timeout 3s] [ovnhost run settings...]
 
 Checks this node for the problems that break OVS/OVN networking, without
 changing anything: kernel datapath, capabilities and file capabilities,
@@ -61,8 +61,10 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 			return 2
 		}
 	}
-	if output != "table" && output != "json" {
-		fmt.Fprintf(stderr, "netctl doctor: --output %q: use table or json\n", output)
+	switch output {
+	case "table", "wide", "json", "yaml":
+	default:
+		fmt.Fprintf(stderr, "netctl doctor: --output %q: use table, wide, json or yaml\n", output)
 		return 2
 	}
 	cfg, err := config.Load(rest, environ, stderr)
@@ -74,9 +76,12 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 		return 2
 	}
 	r := Run(ctx, cfg, Options{Timeout: timeout})
-	if output == "json" {
+	switch output {
+	case "json":
 		err = r.WriteJSON(stdout)
-	} else {
+	case "yaml":
+		err = r.WriteYAML(stdout)
+	default:
 		err = r.WriteTable(stdout)
 	}
 	if err != nil {

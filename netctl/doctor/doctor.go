@@ -33,6 +33,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/ovnhost/ovnhost/cni/cniconf"
 	"github.com/ovnhost/ovnhost/internal/layout"
 	"github.com/ovnhost/ovnhost/internal/version"
@@ -141,6 +143,20 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
+}
+
+// WriteYAML prints the report as YAML (the JSON field names).
+func (r *Report) WriteYAML(w io.Writer) error {
+	raw, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	y, err := yaml.JSONToYAML(raw)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(y)
+	return err
 }
 
 func dash(s string) string {

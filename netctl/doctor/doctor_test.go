@@ -518,7 +518,7 @@ func TestDoctorNeverLoadsModules(t *testing.T) {
 func TestMainOutputAndExit(t *testing.T) {
 	// Main uses the real host; only argument handling is checked here.
 	var out, errb bytes.Buffer
-	if code := Main(context.Background(), []string{"--output", "yaml"}, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), "use table or json") {
+	if code := Main(context.Background(), []string{"--output", "xml"}, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), "use table, wide, json or yaml") {
 		t.Fatal(code, errb.String())
 	}
 	errb.Reset()

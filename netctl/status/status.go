@@ -14,12 +14,14 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/ovnhost/ovnhost/supervisor/config"
 	"github.com/ovnhost/ovnhost/supervisor/health"
 )
 
 // Usage is the help of `netctl status`.
-const Usage = `usage: netctl status [--output table|json] [--timeout 3s] [ovnhost run settings...]
+const Usage = `usage: netctl status [-o|--output table|wide|json|yaml] [--timeout 3s] [ovnhost run settings...]
 
 Asks the node daemon on this node (its --health-addr, 127.0.0.1:10665 by
 default) for the state of ovsdb-server, ovs-vswitchd, ovn-controller (and the
@@ -59,8 +61,10 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 		}
 		rest = append(rest, a)
 	}
-	if output != "table" && output != "json" {
-		fmt.Fprintf(stderr, "netctl status: --output %q: use table or json\n", output)
+	switch output {
+	case "table", "wide", "json", "yaml":
+	default:
+		fmt.Fprintf(stderr, "netctl status: --output %q: use table, wide, json or yaml\n", output)
 		return 2
 	}
 	cfg, err := config.Load(rest, environ, io.Discard)
@@ -77,11 +81,16 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 		fmt.Fprintf(stderr, "netctl status: %v\n", err)
 		return 2
 	}
-	if output == "json" {
+	switch output {
+	case "json":
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(snap)
-	} else {
+	case "yaml":
+		raw, _ := json.Marshal(snap)
+		y, _ := yaml.JSONToYAML(raw)
+		_, _ = stdout.Write(y)
+	default:
 		Write(stdout, snap)
 	}
 	if !snap.Ready {

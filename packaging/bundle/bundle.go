@@ -50,6 +50,10 @@ var OVSPrograms = []Program{
 // OVNHostPrograms are this project's static programs, from `make build`.
 var OVNHostPrograms = []string{"ovnhost", "ovnhost-cni", "ovnhost-controller", "netctl"}
 
+// ProgramLinks are other names of a program in /usr/bin: netctl is also
+// the kubectl plugin (kubectl netctl) and its completion helper.
+var ProgramLinks = map[string]string{"kubectl-netctl": "netctl", "kubectl_complete-netctl": "netctl"}
+
 // Schemas are copied from the host to the same path in the bundle; they are
 // the defaults of --ovs-schema and --ovn-schema-dir.
 var Schemas = []string{
@@ -122,6 +126,11 @@ func Build(o Options) (*Manifest, error) {
 			return nil, err
 		}
 		m.Programs = append(m.Programs, dst)
+	}
+	for link, target := range ProgramLinks {
+		if err := b.symlink(filepath.Join("/usr/bin", link), target); err != nil {
+			return nil, err
+		}
 	}
 
 	var hostProgs []string

@@ -76,10 +76,15 @@ type Config struct {
 	Paths    layout.Paths
 	RunOwner Owner // owner of the runtime dirs recreated on every start
 
-	HealthAddr   string
-	KeepDatapath bool
-	StartTimeout time.Duration
-	StopTimeout  time.Duration
+	HealthAddr string
+	// NodeAPIAddr serves the authenticated node API (TLS, TokenReview and
+	// SubjectAccessReview) in Kubernetes mode; "" disables it. NodeAPICert
+	// and NodeAPIKey name its serving certificate (default: self-signed,
+	// pinned by netctl through a Node annotation).
+	NodeAPIAddr, NodeAPICert, NodeAPIKey string
+	KeepDatapath                         bool
+	StartTimeout                         time.Duration
+	StopTimeout                          time.Duration
 
 	OVSSchema string // vswitch.ovsschema of the installed OVS
 	OVNSchema string // directory holding ovn-nb/ovn-sb.ovsschema
@@ -198,6 +203,9 @@ func (c *Config) finish() Errors {
 				errs = append(errs, &Error{Key: f.key, Reason: "required when ENABLE_SSL is true", Fix: "mount the OVN certificates and point " + f.key + " at them"})
 			}
 		}
+	}
+	if (c.NodeAPICert == "") != (c.NodeAPIKey == "") {
+		errs = append(errs, &Error{Key: "node-api-cert", Reason: "--node-api-cert and --node-api-key go together", Fix: "give both, or neither for a self-signed certificate"})
 	}
 	errs = append(errs, c.finishCentral()...)
 	if c.TunnelType == "stt" && c.Datapath == nodeconfig.ChooseUserspace {

@@ -264,6 +264,21 @@ func baseSettings() []setting {
 				c.HealthAddr = v
 				return nil
 			}},
+		{Name: "node-api-addr", Env: nil, Default: ":10666", Help: "address of the authenticated node API (HTTPS; bearer tokens checked with TokenReview and SubjectAccessReview) for netctl diagnose/trace/tcpdump and Prometheus /metrics; Kubernetes mode only; empty disables",
+			Set: func(c *Config, v string) error {
+				v = strings.TrimSpace(v)
+				if v != "" {
+					if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
+						return bad("not a host:port address", "use e.g. :10666, or an empty value to disable")
+					}
+				}
+				c.NodeAPIAddr = v
+				return nil
+			}},
+		{Name: "node-api-cert", Env: nil, Help: "PEM serving certificate of the node API (default: a self-signed one made at start, whose SHA-256 netctl pins from the Node annotation ovnhost.io/node-api-cert-sha256)",
+			Set: func(c *Config, v string) error { return optAbsPath(&c.NodeAPICert)(c, v) }},
+		{Name: "node-api-key", Env: nil, Help: "PEM private key of --node-api-cert",
+			Set: func(c *Config, v string) error { return optAbsPath(&c.NodeAPIKey)(c, v) }},
 		{Name: "keep-datapath", Bool: true, Env: nil, Default: "false", Help: "on stop, leave the datapath and its ports in place (for an upgrade)", Set: func(c *Config, v string) error { return parseBool(&c.KeepDatapath)(c, v) }},
 		{Name: "start-timeout", Env: nil, Default: "60s", Help: "deadline for each readiness gate",
 			Set: func(c *Config, v string) error {

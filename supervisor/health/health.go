@@ -367,12 +367,16 @@ func (r *Reporter) Handler() http.Handler {
 			WriteCentral(w, r.centralStatus())
 		}
 	})
-	mux.Handle("/metrics", promhttp.HandlerFor(r.registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", r.metricsHandler())
 	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(r.Snapshot())
 	})
 	return mux
+}
+
+func (r *Reporter) metricsHandler() http.Handler {
+	return promhttp.HandlerFor(r.registry, promhttp.HandlerOpts{})
 }
 
 // Snapshot is the node's state for `netctl status` (GET /status).

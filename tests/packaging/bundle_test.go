@@ -56,6 +56,13 @@ func TestBundleProgramsRunChrooted(t *testing.T) {
 			t.Errorf("%s --version complains inside the bundle: %q", p, out)
 		}
 	}
+	// kubectl finds the plugin by its name; it answers as "kubectl netctl".
+	for link := range bundle.ProgramLinks {
+		out, err := runChrooted(t, dir, "/usr/bin/"+link, "--help")
+		if err != nil || !strings.Contains(out, "kubectl netctl") {
+			t.Errorf("chroot %s /usr/bin/%s --help: %v\n%s", dir, link, err, out)
+		}
+	}
 }
 
 // TestBundleMissingLibraryFails shows the chroot test can fail: the same

@@ -113,6 +113,15 @@ func TestManifestsServerDryRun(t *testing.T) {
 		{"ovnhost-node", "update", "subnets.kubeovn.io", nil, false},
 		{"ovnhost-node", "get", "secrets", []string{"-A"}, false},
 		{"ovnhost-node", "create", "leases.coordination.k8s.io", []string{"-n", "ovnhost"}, false},
+		// The node API asks the API server about its callers.
+		{"ovnhost-node", "create", "tokenreviews.authentication.k8s.io", nil, true},
+		{"ovnhost-node", "create", "subjectaccessreviews.authorization.k8s.io", nil, true},
+		{"ovnhost-node", "get", "configmaps/extension-apiserver-authentication", []string{"-n", "kube-system"}, true},
+		{"ovnhost-node", "get", "configmaps", []string{"-n", "ovnhost"}, false},
+		{"ovnhost-pinger", "list", "pods", []string{"-n", "ovnhost"}, true},
+		{"ovnhost-pinger", "list", "pods", []string{"-n", "default"}, false},
+		{"ovnhost-pinger", "list", "nodes", nil, true},
+		{"ovnhost-pinger", "patch", "nodes", nil, false},
 		{"ovnhost-controller", "patch", "pods", nil, true},
 		{"ovnhost-controller", "delete", "pods", nil, false},
 		{"ovnhost-controller", "create", "pods", nil, false},
@@ -214,6 +223,13 @@ func checkOwnNodePolicy(t *testing.T, srv *kubeapi.Server) {
 			if err := patch("node-a", `{"metadata":{"annotations":{"ovn.kubernetes.io/`+key+`":"x"}}}`); err == nil {
 				t.Errorf("%s: ovnhost-node may write the controller's node annotation ovn.kubernetes.io/%s", c.how, key)
 			}
+		}
+		// The node API's address and certificate pin (netctl reads them).
+		if err := patch("node-a", `{"metadata":{"annotations":{"ovnhost.io/node-api-address":"10.0.0.1:10666","ovnhost.io/node-api-cert-sha256":"ab"}}}`); err != nil {
+			t.Errorf("%s: ovnhost-node may not publish its node API: %v", c.how, err)
+		}
+		if err := patch("node-a", `{"metadata":{"annotations":{"ovnhost.io/other":"y"}}}`); err == nil {
+			t.Errorf("%s: ovnhost-node may write ovnhost.io/ annotations other than node-api-*", c.how)
 		}
 		if err := patch("node-a", `{"spec":{"unschedulable":true}}`); err == nil {
 			t.Errorf("%s: ovnhost-node may change its node's spec", c.how)

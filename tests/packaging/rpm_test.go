@@ -145,6 +145,8 @@ var rpmFiles = map[string]fs.FileMode{
 	"/usr/bin/ovnhost":                                0o755,
 	"/usr/bin/ovnhost-cni":                            0o755,
 	"/usr/bin/netctl":                                 0o755,
+	"/usr/bin/kubectl-netctl":                         fs.ModeSymlink | 0o777,
+	"/usr/bin/kubectl_complete-netctl":                fs.ModeSymlink | 0o777,
 	"/usr/lib/systemd/system/ovnhost.service":         0o644,
 	"/etc/sysconfig/ovnhost":                          0o644,
 	"/usr/lib/modules-load.d/ovnhost.conf":            0o644,

@@ -73,7 +73,8 @@ func main() {
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
 	flag.Parse()
-	if showVersion {
+	// `ovnhost-controller version`, as every program of the project has.
+	if showVersion || flag.Arg(0) == "version" {
 		fmt.Println("ovnhost-controller", version.Version)
 		return
 	}

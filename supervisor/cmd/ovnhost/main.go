@@ -150,10 +150,17 @@ func envMap(environ []string) map[string]string {
 func newLogger(cfg *config.Config, level *slog.LevelVar, w io.Writer) *slog.Logger {
 	_ = level.UnmarshalText([]byte(cfg.LogLevel))
 	opts := &slog.HandlerOptions{Level: level}
-	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+	mk := func(w io.Writer) slog.Handler {
+		if cfg.LogFormat == "json" {
+			return slog.NewJSONHandler(w, opts)
+		}
+		return slog.NewTextHandler(w, opts)
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	// Under systemd each line carries its journald priority.
+	if f, ok := w.(*os.File); ok && health.UnderJournal(f, os.Getenv("JOURNAL_STREAM")) {
+		return slog.New(health.JournalHandler(w, mk))
+	}
+	return slog.New(mk(w))
 }
 
 func runNode(ctx context.Context, cfg *config.Config, nc *nodeconfig.NodeConfig, tlsFiles *ovsdbconn.TLSFiles, log *slog.Logger, environ []string) int {
@@ -174,6 +181,13 @@ func runNode(ctx context.Context, cfg *config.Config, nc *nodeconfig.NodeConfig,
 	wctx, wcancel := context.WithCancel(context.Background())
 	defer wcancel()
 	go h.RunWatchdog(wctx)
+	registerOVSMetrics(cfg, nc, h, log)
+	stopAPI, err := startNodeAPI(wctx, cfg, nc, h, nodeAPIExtras{}, log)
+	if err != nil {
+		log.Error("node API", "addr", cfg.NodeAPIAddr, "err", err, "fix", "free the port, fix --node-api-cert/--node-api-key, or set --node-api-addr= to disable it")
+		return exitFailure
+	}
+	defer stopAPI()
 
 	n, err := node.New(cfg, nc, node.Options{Log: log, Health: h, TLS: tlsFiles, ExplainExec: preflight.ExplainExec})
 	if err != nil {

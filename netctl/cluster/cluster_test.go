@@ -1,0 +1,108 @@
+package cluster
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ovnhost/ovnhost/internal/annotations"
+)
+
+func node(name, chassis string) corev1.Node {
+	n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{}}}
+	if chassis != "" {
+		n.Annotations[annotations.Chassis] = chassis
+	}
+	return n
+}
+
+func find(fs []Finding, sev Severity, check, sub string) bool {
+	for _, f := range fs {
+		if f.Severity == sev && f.Check == check && strings.Contains(f.Found, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestChassisChecks(t *testing.T) {
+	nodes := []corev1.Node{node("a", "c1"), node("b", "c1"), node("c", "c3"), node("d", "")}
+	sb := []SBChassis{{Name: "c1", Hostname: "a", EncapIPs: []string{"10.0.0.1"}}, {Name: "c9", Hostname: "old", EncapIPs: []string{"10.0.0.1"}}}
+	fs := ChassisChecks(nodes, sb, true)
+	for _, want := range []struct {
+		sev        Severity
+		check, sub string
+	}{
+		{Fail, "duplicate-chassis", "nodes a, b share chassis c1"},
+		{Fail, "chassis", "chassis c3 is not in the southbound database"},
+		{Warn, "chassis", "announces no chassis"},
+		{Warn, "stale-chassis", "SB chassis c9"},
+		{Fail, "duplicate-encap-ip", "chassis c1, c9 share encap IP 10.0.0.1"},
+		{Pass, "chassis", "chassis c1 in SB"},
+	} {
+		if !find(fs, want.sev, want.check, want.sub) {
+			t.Errorf("no %s %s %q in %+v", want.sev, want.check, want.sub, fs)
+		}
+	}
+	// Without SB only the annotations are compared.
+	if fs := ChassisChecks(nodes[:1], nil, false); len(fs) != 0 {
+		t.Errorf("%+v", fs)
+	}
+}
+
+func TestSubnetChecks(t *testing.T) {
+	fs := SubnetChecks([]*SubnetInfo{
+		{Name: "full", CIDR: "10.1.0.0/30", Used: 1, Available: 0, Usage: 100},
+		{Name: "busy", CIDR: "10.2.0.0/24", Used: 240, Available: 13, Usage: 94.9},
+		{Name: "ok", CIDR: "10.3.0.0/16", Used: 3, Available: 65530, Usage: 0.01},
+	})
+	if !find(fs, Fail, "subnet-usage", "10.1.0.0/30 exhausted") || !find(fs, Warn, "subnet-usage", "95% used") || !find(fs, Pass, "subnet-usage", "10.3.0.0/16") {
+		t.Fatalf("%+v", fs)
+	}
+	Sort(fs)
+	if fs[0].Severity != Fail || fs[len(fs)-1].Severity != Pass || ExitCode(fs) != 2 {
+		t.Fatalf("not worst first: %+v", fs)
+	}
+}
+
+func TestUnaddressedPodsQuoteTheControllersReason(t *testing.T) {
+	now := time.Now()
+	old := metav1.NewTime(now.Add(-time.Minute))
+	pods := []corev1.Pod{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "waits", CreationTimestamp: old}, Spec: corev1.PodSpec{NodeName: "a"}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "young", CreationTimestamp: metav1.NewTime(now)}, Spec: corev1.PodSpec{NodeName: "a"}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "host", CreationTimestamp: old}, Spec: corev1.PodSpec{NodeName: "a", HostNetwork: true}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "done", CreationTimestamp: old, Annotations: map[string]string{annotations.Allocated: "true"}}, Spec: corev1.PodSpec{NodeName: "a"}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "silent", CreationTimestamp: old}, Spec: corev1.PodSpec{NodeName: "a"}},
+	}
+	ev := func(name, reason string, at time.Time) corev1.Event {
+		return corev1.Event{Type: corev1.EventTypeWarning, Reason: reason, Message: reason + " message", LastTimestamp: metav1.NewTime(at),
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "x", Name: name}}
+	}
+	events := LatestWarnings([]corev1.Event{ev("waits", "Old", now.Add(-time.Hour)), ev("waits", "SubnetExhausted", now.Add(-time.Second))})
+	fs := UnaddressedPods(pods, events, now, 10*time.Second)
+	if len(fs) != 2 || !find(fs, Fail, "pod-address", "SubnetExhausted: SubnetExhausted message") || !find(fs, Fail, "pod-address", "no event from the controller") {
+		t.Fatalf("%+v", fs)
+	}
+}
+
+func TestLeaderCheck(t *testing.T) {
+	now := time.Now()
+	holder, d := "ctrl-1", int32(15)
+	fresh := &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &d, RenewTime: &metav1.MicroTime{Time: now.Add(-2 * time.Second)}}}
+	stale := fresh.DeepCopy()
+	stale.Spec.RenewTime = &metav1.MicroTime{Time: now.Add(-time.Minute)}
+	if f := LeaderCheck(fresh, "ns/l", now); f.Severity != Pass {
+		t.Error(f)
+	}
+	if f := LeaderCheck(stale, "ns/l", now); f.Severity != Fail || !strings.Contains(f.Found, "stopped renewing") {
+		t.Error(f)
+	}
+	if f := LeaderCheck(nil, "ns/l", now); f.Severity != Warn {
+		t.Error(f)
+	}
+}
