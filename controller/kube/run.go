@@ -86,6 +86,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerClientMetrics(reg) // before any queue or client exists
 	o.Registry = reg
 	var ctlp atomic.Pointer[Controller]
 	ready := func() error {

@@ -69,7 +69,10 @@ func TestTwoReplicasLeaderElectionHealthAndMetrics(t *testing.T) {
 	})
 	_, metrics := get("http://" + a1 + "/metrics")
 	for _, m := range []string{"ovnhost_controller_pod_addresses_assigned_total 1", "ovnhost_controller_leader 1", "ovnhost_controller_nb_connected 1",
-		`ovnhost_controller_subnet_ips{family="ipv4",state="using",subnet="ovn-default"} 1`} {
+		`ovnhost_controller_subnet_ips{family="ipv4",state="using",subnet="ovn-default"} 1`,
+		// Work queues and API client, under Kubernetes' own metric names.
+		`workqueue_adds_total{name="pods"}`, `workqueue_depth{name="subnets"}`, `workqueue_work_duration_seconds_count{name="pods"}`,
+		`rest_client_requests_total{code="200",host=`, `rest_client_request_duration_seconds_count{host=`} {
 		if !strings.Contains(metrics, m) {
 			t.Fatalf("leader /metrics lacks %q", m)
 		}
