@@ -517,17 +517,35 @@ func (c *Controller) rebuild(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// nodeOfPortName is the node whose join port is (or would be) named port,
+// if that node exists: a pod port "node-<x>" equals node <x>'s. A pod that
+// holds the port already (it came first; the node took AltNodePortName)
+// keeps it: then "".
+func (c *Controller) nodeOfPortName(ctx context.Context, port, owner string) string {
+	rest, ok := strings.CutPrefix(port, "node-")
+	if !ok {
+		return ""
+	}
+	if _, err := c.nodes.Get(rest); err != nil {
+		return ""
+	}
+	if p, ok, err := c.net.NB.GetPort(ctx, port); err == nil && ok && ovnnb.OwnerOf(p.ExternalIDs) == owner {
+		return ""
+	}
+	return rest
+}
+
 func wantsAddress(p *corev1.Pod) bool {
 	return !p.Spec.HostNetwork && p.Spec.NodeName != "" && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
 
 // keepPort says whether a port's pod or node still exists.
 func (c *Controller) keepPort(p ovnnb.Port) bool {
-	if node := p.ExternalIDs[ovnnb.KeyNode]; node != "" {
+	owner := p.ExternalIDs[ovnnb.KeyPod]
+	if node := p.ExternalIDs[ovnnb.KeyNode]; node != "" && owner == "" {
 		_, err := c.nodes.Get(node)
 		return !apierrors.IsNotFound(err)
 	}
-	owner := p.ExternalIDs[ovnnb.KeyPod]
 	if owner == "" {
 		return true
 	}
@@ -637,6 +655,11 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 		}
 	}
 	req := ovnnet.PodRequest{Namespace: ns, Name: name, Subnet: c.subnetForPod(pod), IPs: ips, MAC: ann[annotations.MACAddress], Node: pod.Spec.NodeName}
+	if node := c.nodeOfPortName(ctx, ovnnet.PortName(ns, name), ovnnb.PodPortOwner(ns, name)); node != "" {
+		c.fail(pod, "", "PortNameCollision", fmt.Sprintf("the pod's logical switch port name %s is node %s's join port; rename the pod (no pod may be named node-<x> in a namespace that makes <x>.<namespace> a node name)",
+			ovnnet.PortName(ns, name), node))
+		return nil
+	}
 	c.mu.Lock()
 	prob := c.problems[req.Subnet]
 	c.mu.Unlock()
@@ -662,6 +685,10 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 		}
 		if errors.Is(err, ovnnb.ErrNoSwitch) {
 			c.fail(pod, req.Subnet, ipam.KindUnknownSubnet, err.Error())
+			return nil
+		}
+		if errors.Is(err, ovnnb.ErrNotOwner) {
+			c.fail(pod, "", "PortNameCollision", err.Error()+"; rename the pod")
 			return nil
 		}
 		return err
@@ -770,10 +797,19 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 		}
 		return err
 	}
+	port, err := c.net.NodePort(ctx, name)
+	if err != nil {
+		return err
+	}
+	if port != ovnnet.NodePortName(name) && node.Annotations[annotations.PortName] != port {
+		// Once, when the annotation moves to the other name.
+		c.recorder.Eventf(node, corev1.EventTypeWarning, "PortNameCollision",
+			"logical switch port %s belongs to a pod; this node's join port is %s (annotation %s)", ovnnet.NodePortName(name), port, annotations.PortName)
+	}
 	want := map[string]string{
 		annotations.Allocated: "true", annotations.IPAddress: a.IPString(), annotations.MACAddress: a.MAC,
 		annotations.CIDR: a.CIDR, annotations.Gateway: a.Gateway, annotations.LogicalSwitch: a.Subnet,
-		annotations.PortName: ovnnet.NodePortName(name),
+		annotations.PortName: port,
 	}
 	same := true
 	for k, v := range want {

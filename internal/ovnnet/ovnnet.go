@@ -43,7 +43,18 @@ const (
 func PortName(namespace, name string) string { return name + "." + namespace }
 
 // NodePortName is a node's port on the join switch: "node-<node>".
+//
+// A pod's port name "<pod>.<namespace>" can equal it (pod "node-w1.example"
+// in namespace "com" and node "w1.example.com"). Ports record their owner
+// (ovnnb.OwnerOf) and only the owner changes or deletes one; a node whose
+// name is taken gets AltNodePortName, which no pod port can equal, and
+// publishes it in its port_name annotation (the node side reads it there).
 func NodePortName(node string) string { return "node-" + node }
+
+// AltNodePortName is a node's port name when NodePortName(node) is held by a
+// pod's port: "node_<node>". Pod and namespace names cannot contain "_"
+// (DNS names), so no pod port takes it.
+func AltNodePortName(node string) string { return "node_" + node }
 
 // PodOwner is the IPAM owner key of a pod.
 func PodOwner(namespace, name string) string { return namespace + "/" + name }
@@ -200,11 +211,37 @@ func (n *Network) DeletePod(ctx context.Context, namespace, name string) error {
 			return err
 		}
 	}
-	if err := n.NB.DeletePort(ctx, PortName(namespace, name)); err != nil {
+	// A port of this name that belongs to a node (or another tool) is not ours: left alone.
+	if err := n.NB.DeletePort(ctx, PortName(namespace, name), ovnnb.PodPortOwner(namespace, name)); err != nil && !errors.Is(err, ovnnb.ErrNotOwner) {
 		return err
 	}
 	n.IPAM.Release(PodOwner(namespace, name))
 	return nil
+}
+
+// NodePort is the name of the port node owns, if any, else the name it
+// should take: NodePortName, or AltNodePortName when a pod holds that one.
+// After AddNode it is the node's port (for its port_name annotation).
+func (n *Network) NodePort(ctx context.Context, node string) (string, error) {
+	owner := ovnnb.NodePortOwner(node)
+	ports, err := n.NB.Ports(ctx, map[string]string{ovnnb.KeyNode: node})
+	if err != nil {
+		return "", err
+	}
+	for _, p := range ports {
+		if ovnnb.OwnerOf(p.ExternalIDs) == owner && (p.Name == NodePortName(node) || p.Name == AltNodePortName(node)) {
+			return p.Name, nil
+		}
+	}
+	name := NodePortName(node)
+	p, ok, err := n.NB.GetPort(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	if ok && ovnnb.OwnerOf(p.ExternalIDs) != owner {
+		return AltNodePortName(node), nil
+	}
+	return name, nil
 }
 
 // NodeRequest asks for a node's join port.
@@ -233,8 +270,12 @@ func (n *Network) AddNode(ctx context.Context, r NodeRequest) (ipam.Allocation, 
 	if err != nil {
 		return ipam.Allocation{}, err
 	}
-	if err := n.NB.EnsurePort(ctx, ovnnb.Port{Name: NodePortName(r.Name), Switch: n.cfg.JoinSubnet, MAC: a.MAC, IPs: a.IPs,
-		ExternalIDs: map[string]string{ovnnb.KeyNode: r.Name}, NoPortSecurity: true}); err != nil {
+	port, err := n.NodePort(ctx, r.Name)
+	if err == nil {
+		err = n.NB.EnsurePort(ctx, ovnnb.Port{Name: port, Switch: n.cfg.JoinSubnet, MAC: a.MAC, IPs: a.IPs,
+			ExternalIDs: map[string]string{ovnnb.KeyNode: r.Name}, NoPortSecurity: true})
+	}
+	if err != nil {
 		if !had {
 			n.IPAM.Release(owner)
 		}
@@ -294,8 +335,11 @@ func (n *Network) DeleteNode(ctx context.Context, name string) error {
 	if err := n.removeNodeEgress(ctx, name); err != nil {
 		return err
 	}
-	if err := n.NB.DeletePort(ctx, NodePortName(name)); err != nil {
-		return err
+	for _, port := range []string{NodePortName(name), AltNodePortName(name)} {
+		// Only the node's own port: a pod's port of the same name stays.
+		if err := n.NB.DeletePort(ctx, port, ovnnb.NodePortOwner(name)); err != nil && !errors.Is(err, ovnnb.ErrNotOwner) {
+			return err
+		}
 	}
 	n.IPAM.Release(NodeOwner(name))
 	return nil
@@ -324,7 +368,7 @@ func (n *Network) GarbageCollect(ctx context.Context, keep func(p ovnnb.Port) bo
 			if err := n.forgetPodEgress(ctx, p.IPs); err != nil {
 				return deleted, err
 			}
-			if err := n.NB.DeletePort(ctx, p.Name); err != nil {
+			if err := n.NB.DeletePort(ctx, p.Name, ovnnb.OwnerOf(p.ExternalIDs)); err != nil && !errors.Is(err, ovnnb.ErrNotOwner) {
 				return deleted, err
 			}
 			if owner := p.ExternalIDs[ovnnb.KeyPod]; owner != "" {
