@@ -447,7 +447,7 @@ func OwnerOf(ids map[string]string) string {
 
 // PodPortOwner and NodePortOwner are the OwnerOf values of a pod's and a node's port.
 func PodPortOwner(namespace, name string) string { return "pod:" + namespace + "/" + name }
-func NodePortOwner(node string) string            { return "node:" + node }
+func NodePortOwner(node string) string           { return "node:" + node }
 
 // EnsurePort creates or updates the port (addresses and port security set to
 // MAC + IPs) on its switch, moving it if it sits on another switch, in one
