@@ -30,6 +30,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -203,7 +204,8 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 		// A namespace now pointing at another subnet: pods still without an address try again.
 		UpdateFunc: func(o, n any) {
 			on, nn := o.(*corev1.Namespace), n.(*corev1.Namespace)
-			if on.Annotations[annotations.LogicalSwitch] == nn.Annotations[annotations.LogicalSwitch] {
+			// Labels too: Subnets may pick namespaces by namespaceSelectors.
+			if on.Annotations[annotations.LogicalSwitch] == nn.Annotations[annotations.LogicalSwitch] && maps2Equal(on.Labels, nn.Labels) {
 				return
 			}
 			pods, _ := c.pods.Pods(nn.Name).List(everything)
@@ -562,10 +564,12 @@ func (c *Controller) subnetForPod(p *corev1.Pod) string {
 	if s := p.Annotations[annotations.LogicalSwitch]; s != "" {
 		return s
 	}
+	var nsLabels labels.Set
 	if ns, err := c.nss.Get(p.Namespace); err == nil {
 		if s := ns.Annotations[annotations.LogicalSwitch]; s != "" {
 			return s
 		}
+		nsLabels = ns.Labels
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -579,6 +583,11 @@ func (c *Controller) subnetForPod(p *corev1.Pod) string {
 		s := c.valid[n]
 		if slices.Contains(s.Spec.Namespaces, p.Namespace) {
 			return n
+		}
+		for i := range s.Spec.NamespaceSelectors {
+			if sel, err := metav1.LabelSelectorAsSelector(&s.Spec.NamespaceSelectors[i]); err == nil && nsLabels != nil && sel.Matches(nsLabels) {
+				return n
+			}
 		}
 		// A user Subnet marked default wins over ovn-default (which the controller creates as default).
 		if s.Spec.Default && n != ovnnet.JoinSubnet && n != ovnnet.DefaultSubnet {
@@ -870,10 +879,15 @@ func (c *Controller) syncSubnet(ctx context.Context, name string) error {
 			prob = &kubeovnv1.Problem{Reason: "InvalidField", Message: ipamMessage(err)}
 		}
 	}
+	if prob == nil {
+		if err := c.net.SetIsolation(ctx, name, isolation(s)); err != nil {
+			return fmt.Errorf("subnet %s: isolation ACLs: %w", name, err)
+		}
+	}
 	notApplied := ""
 	var gw *kubeovnv1.Condition
 	if prob == nil {
-		notApplied = kubeovnv1.NotAppliedMessage(kubeovnv1.NotAppliedFields(s.Spec))
+		notApplied = kubeovnv1.NotAppliedMessage(kubeovnv1.NotAppliedFields(s.Spec, kubeovnv1.Settings{EnableLB: c.cfg.EnableLB}))
 		if gw, err = c.syncGateway(ctx, u, s, cfg); err != nil {
 			return err
 		}
@@ -912,6 +926,17 @@ func (c *Controller) syncSubnet(ctx context.Context, name string) error {
 	}
 	c.statusQ.Add(name)
 	return nil
+}
+
+// isolation is what a valid Subnet asks of its switch's ACLs (private,
+// allowSubnets, acls).
+func isolation(s *kubeovnv1.Subnet) ovnnet.Isolation {
+	iso := ovnnet.Isolation{Private: s.Spec.Private}
+	iso.AllowSubnets, _ = ovnnet.ParseAllowSubnets(s.Name, s.Spec.AllowSubnets) // checked by Validate
+	for _, a := range s.Spec.Acls {
+		iso.ACLs = append(iso.ACLs, ovnnb.ACL{Direction: a.Direction, Priority: a.Priority, Match: a.Match, Action: a.Action})
+	}
+	return iso
 }
 
 // subnetRef is the event's object (Subnets are cluster-scoped: their events

@@ -112,7 +112,7 @@ func Connect(ctx context.Context, o Options) (*Client, error) {
 	lsp := &nbdb.LogicalSwitchPort{}
 	conn, err := ovsdbconn.Dial(ctx, dbm, o.Endpoints, ovsdbconn.Options{
 		Monitor: []client.MonitorOption{
-			client.WithTable(ls, &ls.Name, &ls.ExternalIDs, &ls.OtherConfig, &ls.LoadBalancerGroup),
+			client.WithTable(ls, &ls.Name, &ls.ExternalIDs, &ls.OtherConfig, &ls.LoadBalancerGroup, &ls.ACLs),
 			client.WithTable(lsp, &lsp.Name, &lsp.Addresses, &lsp.PortSecurity, &lsp.ExternalIDs, &lsp.Type, &lsp.Options),
 			client.WithTable(&nbdb.LogicalRouter{}),
 			client.WithTable(&nbdb.LogicalRouterPort{}),
