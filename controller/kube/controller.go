@@ -273,6 +273,10 @@ func slimPod(obj any) (any, error) {
 		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork},
 		Status: corev1.PodStatus{Phase: p.Status.Phase},
 	}
+	// ip_pool: a StatefulSet pod takes the pool entry of its ordinal.
+	if ref := metav1.GetControllerOf(p); ref != nil && ref.Kind == "StatefulSet" {
+		s.OwnerReferences = []metav1.OwnerReference{*ref}
+	}
 	// NetworkPolicy reads labels and the named container ports (only those).
 	if ports := netpol.NamedPorts(p.Spec.Containers); len(ports) > 0 {
 		s.Spec.Containers = []corev1.Container{{Ports: ports}}
@@ -519,6 +523,40 @@ func (c *Controller) rebuild(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// unimplemented lists (sorted, comma-separated) the pod's annotations that
+// ovnhost does not implement.
+func unimplemented(p *corev1.Pod) string {
+	var out []string
+	for _, k := range annotations.Unimplemented {
+		if _, ok := p.Annotations[k]; ok {
+			out = append(out, k)
+		}
+	}
+	// port_security "true" is what every ovnhost port has; "false" would
+	// let the pod send from any address, and its author is not trusted.
+	if p.Annotations[annotations.PortSecurity] == "false" {
+		out = append(out, annotations.PortSecurity)
+	}
+	sort.Strings(out)
+	return strings.Join(out, ",")
+}
+
+// statefulSetOrdinal is a StatefulSet pod's ordinal (the number after the
+// last "-" of its name), else -1: Kube-OVN gives such a pod the ip_pool
+// entry of that index, other pods the first free one.
+func statefulSetOrdinal(p *corev1.Pod) int {
+	ref := metav1.GetControllerOf(p)
+	if ref == nil || ref.Kind != "StatefulSet" {
+		return -1
+	}
+	i := strings.LastIndex(p.Name, "-")
+	n, err := strconv.Atoi(p.Name[i+1:])
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
+
 // nodeOfPortName is the node whose join port is (or would be) named port,
 // if that node exists: a pod port "node-<x>" equals node <x>'s. A pod that
 // holds the port already (it came first; the node took AltNodePortName)
@@ -663,7 +701,35 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 			return nil
 		}
 	}
-	req := ovnnet.PodRequest{Namespace: ns, Name: name, Subnet: c.subnetForPod(pod), IPs: ips, MAC: ann[annotations.MACAddress], Node: pod.Spec.NodeName}
+	req := ovnnet.PodRequest{Namespace: ns, Name: name, Subnet: c.subnetForPod(pod), IPs: ips, MAC: ann[annotations.MACAddress], Node: pod.Spec.NodeName, PoolIndex: -1}
+	if req.Subnet == ovnnet.JoinSubnet {
+		// join holds the nodes' own ports (ovn0): a pod there would sit
+		// among them and take their addresses.
+		c.fail(pod, "", "SubnetNotAllowed", fmt.Sprintf("subnet %q is the nodes' join subnet; pods cannot use it: remove or change the %s annotation of the pod (or of its namespace)", ovnnet.JoinSubnet, annotations.LogicalSwitch))
+		return nil
+	}
+	if v := ann[annotations.PortSecurity]; v != "" && v != "true" && v != "false" {
+		c.fail(pod, "", ipam.KindInvalid, fmt.Sprintf("annotation %s=%q: not true or false", annotations.PortSecurity, v))
+		return nil
+	}
+	if v := ann[annotations.IPPool]; v != "" && len(ips) == 0 {
+		pool, err := ipam.ParsePool(v)
+		if err != nil {
+			c.fail(pod, "", ipam.KindInvalid, fmt.Sprintf("annotation %s=%q: %s", annotations.IPPool, v, ipamMessage(err)))
+			return nil
+		}
+		req.Pool = pool
+		req.PoolIndex = statefulSetOrdinal(pod)
+	}
+	notImpl := unimplemented(pod)
+	if notImpl != ann[annotations.NotImplemented] && notImpl != "" {
+		// Once per pod and change of the set (the set is recorded on the pod).
+		msg := fmt.Sprintf("ovnhost does not implement %s: ignored, the pod is wired without it", strings.ReplaceAll(notImpl, ",", ", "))
+		if strings.Contains(notImpl, annotations.PortSecurity) {
+			msg += `; port_security "false" is not applied: ovnhost's ports always have port security (Kube-OVN's "true"), the pod sends only from its own MAC and addresses`
+		}
+		c.recorder.Event(pod, corev1.EventTypeWarning, "AnnotationNotImplemented", msg)
+	}
 	if node := c.nodeOfPortName(ctx, ovnnet.PortName(ns, name), ovnnb.PodPortOwner(ns, name)); node != "" {
 		c.fail(pod, "", "PortNameCollision", fmt.Sprintf("the pod's logical switch port name %s is node %s's join port; rename the pod (no pod may be named node-<x> in a namespace that makes <x>.<namespace> a node name)",
 			ovnnet.PortName(ns, name), node))
@@ -710,6 +776,9 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 	if mtu := c.subnetMTU(a.Subnet); mtu > 0 {
 		want[annotations.MTU] = strconv.Itoa(mtu)
 	}
+	if notImpl != "" {
+		want[annotations.NotImplemented] = notImpl
+	}
 	same := true
 	for k, v := range want {
 		if ann[k] != v {
@@ -717,10 +786,18 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 			break
 		}
 	}
+	patchAnn := map[string]any{}
+	for k, v := range want {
+		patchAnn[k] = v
+	}
+	if notImpl == "" && ann[annotations.NotImplemented] != "" {
+		patchAnn[annotations.NotImplemented] = nil
+		same = false
+	}
 	if same {
 		return nil
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID, "annotations": want}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID, "annotations": patchAnn}})
 	_, err = c.kc.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) || apierrors.IsInvalid(err) {
 		// Gone or replaced: the next event for the key decides.

@@ -22,4 +22,22 @@ const (
 	EgressRate    = prefix + "egress_rate"    // Mbit/s, set by users
 	Mirror        = prefix + "mirror"
 	Routes        = prefix + "routes"
+	IPPool        = prefix + "ip_pool"       // fixed addresses for a workload: "ip,ip,..." (or "v4,v6;v4,v6" dual stack)
+	PortSecurity  = prefix + "port_security" // "true": the port only sends from its own MAC and addresses (ovnhost's default)
 )
+
+// NotImplemented is written by the controller on a pod: the sorted,
+// comma-separated Kube-OVN annotations of the pod that ovnhost does not
+// implement and already named in a Warning event (so the event is sent once
+// per pod and change, not on every sync or restart).
+const NotImplemented = "ovnhost.io/not-implemented"
+
+// Unimplemented are the pod annotations Kube-OVN users set that ovnhost
+// does not implement: a pod carrying one gets a Warning event naming it.
+var Unimplemented = []string{
+	prefix + "vip", prefix + "aaps", prefix + "default_route", prefix + "enable_log",
+	prefix + "logical_router", prefix + "vpc", prefix + "latency", prefix + "loss", prefix + "limit",
+	prefix + "priority", prefix + "eip", prefix + "snat", prefix + "fip", prefix + "security_groups",
+	prefix + "north_gateway", prefix + "vlan_id", prefix + "layer2_forward", prefix + "port_vips",
+	prefix + "allow_live_migration", prefix + "bgp", prefix + "virtualmachine",
+}

@@ -159,6 +159,46 @@ type PodRequest struct {
 	// Node is where the pod runs ("" not yet scheduled): its traffic to
 	// outside the cluster leaves through that node.
 	Node string
+	// Pool is Kube-OVN's ip_pool (when IPs is empty): the pod takes one of
+	// these address sets. PoolIndex >= 0 (a StatefulSet pod's ordinal)
+	// takes exactly Pool[PoolIndex]; -1 takes the first one nobody holds.
+	Pool      [][]netip.Addr
+	PoolIndex int
+}
+
+// poolAllocate allocates owner from r.Pool (Kube-OVN ip_pool semantics).
+func (n *Network) poolAllocate(owner string, r PodRequest) (ipam.Allocation, error) {
+	if a, ok := n.IPAM.Lookup(owner); ok && a.Subnet == r.Subnet {
+		// Keep a pool address the pod already holds.
+		for i, want := range r.Pool {
+			if (r.PoolIndex < 0 || i == r.PoolIndex) && slices.Equal(a.IPs[:min(len(want), len(a.IPs))], want) {
+				return n.IPAM.Allocate(r.Subnet, owner, ipam.Request{IPs: a.IPs, MAC: r.MAC})
+			}
+		}
+	}
+	if r.PoolIndex >= 0 {
+		if r.PoolIndex >= len(r.Pool) {
+			return ipam.Allocation{}, &ipam.Error{Kind: ipam.KindExhausted, Subnet: r.Subnet, Input: fmt.Sprint(r.PoolIndex),
+				Msg: fmt.Sprintf("ip_pool has %d address(es) but this StatefulSet pod has ordinal %d; add addresses to the pool or scale down", len(r.Pool), r.PoolIndex)}
+		}
+		return n.IPAM.Allocate(r.Subnet, owner, ipam.Request{IPs: r.Pool[r.PoolIndex], MAC: r.MAC})
+	}
+	var last error
+	for _, ips := range r.Pool {
+		a, err := n.IPAM.Allocate(r.Subnet, owner, ipam.Request{IPs: ips, MAC: r.MAC})
+		if err == nil {
+			return a, nil
+		}
+		if k := ipam.KindOf(err); k != ipam.KindConflict {
+			return ipam.Allocation{}, err
+		}
+		last = err
+	}
+	if last == nil {
+		last = errors.New("empty ip_pool")
+	}
+	return ipam.Allocation{}, &ipam.Error{Kind: ipam.KindExhausted, Subnet: r.Subnet, Input: r.Subnet,
+		Msg: fmt.Sprintf("every address of the pod's ip_pool (%d) is held by another pod (%v); add addresses to the pool or delete pods", len(r.Pool), last)}
 }
 
 // AddPod allocates (or returns the existing allocation of) the pod and
@@ -173,7 +213,13 @@ func (n *Network) AddPod(ctx context.Context, r PodRequest) (ipam.Allocation, er
 	}
 	owner := PodOwner(r.Namespace, r.Name)
 	_, had := n.IPAM.Lookup(owner)
-	a, err := n.IPAM.Allocate(r.Subnet, owner, ipam.Request{IPs: r.IPs, MAC: r.MAC})
+	var a ipam.Allocation
+	var err error
+	if len(r.IPs) == 0 && len(r.Pool) > 0 {
+		a, err = n.poolAllocate(owner, r)
+	} else {
+		a, err = n.IPAM.Allocate(r.Subnet, owner, ipam.Request{IPs: r.IPs, MAC: r.MAC})
+	}
 	if err != nil {
 		return ipam.Allocation{}, err
 	}
