@@ -111,6 +111,8 @@ type Controller struct {
 	notApplied map[string]string
 	// gateways: centralized subnet -> its GatewayReady condition.
 	gateways map[string]*kubeovnv1.Condition
+	// deleting: Subnet marked for deletion -> why it still waits (its users).
+	deleting map[string]string
 
 	ready atomic.Bool
 	m     *metrics
@@ -148,7 +150,7 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 	}
 	c := &Controller{cfg: cfg, log: cfg.Logger, kc: kc, dc: dc, net: ovnnet.New(nb, ovnnet.Config{ServiceCIDRs: cfg.ServiceCIDRs}),
 		valid: map[string]*kubeovnv1.Subnet{}, problems: map[string]*kubeovnv1.Problem{}, waiting: map[string]map[string]ipam.Kind{},
-		notApplied: map[string]string{}, gateways: map[string]*kubeovnv1.Condition{}}
+		notApplied: map[string]string{}, gateways: map[string]*kubeovnv1.Condition{}, deleting: map[string]string{}}
 	c.m = newMetrics(cfg.Registry, nb)
 	rl := func() workqueue.TypedRateLimiter[string] {
 		return workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second)
@@ -221,8 +223,10 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 	if _, err := c.subnetInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: enqueue(c.subnetQ),
 		UpdateFunc: func(o, n any) {
-			// Status writes come back as updates: only spec changes matter.
-			if o.(*unstructured.Unstructured).GetGeneration() != n.(*unstructured.Unstructured).GetGeneration() {
+			// Status writes come back as updates: only spec changes, deletion and finalizers matter.
+			ou, nu := o.(*unstructured.Unstructured), n.(*unstructured.Unstructured)
+			if ou.GetGeneration() != nu.GetGeneration() || (ou.GetDeletionTimestamp() == nil) != (nu.GetDeletionTimestamp() == nil) ||
+				!slices.Equal(ou.GetFinalizers(), nu.GetFinalizers()) {
 				enqueue(c.subnetQ)(n)
 			}
 		},
@@ -352,10 +356,14 @@ func (c *Controller) Run(ctx context.Context) error {
 	if len(deleted) > 0 {
 		c.log.Info("garbage-collected ports whose pod or node is gone", "ports", deleted)
 	}
+	c.ready.Store(true)
 	for _, n := range names {
 		c.statusQ.Add(n)
+		if c.subnetDeleting(n) {
+			// Decided now that the IPAM holds every recorded address.
+			c.subnetQ.Add(n)
+		}
 	}
-	c.ready.Store(true)
 	defer c.ready.Store(false)
 
 	var wg sync.WaitGroup
@@ -735,6 +743,12 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 			ovnnet.PortName(ns, name), node))
 		return nil
 	}
+	if c.subnetDeleting(req.Subnet) {
+		if held, ok := c.net.IPAM.Lookup(owner); !ok || held.Subnet != req.Subnet {
+			c.fail(pod, "", "SubnetTerminating", fmt.Sprintf("subnet %q is being deleted; it hands out no new addresses: choose another subnet", req.Subnet))
+			return nil
+		}
+	}
 	c.mu.Lock()
 	prob := c.problems[req.Subnet]
 	c.mu.Unlock()
@@ -843,6 +857,9 @@ func (c *Controller) releasePod(ctx context.Context, ns, name string) error {
 	if had {
 		c.statusQ.AddAfter(a.Subnet, c.cfg.StatusDelay)
 		c.wake(a.Subnet)
+		if c.subnetDeleting(a.Subnet) {
+			c.subnetQ.Add(a.Subnet)
+		}
 	}
 	return nil
 }
@@ -936,9 +953,14 @@ func (c *Controller) syncSubnet(ctx context.Context, name string) error {
 		delete(c.problems, name)
 		delete(c.notApplied, name)
 		delete(c.gateways, name)
+		delete(c.deleting, name)
 		c.mu.Unlock()
 		if err := c.removeGateway(ctx, name, nil); err != nil {
 			return err
+		}
+		if users := c.users(name); len(users) > 0 {
+			// Only when someone removed the finalizer by hand.
+			c.log.Warn("subnet deleted while pods still hold addresses in it (its finalizer was removed by hand); their addresses are free again", "subnet", name, "users", users)
 		}
 		if was {
 			c.m.subnetIPs.DeletePartialMatch(prometheus.Labels{"subnet": name})
@@ -947,6 +969,14 @@ func (c *Controller) syncSubnet(ctx context.Context, name string) error {
 		return nil
 	}
 	u := obj.(*unstructured.Unstructured)
+	if u.GetDeletionTimestamp() != nil {
+		if done, err := c.finishDeletion(ctx, u); done || err != nil {
+			return err
+		}
+		// Still in use: stays programmed for the pods that hold addresses.
+	} else if err := c.ensureFinalizer(ctx, u); err != nil {
+		return err
+	}
 	cfg, s, prob := kubeovnv1.Validate(u)
 	if prob == nil {
 		if err := c.net.AddSubnet(ctx, cfg); err != nil {
@@ -1036,6 +1066,7 @@ func (c *Controller) syncStatus(ctx context.Context, name string) error {
 	_, valid := c.valid[name]
 	notApplied := c.notApplied[name]
 	gw := c.gateways[name]
+	blocked := c.deleting[name]
 	exhausted := 0
 	for _, k := range c.waiting[name] {
 		if k == ipam.KindExhausted {
@@ -1063,9 +1094,11 @@ func (c *Controller) syncStatus(ctx context.Context, name string) error {
 		if notApplied != "" {
 			v.Reason, v.Message = kubeovnv1.AcceptedNotApplied, notApplied
 		}
-		conds = append(conds, v,
-			kubeovnv1.Condition{Type: kubeovnv1.Ready, Status: "True", Reason: "ResourceReady", Message: "logical switch and router port programmed"},
-		)
+		ready := kubeovnv1.Condition{Type: kubeovnv1.Ready, Status: "True", Reason: "ResourceReady", Message: "logical switch and router port programmed"}
+		if blocked != "" && u.GetDeletionTimestamp() != nil {
+			ready = kubeovnv1.Condition{Type: kubeovnv1.Ready, Status: "False", Reason: "DeletionWaitsForPods", Message: blocked}
+		}
+		conds = append(conds, v, ready)
 	default:
 		return nil // not processed yet
 	}

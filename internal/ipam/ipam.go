@@ -800,3 +800,17 @@ func ParsePool(s string) ([][]netip.Addr, error) {
 	}
 	return out, nil
 }
+
+// OwnersIn lists, sorted, the owners holding addresses in subnet.
+func (m *IPAM) OwnersIn(subnet string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var o []string
+	for k, h := range m.owners {
+		if h.subnet == subnet {
+			o = append(o, k)
+		}
+	}
+	sort.Strings(o)
+	return o
+}
