@@ -72,9 +72,26 @@ type Options struct {
 
 // LoadTLS builds the client TLS configuration from PEM files (Kube-OVN
 // mounts them at /var/run/tls/key, /var/run/tls/cert and /var/run/tls/cacert).
+// They are read once; WatchTLS follows rotations.
 func LoadTLS(keyFile, certFile, caFile string) (*tls.Config, error) {
 	t, err := ovsdbconn.LoadTLS(keyFile, certFile, caFile, nil)
 	if err != nil {
+		return nil, fmt.Errorf("ovnnb: %w", err)
+	}
+	return t.Config(), nil
+}
+
+// WatchTLS is LoadTLS that re-reads the files whenever they change (a
+// rotated Secret) until ctx ends: every later handshake, the reconnects
+// after the NB drops the connection included, presents the current
+// certificate and checks the server against the current CA. A half-written
+// set keeps the previous one (and says so in the log).
+func WatchTLS(ctx context.Context, keyFile, certFile, caFile string, log *slog.Logger) (*tls.Config, error) {
+	t, err := ovsdbconn.LoadTLS(keyFile, certFile, caFile, log)
+	if err != nil {
+		return nil, fmt.Errorf("ovnnb: %w", err)
+	}
+	if err := t.Watch(ctx); err != nil {
 		return nil, fmt.Errorf("ovnnb: %w", err)
 	}
 	return t.Config(), nil
@@ -136,8 +153,10 @@ func Connect(ctx context.Context, o Options) (*Client, error) {
 // Close ends the connection.
 func (c *Client) Close() { c.cl.Close() }
 
-// Connected reports whether the connection is up (for /readyz).
-func (c *Client) Connected() bool { return c.cl.Connected() }
+// Connected reports whether the connection is up (for /readyz, /healthz).
+// libovsdb's own Connected stays true while it is reconnecting (it only
+// drops its RPC client): no current endpoint means no connection.
+func (c *Client) Connected() bool { return c.cl.Connected() && c.cl.CurrentEndpoint() != "" }
 
 // Raw exposes the libovsdb client (tests and diagnostics read the cache through it).
 func (c *Client) Raw() client.Client { return c.cl }

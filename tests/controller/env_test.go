@@ -60,7 +60,12 @@ type env struct {
 func newEnv(t testing.TB) *env {
 	t.Helper()
 	testenv.RequireCommands(t, "ovsdb-server", "ovn-northd")
-	central := ovncentral.Start(t)
+	return newEnvWith(t, ovncentral.Start(t))
+}
+
+// newEnvWith is newEnv around a given OVN central (e.g. ovncentral.StartSSL).
+func newEnvWith(t testing.TB, central *ovncentral.Central) *env {
+	t.Helper()
 	srv := kubeapi.Start(t)
 	srv.InstallCRD(t, crdPath())
 	e := &env{t: t, srv: srv, central: central, subs: map[chan struct{}]bool{}}
