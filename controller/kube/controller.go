@@ -96,6 +96,7 @@ type Controller struct {
 	nodes     corelisters.NodeLister
 	nss       corelisters.NamespaceLister
 	subnetInf cache.SharedIndexInformer
+	ipInf     cache.SharedIndexInformer // nil without the ips.kubeovn.io CRD
 
 	podQ, nodeQ, subnetQ, statusQ workqueue.TypedRateLimitingInterface[string]
 	recorder                      record.EventRecorder
@@ -167,6 +168,11 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 	c.pods, c.nodes, c.nss = podInf.Lister(), nodeInf.Lister(), nsInf.Lister()
 	c.dfactory = dynamicinformer.NewDynamicSharedInformerFactory(dc, 0)
 	c.subnetInf = c.dfactory.ForResource(kubeovnv1.SubnetGVR).Informer()
+	if rl, err := kc.Discovery().ServerResourcesForGroupVersion(kubeovnv1.GroupVersion.String()); err == nil && slices.ContainsFunc(rl.APIResources, func(r metav1.APIResource) bool { return r.Name == "ips" }) {
+		c.ipInf = c.dfactory.ForResource(kubeovnv1.IPGVR).Informer()
+	} else {
+		cfg.Logger.Warn("IP objects (ips.kubeovn.io) are not written: the CRD is not installed; apply packaging/kubernetes/base/crd-ips.yaml and restart")
+	}
 
 	enqueue := func(q workqueue.TypedRateLimitingInterface[string]) func(any) {
 		return func(obj any) {
@@ -350,9 +356,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kube: garbage-collecting ports: %w", err)
 	}
+	ipsDeleted, err := c.collectIPs(ctx)
+	if err != nil {
+		return fmt.Errorf("kube: garbage-collecting IP objects: %w", err)
+	}
 	c.log.Info("controller ready", "caches_synced", tSynced.Sub(t0).Round(time.Millisecond).String(),
 		"ipam_rebuild", rebuildDur.Round(time.Millisecond).String(), "pods_restored", npods,
-		"ports_collected", len(deleted), "startup", time.Since(t0).Round(time.Millisecond).String())
+		"ports_collected", len(deleted), "ips_collected", ipsDeleted, "startup", time.Since(t0).Round(time.Millisecond).String())
 	if len(deleted) > 0 {
 		c.log.Info("garbage-collected ports whose pod or node is gone", "ports", deleted)
 	}
@@ -809,7 +819,7 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 		same = false
 	}
 	if same {
-		return nil
+		return c.ensureIP(ctx, ovnnet.PortName(ns, name), name, ns, pod.Spec.NodeName, a)
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID, "annotations": patchAnn}})
 	_, err = c.kc.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
@@ -822,7 +832,7 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 	}
 	c.m.allocated.Inc()
 	c.statusQ.AddAfter(a.Subnet, c.cfg.StatusDelay)
-	return nil
+	return c.ensureIP(ctx, ovnnet.PortName(ns, name), name, ns, pod.Spec.NodeName, a)
 }
 
 // ipamMessage is an IPAM error without its kind prefix (the event reason carries it).
@@ -854,6 +864,9 @@ func (c *Controller) releasePod(ctx context.Context, ns, name string) error {
 	if err := c.net.DeletePod(ctx, ns, name); err != nil {
 		return err
 	}
+	if err := c.deleteIP(ctx, ovnnet.PortName(ns, name), name, ns); err != nil {
+		return err
+	}
 	if had {
 		c.statusQ.AddAfter(a.Subnet, c.cfg.StatusDelay)
 		c.wake(a.Subnet)
@@ -871,6 +884,11 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 		a, had := c.net.IPAM.Lookup(ovnnet.NodeOwner(name))
 		if err := c.net.DeleteNode(ctx, name); err != nil {
 			return err
+		}
+		for _, ip := range []string{ovnnet.NodePortName(name), ovnnet.AltNodePortName(name)} {
+			if err := c.deleteIP(ctx, ip, name, ""); err != nil {
+				return err
+			}
 		}
 		if had {
 			c.statusQ.AddAfter(a.Subnet, c.cfg.StatusDelay)
@@ -913,6 +931,9 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 		annotations.Allocated: "true", annotations.IPAddress: a.IPString(), annotations.MACAddress: a.MAC,
 		annotations.CIDR: a.CIDR, annotations.Gateway: a.Gateway, annotations.LogicalSwitch: a.Subnet,
 		annotations.PortName: port,
+	}
+	if err := c.ensureIP(ctx, port, name, "", name, a); err != nil {
+		return err
 	}
 	same := true
 	for k, v := range want {

@@ -68,6 +68,7 @@ func newEnvWith(t testing.TB, central *ovncentral.Central) *env {
 	t.Helper()
 	srv := kubeapi.Start(t)
 	srv.InstallCRD(t, crdPath())
+	srv.InstallCRD(t, ipCRDPath())
 	e := &env{t: t, srv: srv, central: central, subs: map[chan struct{}]bool{}}
 	e.kc = kubernetes.NewForConfigOrDie(srv.Config)
 	e.dc = dynamic.NewForConfigOrDie(srv.Config)

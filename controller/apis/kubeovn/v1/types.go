@@ -23,6 +23,7 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "kubeovn.io", Version: "v1"}
 	SubnetGVR    = GroupVersion.WithResource("subnets")
 	SubnetGVK    = GroupVersion.WithKind("Subnet")
+	IPGVR        = GroupVersion.WithResource("ips")
 )
 
 // Subnet is a Kube-OVN subnet.
