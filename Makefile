@@ -18,7 +18,19 @@ MISSING_PKGS = $(shell for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' 
 
 PROGRAMS := supervisor/cmd/ovnhost cni/cmd/ovnhost-cni controller/cmd/ovnhost-controller netctl/cmd/netctl
 
-.PHONY: all deps build run test test-unit bench clean bundle image talos-extension rpm package
+.PHONY: all deps build run test test-unit bench fuzz clean bundle image talos-extension rpm package
+
+# Fuzz targets as package:Target. `make test` runs each for FUZZ_SHORT (its
+# seeds run anyway as unit tests), `make fuzz` for FUZZ_LONG.
+FUZZ_TARGETS += ./internal/ipam:FuzzAllocateRelease ./internal/ipam:FuzzParse
+FUZZ_SHORT ?= 5s
+FUZZ_LONG ?= 5m
+define run_fuzz
+	@for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t#*:} in $${t%%:*} for $(1)"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(1) $${t%%:*} || exit 1; \
+	done
+endef
 
 all: build
 
@@ -46,6 +58,10 @@ test: deps build
 	rc=$${PIPESTATUS[0]}; \
 	echo "packages: $$(grep -c '^ok' $(CURDIR)/_test.log) passed, $$(grep -c '^FAIL' $(CURDIR)/_test.log) failed"; \
 	exit $$rc
+	$(call run_fuzz,$(FUZZ_SHORT))
+
+fuzz:
+	$(call run_fuzz,$(FUZZ_LONG))
 
 test-unit: build  # the packaging tests read the built programs
 	$(GO) test -count=1 -short ./...
