@@ -366,6 +366,17 @@ func (c *Controller) Run(ctx context.Context) error {
 	if len(deleted) > 0 {
 		c.log.Info("garbage-collected ports whose pod or node is gone", "ports", deleted)
 	}
+	if foreign := c.net.NB.ForeignRows(ovnnb.KubeOVNVendor); len(foreign) > 0 {
+		// After a migration: what kube-ovn-controller made for features
+		// ovnhost does not manage stays, and is named once here.
+		for table, rows := range foreign {
+			shown := rows
+			if len(shown) > 10 {
+				shown = shown[:10]
+			}
+			c.log.Info("left in place: northbound rows made by Kube-OVN that ovnhost does not manage", "table", table, "count", len(rows), "rows", shown)
+		}
+	}
 	c.ready.Store(true)
 	for _, n := range names {
 		c.statusQ.Add(n)

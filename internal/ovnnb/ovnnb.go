@@ -408,7 +408,14 @@ type Port struct {
 	// AddressSet, when set, names an existing address set that gets the
 	// port's IPv4 addresses in the same transaction (a node's egress set).
 	AddressSet string
+	// Adopt lets EnsurePort take over a row of that name that records no
+	// owner but was made by Kube-OVN (external_ids:vendor=kube-ovn; its
+	// node ports carry no owner key), keeping its UUID: migration.
+	Adopt bool
 }
+
+// KubeOVNVendor is the external_ids:vendor of rows kube-ovn-controller made.
+const KubeOVNVendor = "kube-ovn"
 
 func (p Port) portSecurity() []string {
 	if p.NoPortSecurity {
@@ -507,7 +514,7 @@ func (c *Client) EnsurePort(ctx context.Context, p Port) error {
 		ops = append(ops, m...)
 	case err != nil:
 		return err
-	case OwnerOf(cur.ExternalIDs) != owner:
+	case OwnerOf(cur.ExternalIDs) != owner && !(p.Adopt && OwnerOf(cur.ExternalIDs) == "" && cur.ExternalIDs[KeyVendor] == KubeOVNVendor):
 		return &OwnerError{Port: p.Name, Holder: OwnerOf(cur.ExternalIDs), Want: owner}
 	default:
 		if slices.Equal(cur.Addresses, []string{addr}) && slices.Equal(cur.PortSecurity, p.portSecurity()) && maps.Equal(cur.ExternalIDs, ids) {
@@ -524,7 +531,11 @@ func (c *Client) EnsurePort(ctx context.Context, p Port) error {
 		}
 		// The row must still be the owner's when the server applies this
 		// (the cache may lag a concurrent writer): checked by a wait below.
-		ops = append(ops, ownerWait(cur.UUID, ownerKV(p.ExternalIDs)))
+		guard := ownerKV(p.ExternalIDs)
+		if OwnerOf(cur.ExternalIDs) == "" { // adopted: still Kube-OVN's
+			guard = map[string]string{KeyVendor: KubeOVNVendor}
+		}
+		ops = append(ops, ownerWait(cur.UUID, guard))
 		ops = append(ops, o...)
 		if old := cur.ExternalIDs[KeySwitch]; old != p.Switch {
 			if old != "" {

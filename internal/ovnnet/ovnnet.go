@@ -284,10 +284,17 @@ func (n *Network) NodePort(ctx context.Context, node string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if ok && ovnnb.OwnerOf(p.ExternalIDs) != owner {
+	if ok && ovnnb.OwnerOf(p.ExternalIDs) != owner && !adoptableNodePort(p, n.cfg.JoinSubnet) {
 		return AltNodePortName(node), nil
 	}
 	return name, nil
+}
+
+// adoptableNodePort: Kube-OVN's own port node-<node> on join (it records no
+// owner): the node keeps it across a migration.
+func adoptableNodePort(p ovnnb.Port, join string) bool {
+	return ovnnb.OwnerOf(p.ExternalIDs) == "" && p.ExternalIDs[ovnnb.KeyVendor] == ovnnb.KubeOVNVendor &&
+		(p.ExternalIDs[ovnnb.KeySwitch] == "" || p.ExternalIDs[ovnnb.KeySwitch] == join)
 }
 
 // NodeRequest asks for a node's join port.
@@ -319,7 +326,7 @@ func (n *Network) AddNode(ctx context.Context, r NodeRequest) (ipam.Allocation, 
 	port, err := n.NodePort(ctx, r.Name)
 	if err == nil {
 		err = n.NB.EnsurePort(ctx, ovnnb.Port{Name: port, Switch: n.cfg.JoinSubnet, MAC: a.MAC, IPs: a.IPs,
-			ExternalIDs: map[string]string{ovnnb.KeyNode: r.Name}, NoPortSecurity: true})
+			ExternalIDs: map[string]string{ovnnb.KeyNode: r.Name}, NoPortSecurity: true, Adopt: port == NodePortName(r.Name)})
 	}
 	if err != nil {
 		if !had {
