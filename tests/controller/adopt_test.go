@@ -203,7 +203,9 @@ func TestAdoptKubeOVNState(t *testing.T) {
 	has("port group kubeovn_deny_all", anyOf(pgs, func(p nbdb.PortGroup) bool { return p.Name == "kubeovn_deny_all" && len(p.ACLs) == 1 }))
 	has("address set ovn.default.allow.v4", anyOf(sets, func(s nbdb.AddressSet) bool { return s.Name == "ovn.default.allow.v4" }))
 	has("load balancer cluster-tcp-loadbalancer", anyOf(lbs, func(l nbdb.LoadBalancer) bool { return l.Name == "cluster-tcp-loadbalancer" }))
-	has("router policy 31000", anyOf(pols, func(p nbdb.LogicalRouterPolicy) bool { return p.Priority == 31000 && p.ExternalIDs["vendor"] == "kube-ovn" }))
+	has("router policy 31000", anyOf(pols, func(p nbdb.LogicalRouterPolicy) bool {
+		return p.Priority == 31000 && p.ExternalIDs["vendor"] == "kube-ovn"
+	}))
 	has("static route 10.99.0.0/16", anyOf(rts, func(r nbdb.LogicalRouterStaticRoute) bool { return r.IPPrefix == "10.99.0.0/16" }))
 	for _, name := range []string{"web.default", "db.default", "node-node-a"} {
 		if _, err := e.dc.Resource(kubeovnv1.IPGVR).Get(ctx, name, metav1.GetOptions{}); err != nil {
@@ -211,7 +213,6 @@ func TestAdoptKubeOVNState(t *testing.T) {
 		}
 	}
 }
-
 
 func anyOf[T any](xs []T, f func(T) bool) bool {
 	for _, x := range xs {

@@ -32,7 +32,7 @@ func TestIPObjectsInKubeOVNShape(t *testing.T) {
 	for _, keep := range []struct{ name, reserved, podType string }{{"reserved.default", "true", ""}, {"vm1.default", "false", "VirtualMachine"}} {
 		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kubeovn.io/v1", "kind": "IP",
 			"metadata": map[string]any{"name": keep.name, "labels": map[string]any{"ovn.kubernetes.io/ip_reserved": keep.reserved}},
-			"spec": map[string]any{"podName": strings.Split(keep.name, ".")[0], "namespace": "default", "subnet": "ovn-default", "ipAddress": "10.16.9.9", "podType": keep.podType}}}
+			"spec":     map[string]any{"podName": strings.Split(keep.name, ".")[0], "namespace": "default", "subnet": "ovn-default", "ipAddress": "10.16.9.9", "podType": keep.podType}}}
 		if _, err := e.dc.Resource(kubeovnv1.IPGVR).Create(ctx, u, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
