@@ -896,10 +896,8 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 		if err := c.net.DeleteNode(ctx, name); err != nil {
 			return err
 		}
-		for _, ip := range []string{ovnnet.NodePortName(name), ovnnet.AltNodePortName(name)} {
-			if err := c.deleteIP(ctx, ip, name, ""); err != nil {
-				return err
-			}
+		if err := c.deleteIP(ctx, ovnnet.NodePortName(name), name, ""); err != nil {
+			return err
 		}
 		if had {
 			c.statusQ.AddAfter(a.Subnet, c.cfg.StatusDelay)
@@ -943,8 +941,12 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 		annotations.CIDR: a.CIDR, annotations.Gateway: a.Gateway, annotations.LogicalSwitch: a.Subnet,
 		annotations.PortName: port,
 	}
-	if err := c.ensureIP(ctx, port, name, "", name, a); err != nil {
-		return err
+	// A node renamed node_<name> gets no IP object: "_" is not allowed in an
+	// object name, and node-<name> is the pod's that holds that port name.
+	if port == ovnnet.NodePortName(name) {
+		if err := c.ensureIP(ctx, port, name, "", name, a); err != nil {
+			return err
+		}
 	}
 	same := true
 	for k, v := range want {

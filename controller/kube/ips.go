@@ -153,7 +153,7 @@ func (c *Controller) collectIPs(ctx context.Context) (int, error) {
 		case ns != "" && u.GetName() == ovnnet.PortName(ns, pn):
 			_, err := c.pods.Pods(ns).Get(pn)
 			gone = apierrors.IsNotFound(err)
-		case ns == "" && (u.GetName() == ovnnet.NodePortName(pn) || u.GetName() == ovnnet.AltNodePortName(pn)):
+		case ns == "" && u.GetName() == ovnnet.NodePortName(pn):
 			_, err := c.nodes.Get(pn)
 			gone = apierrors.IsNotFound(err)
 		}
