@@ -168,3 +168,39 @@ func TestCondition(t *testing.T) {
 		t.Fatal("absent condition must be nil")
 	}
 }
+
+// TestCRDSchemaTypesEveryField: the shipped CRD types exactly the fields
+// the controller knows, so admission checks each one's type.
+func TestCRDSchemaTypesEveryField(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "packaging", "kubernetes", "base", "crd-subnets.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd struct {
+		Spec struct {
+			Versions []struct {
+				Schema struct {
+					OpenAPIV3Schema struct {
+						Properties map[string]struct {
+							Properties map[string]any `json:"properties"`
+						} `json:"properties"`
+					} `json:"openAPIV3Schema"`
+				} `json:"schema"`
+			} `json:"versions"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(b, &crd); err != nil {
+		t.Fatal(err)
+	}
+	props := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties
+	for _, k := range KnownFields {
+		if _, ok := props[k]; !ok {
+			t.Errorf("crd-subnets.yaml does not type spec.%s", k)
+		}
+	}
+	for k := range props {
+		if !slices.Contains(KnownFields, k) {
+			t.Errorf("crd-subnets.yaml types spec.%s, which the controller does not know", k)
+		}
+	}
+}
