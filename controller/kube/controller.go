@@ -99,6 +99,9 @@ type Controller struct {
 	ipInf     cache.SharedIndexInformer // nil without the ips.kubeovn.io CRD
 
 	podQ, nodeQ, subnetQ, statusQ workqueue.TypedRateLimitingInterface[string]
+	// ipQ: IP objects to bring in line ("pod/<ns>/<name>", "node/<name>"),
+	// written off the pods' path so they cost pods no latency.
+	ipQ workqueue.TypedRateLimitingInterface[string]
 	recorder                      record.EventRecorder
 	broadcaster                   record.EventBroadcaster
 
@@ -160,6 +163,7 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 	c.nodeQ = workqueue.NewTypedRateLimitingQueueWithConfig(rl(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"})
 	c.subnetQ = workqueue.NewTypedRateLimitingQueueWithConfig(rl(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "subnets"})
 	c.statusQ = workqueue.NewTypedRateLimitingQueueWithConfig(rl(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "subnet-status"})
+	c.ipQ = workqueue.NewTypedRateLimitingQueueWithConfig(rl(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "ips"})
 
 	c.factory = informers.NewSharedInformerFactoryWithOptions(kc, 0, informers.WithTransform(slimPod))
 	podInf := c.factory.Core().V1().Pods()
@@ -308,6 +312,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.nodeQ.ShutDown()
 	defer c.subnetQ.ShutDown()
 	defer c.statusQ.ShutDown()
+	defer c.ipQ.ShutDown()
 
 	t0 := time.Now()
 	if err := c.ensureDefaultSubnets(ctx); err != nil {
@@ -402,6 +407,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	run(2, c.nodeQ, c.syncNode, "node")
 	run(1, c.subnetQ, c.syncSubnet, "subnet")
 	run(1, c.statusQ, c.syncStatus, "subnet status")
+	if c.ipInf != nil {
+		run(4, c.ipQ, c.syncIP, "IP object")
+	}
 	for _, a := range c.addons {
 		if err := a.start(ctx, &wg); err != nil {
 			return err
@@ -412,6 +420,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.nodeQ.ShutDown()
 	c.subnetQ.ShutDown()
 	c.statusQ.ShutDown()
+	c.ipQ.ShutDown()
 	wg.Wait()
 	return nil
 }
@@ -830,7 +839,8 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 		same = false
 	}
 	if same {
-		return c.ensureIP(ctx, ovnnet.PortName(ns, name), name, ns, pod.Spec.NodeName, a)
+		c.queueIP("pod/" + key)
+		return nil
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID, "annotations": patchAnn}})
 	_, err = c.kc.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
@@ -843,7 +853,8 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 	}
 	c.m.allocated.Inc()
 	c.statusQ.AddAfter(a.Subnet, c.cfg.StatusDelay)
-	return c.ensureIP(ctx, ovnnet.PortName(ns, name), name, ns, pod.Spec.NodeName, a)
+	c.queueIP("pod/" + key)
+	return nil
 }
 
 // ipamMessage is an IPAM error without its kind prefix (the event reason carries it).
@@ -875,9 +886,7 @@ func (c *Controller) releasePod(ctx context.Context, ns, name string) error {
 	if err := c.net.DeletePod(ctx, ns, name); err != nil {
 		return err
 	}
-	if err := c.deleteIP(ctx, ovnnet.PortName(ns, name), name, ns); err != nil {
-		return err
-	}
+	c.queueIP("pod/" + ns + "/" + name)
 	if had {
 		c.statusQ.AddAfter(a.Subnet, c.cfg.StatusDelay)
 		c.wake(a.Subnet)
@@ -896,9 +905,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 		if err := c.net.DeleteNode(ctx, name); err != nil {
 			return err
 		}
-		if err := c.deleteIP(ctx, ovnnet.NodePortName(name), name, ""); err != nil {
-			return err
-		}
+		c.queueIP("node/" + name)
 		if had {
 			c.statusQ.AddAfter(a.Subnet, c.cfg.StatusDelay)
 		}
@@ -943,11 +950,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 	}
 	// A node renamed node_<name> gets no IP object: "_" is not allowed in an
 	// object name, and node-<name> is the pod's that holds that port name.
-	if port == ovnnet.NodePortName(name) {
-		if err := c.ensureIP(ctx, port, name, "", name, a); err != nil {
-			return err
-		}
-	}
+	c.queueIP("node/" + name)
 	same := true
 	for k, v := range want {
 		if node.Annotations[k] != v {

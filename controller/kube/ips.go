@@ -55,6 +55,50 @@ func ipObject(name, podName, namespace, node string, a ipam.Allocation) (labels 
 	return labels, spec
 }
 
+// queueIP asks for the IP object of a pod ("pod/<ns>/<name>") or node
+// ("node/<name>") to be brought in line with the IPAM.
+func (c *Controller) queueIP(key string) {
+	if c.ipInf != nil {
+		c.ipQ.Add(key)
+	}
+}
+
+// syncIP writes or deletes one IP object from what the IPAM holds now.
+func (c *Controller) syncIP(ctx context.Context, key string) error {
+	kind, rest, _ := strings.Cut(key, "/")
+	switch kind {
+	case "pod":
+		ns, name, _ := strings.Cut(rest, "/")
+		port := ovnnet.PortName(ns, name)
+		pod, err := c.pods.Pods(ns).Get(name)
+		a, held := c.net.IPAM.Lookup(ovnnet.PodOwner(ns, name))
+		if apierrors.IsNotFound(err) || !held || (err == nil && !wantsAddress(pod)) {
+			return c.deleteIP(ctx, port, name, ns)
+		}
+		if err != nil {
+			return err
+		}
+		return c.ensureIP(ctx, port, name, ns, pod.Spec.NodeName, a)
+	case "node":
+		_, err := c.nodes.Get(rest)
+		a, held := c.net.IPAM.Lookup(ovnnet.NodeOwner(rest))
+		if apierrors.IsNotFound(err) || !held {
+			return c.deleteIP(ctx, ovnnet.NodePortName(rest), rest, "")
+		}
+		if err != nil {
+			return err
+		}
+		// A node renamed node_<name> gets no IP object: "_" is not allowed
+		// in an object name, and node-<name> is the pod's holding that port name.
+		port, err := c.net.NodePort(ctx, rest)
+		if err != nil || port != ovnnet.NodePortName(rest) {
+			return err
+		}
+		return c.ensureIP(ctx, port, rest, "", rest, a)
+	}
+	return nil
+}
+
 // ensureIP creates or updates the IP object name to the allocation.
 func (c *Controller) ensureIP(ctx context.Context, name, podName, namespace, node string, a ipam.Allocation) error {
 	if c.ipInf == nil {

@@ -20,6 +20,7 @@ import (
 	libovsdbclient "github.com/ovn-kubernetes/libovsdb/client"
 	"github.com/ovn-kubernetes/libovsdb/model"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -27,6 +28,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 
 	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
 	"github.com/ovnhost/ovnhost/controller/kube"
@@ -187,6 +189,9 @@ var (
 
 func controllerBinary(t testing.TB) string {
 	t.Helper()
+	if p := os.Getenv("OVNHOST_CONTROLLER_BIN"); p != "" {
+		return p // another build (A/B benchmark against a baseline commit)
+	}
 	binOnce.Do(func() {
 		binDir, binErr = os.MkdirTemp("", "ovnhost-ctl-bin")
 		if binErr != nil {
@@ -388,8 +393,16 @@ func (e *env) createNode(name, internalIP string) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: internalIP}}
-	if _, err := e.kc.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+	// The controller may annotate the node meanwhile: retry on a conflict.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: internalIP}}
+		_, err := e.kc.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			n, _ = e.kc.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		}
+		return err
+	})
+	if err != nil {
 		e.t.Fatal(err)
 	}
 }
