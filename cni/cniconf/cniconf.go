@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -43,7 +44,30 @@ type File struct {
 	Types   []string `json:"types,omitempty"`   // plugin types, in chain order
 	Err     string   `json:"error,omitempty"`   // why it cannot be loaded
 	Ours    bool     `json:"ours,omitempty"`    // the ovnhost conflist
+	// Socket is the "socket" of its ovnhost-cni plugin, if it has one.
+	Socket string `json:"socket,omitempty"`
+	// Multus is set when the file is a Multus configuration.
+	Multus *Multus `json:"multus,omitempty"`
 }
+
+// Multus is what a Multus configuration (type multus, the thin plugin, or
+// multus-shim, the thick one) says about the pods' default network. Multus
+// takes it from clusterNetwork when set (a file or directory path, else a
+// NetworkAttachmentDefinition of that name in multusNamespace, else the
+// file in confDir whose network has that name), otherwise from its first
+// delegate (the thin entrypoint's generated 00-multus.conf carries a copy
+// of the conflist it found first).
+type Multus struct {
+	Thick          bool   `json:"thick,omitempty"` // multus-shim: the daemon's config decides
+	ClusterNetwork string `json:"clusterNetwork,omitempty"`
+	ConfDir        string `json:"confDir,omitempty"`
+	// Delegate is the first delegate (Types empty when there is none).
+	Delegate File `json:"delegate"`
+}
+
+// MultusDefaultConfDir is where Multus looks up a clusterNetwork given by
+// name when its configuration sets no confDir.
+const MultusDefaultConfDir = "/etc/cni/multus/net.d"
 
 func (f File) describe() string {
 	s := f.Name
@@ -167,14 +191,10 @@ func Analyze(dir string, names []string, read func(name string) ([]byte, error),
 		r.Status = Fail
 		r.Found = path + " runs " + r.Files[ourIdx].Types[0] + " before the " + PluginType + " plugin (types: " + strings.Join(r.Files[ourIdx].Types, ",") + ")"
 		r.Fix = "remove it and restart ovnhost to rewrite it"
+	case len(r.Outranking) > 0 && r.Outranking[0].Multus != nil:
+		r.multus(ourIdx)
 	case len(r.Outranking) > 0:
 		first := r.Outranking[0]
-		if len(first.Types) > 0 && (first.Types[0] == "multus" || first.Types[0] == "multus-shim") && len(r.Outranking) == 1 {
-			r.Status = Warn
-			r.Found = "Multus (" + first.Name + ") is read before " + ours + ": pods get ovnhost only if Multus delegates to it"
-			r.Fix = "make ovnhost Multus's clusterNetwork (or default delegate)"
-			break
-		}
 		r.Status = Fail
 		r.Found = describeAll(r.Outranking) + " sorts before " + ours + " in " + dir + ": "
 		if first.Err != "" {
@@ -182,7 +202,15 @@ func Analyze(dir string, names []string, read func(name string) ([]byte, error),
 		} else {
 			r.Found += "the runtime uses " + first.Name + " instead of ovnhost"
 		}
-		r.Fix = "remove them: " + rmList(dir, r.Outranking)
+		// Multus further down is meant to be first: remove only what sorts before it.
+		rm := r.Outranking
+		for i, f := range rm {
+			if f.Multus != nil {
+				rm = rm[:i]
+				break
+			}
+		}
+		r.Fix = "remove them: " + rmList(dir, rm)
 	case len(r.Stale) > 0:
 		r.Status = Warn
 		r.Found = ours + " is first; other plugins' files are also present: " + describeAll(r.Stale) + " (used as soon as " + ours + " is missing)"
@@ -192,6 +220,79 @@ func Analyze(dir string, names []string, read func(name string) ([]byte, error),
 		r.Found = path + " is the only CNI configuration"
 	}
 	return r
+}
+
+// multus judges a Multus configuration read before ours: the runtime
+// calls Multus, which is fine when Multus gives pods ovnhost as their
+// default network. Files after Multus's (ours and others) are then not used
+// by the runtime directly.
+func (r *Report) multus(ourIdx int) {
+	mf := r.Outranking[0]
+	m := mf.Multus
+	us := r.Files[ourIdx]
+	path := filepath.Join(r.Dir, us.Name)
+	who := "Multus (" + mf.Name + ")"
+	setPath := `set "clusterNetwork": "` + path + `" in ` + filepath.Join(r.Dir, mf.Name)
+	var ok bool
+	switch {
+	case m.Thick:
+		r.Status, r.Found = Warn, who+" is read before "+us.Name+" and is the thick plugin: its daemon's configuration decides whether pods get ovnhost"
+		r.Fix = `make ovnhost the daemon's default network (clusterNetwork "` + path + `" in its daemon-config.json)`
+	case m.ClusterNetwork != "" && strings.Contains(m.ClusterNetwork, "/"):
+		switch filepath.Clean(m.ClusterNetwork) {
+		case path:
+			ok = true
+			r.Found = who + " is read first and delegates the default network to " + path
+		case filepath.Clean(r.Dir):
+			// Multus would load the first file of the directory: its own.
+			r.Status, r.Found = Fail, who+" takes the default network from the first file of "+m.ClusterNetwork+", which is "+mf.Name+" itself, not "+us.Name
+			r.Fix = setPath
+		default:
+			r.Status, r.Found = Fail, who+" delegates the default network to "+m.ClusterNetwork+", not to ovnhost's "+path
+			r.Fix = setPath
+		}
+	case m.ClusterNetwork != "":
+		confDir := m.ConfDir
+		if confDir == "" {
+			confDir = MultusDefaultConfDir
+		}
+		switch {
+		case m.ClusterNetwork == us.Network && filepath.Clean(confDir) == filepath.Clean(r.Dir):
+			ok = true
+			r.Found = who + " is read first and delegates the default network to network " + us.Network + " (" + path + ")"
+		case m.ClusterNetwork == us.Network:
+			r.Status, r.Found = Warn, who+" delegates the default network to network "+us.Network+", which it looks up as a NetworkAttachmentDefinition, then in "+confDir+"; "+us.Name+" is in "+r.Dir
+			r.Fix = setPath + `, or "confDir": "` + r.Dir + `"`
+		default:
+			r.Status, r.Found = Warn, who+" delegates the default network to "+strconv.Quote(m.ClusterNetwork)+", and ovnhost's network is "+strconv.Quote(us.Network)+": pods get ovnhost only if a NetworkAttachmentDefinition of that name calls "+PluginType
+			r.Fix = setPath
+		}
+	case len(m.Delegate.Types) == 0:
+		r.Status, r.Found = Fail, who+" has neither clusterNetwork nor a usable delegate"
+		if m.Delegate.Err != "" {
+			r.Found += " (delegates[0]: " + m.Delegate.Err + ")"
+		}
+		r.Fix = setPath
+	case m.Delegate.Types[0] != PluginType:
+		r.Status, r.Found = Fail, who+" delegates the default network to "+strings.Join(m.Delegate.Types, "+")+" (network "+m.Delegate.Network+"), not to ovnhost"
+		r.Fix = setPath + ", or regenerate Multus's configuration (restart Multus on this node) now that " + us.Name + " sorts first"
+	case m.Delegate.Socket != us.Socket:
+		r.Status, r.Found = Fail, who+" delegates to a stale copy of "+us.Name+": its ovnhost-cni socket is "+strconv.Quote(m.Delegate.Socket)+", ovnhost's is "+strconv.Quote(us.Socket)
+		r.Fix = "regenerate Multus's configuration (restart Multus on this node), or " + setPath
+	default:
+		ok = true
+		r.Found = who + " is read first and delegates the default network to ovnhost (its copy of " + us.Name + ")"
+	}
+	if !ok {
+		return
+	}
+	r.Status = Pass
+	if rest := r.Outranking[1:]; len(rest)+len(r.Stale) > 0 {
+		others := append(append([]File(nil), rest...), r.Stale...)
+		r.Status = Warn
+		r.Found += "; other plugins' files are also present: " + describeAll(others) + " (used as soon as " + mf.Name + " and " + us.Name + " are missing)"
+		r.Fix = "remove them: " + rmList(r.Dir, others)
+	}
 }
 
 func contains(ss []string, s string) bool {
@@ -222,43 +323,66 @@ func rmList(dir string, fs []File) string {
 // parse loads a file the way libcni does: a .conflist holds "plugins", a
 // .conf or .json holds one plugin at top level.
 func parse(name string, read func(string) ([]byte, error)) File {
-	f := File{Name: name}
 	b, err := read(name)
 	if err != nil {
-		f.Err = err.Error()
-		return f
+		return File{Name: name, Err: err.Error()}
+	}
+	return parseBytes(name, b, strings.HasSuffix(name, ".conflist"))
+}
+
+func parseBytes(name string, b []byte, list bool) File {
+	f := File{Name: name}
+	type plugin struct {
+		Type   string `json:"type"`
+		Socket string `json:"socket"`
+		// Multus's fields
+		ClusterNetwork string            `json:"clusterNetwork"`
+		ConfDir        string            `json:"confDir"`
+		Delegates      []json.RawMessage `json:"delegates"`
 	}
 	var raw struct {
-		Name    string `json:"name"`
-		Type    string `json:"type"`
-		Plugins []struct {
-			Type string `json:"type"`
-		} `json:"plugins"`
+		plugin
+		Name    string   `json:"name"`
+		Plugins []plugin `json:"plugins"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		f.Err = err.Error()
 		return f
 	}
 	f.Network = raw.Name
-	if strings.HasSuffix(name, ".conflist") {
+	plugins := []plugin{raw.plugin}
+	if list {
 		if len(raw.Plugins) == 0 {
 			f.Err = "no plugins"
 			return f
 		}
-		for _, p := range raw.Plugins {
-			if p.Type == "" {
-				f.Err = "a plugin has no type"
-				return f
+		plugins = raw.Plugins
+	}
+	for _, p := range plugins {
+		if p.Type == "" {
+			f.Err = "a plugin has no type"
+			if !list {
+				f.Err = "no type"
 			}
-			f.Types = append(f.Types, p.Type)
+			return f
 		}
-		return f
+		f.Types = append(f.Types, p.Type)
+		if p.Type == PluginType && f.Socket == "" {
+			f.Socket = p.Socket
+		}
 	}
-	if raw.Type == "" {
-		f.Err = "no type"
-		return f
+	if p := plugins[0]; p.Type == "multus" || p.Type == "multus-shim" {
+		m := &Multus{Thick: p.Type == "multus-shim", ClusterNetwork: p.ClusterNetwork, ConfDir: p.ConfDir}
+		if len(p.Delegates) > 0 {
+			// A delegate is a conflist when it has "plugins", else one plugin.
+			var probe struct {
+				Plugins json.RawMessage `json:"plugins"`
+			}
+			_ = json.Unmarshal(p.Delegates[0], &probe)
+			m.Delegate = parseBytes("delegates[0]", p.Delegates[0], len(probe.Plugins) > 0)
+		}
+		f.Multus = m
 	}
-	f.Types = []string{raw.Type}
 	return f
 }
 

@@ -72,6 +72,68 @@ func TestAnalyze(t *testing.T) {
 	}
 }
 
+// Multus sorts before ovnhost's conflist and is what the runtime calls: that
+// is right when Multus gives pods ovnhost as their default network, in any of
+// the ways Multus finds it.
+func TestAnalyzeMultus(t *testing.T) {
+	const sock = "/run/ovnhost/cni.sock"
+	oursSock := `{"cniVersion":"0.4.0","name":"ovnhost","plugins":[{"type":"ovnhost-cni","socket":"` + sock + `"},{"type":"portmap","capabilities":{"portMappings":true}}]}`
+	multusWith := func(fields string) string {
+		return `{"cniVersion":"0.4.0","name":"multus-cni-network","type":"multus","kubeconfig":"/etc/cni/net.d/multus.d/multus.kubeconfig",` + fields + `}`
+	}
+	cases := []struct {
+		name   string
+		files  map[string]string
+		status string
+		found  string
+		fix    string
+	}{
+		// What multus-cni's thin entrypoint generates: a copy of the first conflist.
+		{"inline copy of ours", map[string]string{Conflist: oursSock, "00-multus.conf": multusWith(`"delegates":[` + oursSock + `]`)}, Pass,
+			"Multus (00-multus.conf) is read first and delegates the default network to ovnhost (its copy of 00-ovnhost.conflist)", ""},
+		{"inline single plugin", map[string]string{Conflist: oursSock, "00-multus.conf": multusWith(`"delegates":[{"cniVersion":"0.4.0","name":"ovnhost","type":"ovnhost-cni","socket":"` + sock + `"}]`)}, Pass,
+			"delegates the default network to ovnhost", ""},
+		{"inline stale socket", map[string]string{Conflist: oursSock, "00-multus.conf": multusWith(`"delegates":[{"name":"ovnhost","plugins":[{"type":"ovnhost-cni","socket":"/old/cni.sock"}]}]`)}, Fail,
+			`stale copy of 00-ovnhost.conflist: its ovnhost-cni socket is "/old/cni.sock", ovnhost's is "` + sock + `"`, "restart Multus"},
+		{"inline flannel", map[string]string{Conflist: oursSock, "00-multus.conf": multusWith(`"delegates":[` + flannel + `]`)}, Fail,
+			"delegates the default network to flannel+portmap (network cbr0), not to ovnhost", `"clusterNetwork": "/etc/cni/net.d/00-ovnhost.conflist"`},
+		{"path to ours", map[string]string{Conflist: oursSock, "00-multus.conf": multusWith(`"clusterNetwork":"/etc/cni/net.d/00-ovnhost.conflist"`)}, Pass,
+			"delegates the default network to /etc/cni/net.d/00-ovnhost.conflist", ""},
+		{"path to another file", map[string]string{Conflist: oursSock, "00-multus.conf": multusWith(`"clusterNetwork":"/etc/cni/net.d/10-flannel.conflist"`)}, Fail,
+			"delegates the default network to /etc/cni/net.d/10-flannel.conflist, not to ovnhost's", "clusterNetwork"},
+		{"path to the dir", map[string]string{Conflist: oursSock, "00-multus.conf": multusWith(`"clusterNetwork":"/etc/cni/net.d/"`)}, Fail,
+			"which is 00-multus.conf itself", "clusterNetwork"},
+		{"name with our confDir", map[string]string{Conflist: oursSock, "00-multus.conf": multusWith(`"clusterNetwork":"ovnhost","confDir":"/etc/cni/net.d"`)}, Pass,
+			"delegates the default network to network ovnhost (/etc/cni/net.d/00-ovnhost.conflist)", ""},
+		{"name, default confDir", map[string]string{Conflist: oursSock, "00-multus.conf": multusWith(`"clusterNetwork":"ovnhost"`)}, Warn,
+			"then in /etc/cni/multus/net.d", `"confDir": "/etc/cni/net.d"`},
+		{"other name", map[string]string{Conflist: oursSock, "00-multus.conf": multusWith(`"clusterNetwork":"k8s-pod-network"`)}, Warn,
+			`"k8s-pod-network"`, "clusterNetwork"},
+		{"no delegate", map[string]string{Conflist: oursSock, "00-multus.conf": multusWith(`"delegates":[]`)}, Fail,
+			"neither clusterNetwork nor a usable delegate", "clusterNetwork"},
+		{"thick", map[string]string{Conflist: oursSock, "00-multus.conf": `{"cniVersion":"0.3.1","name":"multus-cni-network","type":"multus-shim","socketDir":"/run/multus/"}`}, Warn,
+			"thick plugin", "daemon-config.json"},
+		{"delegating, flannel left", map[string]string{Conflist: oursSock, "00-multus.conf": multusWith(`"delegates":[` + oursSock + `]`), "10-flannel.conflist": flannel}, Warn,
+			"delegates the default network to ovnhost (its copy of 00-ovnhost.conflist); other plugins' files are also present: 10-flannel.conflist", "rm /etc/cni/net.d/10-flannel.conflist"},
+		{"delegating, something between", map[string]string{Conflist: oursSock, "00-multus.conf": multusWith(`"delegates":[` + oursSock + `]`), "00-n-bridge.conf": bridge}, Warn,
+			"other plugins' files are also present: 00-n-bridge.conf", "rm /etc/cni/net.d/00-n-bridge.conf"},
+		// Not Multus first: a bridge before Multus is what the runtime uses.
+		{"bridge before multus", map[string]string{Conflist: oursSock, "00-multus.conf": multusWith(`"delegates":[` + oursSock + `]`), "0-bridge.conf": bridge}, Fail,
+			"the runtime uses 0-bridge.conf instead of ovnhost", "remove them: rm /etc/cni/net.d/0-bridge.conf"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := analyze(tc.files)
+			if r.Status != tc.status || !strings.Contains(r.Found, tc.found) || !strings.Contains(r.Fix, tc.fix) {
+				t.Fatalf("got %s %q (fix %q), want %s with %q (fix with %q)", r.Status, r.Found, r.Fix, tc.status, tc.found, tc.fix)
+			}
+			if strings.Contains(r.Fix, "rm ") && strings.Contains(r.Fix, "00-multus.conf") {
+				t.Fatalf("fix %q removes Multus's configuration", r.Fix)
+			}
+		})
+	}
+}
+
 func TestOrder(t *testing.T) {
 	r := analyze(map[string]string{"b.conf": bridge, "a.json": bridge, Conflist: ours, "10-flannel.conflist": flannel, "x.txt": "x"})
 	var got []string

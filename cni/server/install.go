@@ -157,8 +157,9 @@ func (in *installer) portmapUsable() bool {
 	return true
 }
 
-// portmapSettle is how long the portmap binary must stay unchanged before
-// the installer probes it.
+// portmapSettle is how long the portmap binary (or another plugin's
+// configuration file) must stay unchanged before the installer probes
+// (judges) it.
 const portmapSettle = 300 * time.Millisecond
 
 func (in *installer) warn(msg string, args ...any) {
@@ -174,8 +175,13 @@ func (in *installer) report() {
 		in.log.Warn("cannot analyze the CNI configuration directory", "dir", in.confDir, "err", err)
 		return
 	}
-	if r.Status != cniconf.Pass {
+	switch {
+	case r.Status != cniconf.Pass:
 		in.log.Warn("conflicting CNI configuration", "dir", in.confDir, "status", r.Status, "found", r.Found, "fix", r.Fix)
+	case len(r.Outranking) > 0:
+		// Multus is read first and delegates the pods' default network to
+		// ovnhost: the way a Multus node is meant to be.
+		in.log.Info("CNI configuration", "dir", in.confDir, "found", r.Found)
 	}
 }
 
@@ -242,12 +248,17 @@ func (in *installer) watch(ctx context.Context, w *fsnotify.Watcher) {
 		filepath.Join(in.binDir, protocol.PluginType): true,
 	}
 	// portmap is probed once its events have settled (a copy is a Create
-	// and many Writes).
-	var settle <-chan time.Time
+	// and many Writes); so are other configurations judged: Multus writing
+	// its 00-multus.conf is a Create of an empty file first, which is not
+	// the conflict it would look like.
+	var settle, reportSettle <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-reportSettle:
+			reportSettle = nil
+			in.report()
 		case <-settle:
 			settle = nil
 			// portmap installed, upgraded or removed: chain it or not.
@@ -273,8 +284,8 @@ func (in *installer) watch(ctx context.Context, w *fsnotify.Watcher) {
 				}
 			case ev.Name == filepath.Join(in.binDir, PortmapType):
 				settle = time.After(portmapSettle)
-			case filepath.Dir(ev.Name) == in.confDir && cniconf.IsConfFile(base) && base != ConflistName && ev.Op&(fsnotify.Create|fsnotify.Write|fsnotify.Rename) != 0:
-				in.report()
+			case filepath.Dir(ev.Name) == in.confDir && cniconf.IsConfFile(base) && base != ConflistName && ev.Op&(fsnotify.Create|fsnotify.Write|fsnotify.Rename|fsnotify.Remove) != 0:
+				reportSettle = time.After(portmapSettle)
 			}
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -224,3 +226,101 @@ func TestInstallProbesRealPortmap(t *testing.T) {
 		}
 	}
 }
+
+// TestInstallerWithMultus: Multus's configuration sorts before ours and
+// delegates to it (what multus-cni's thin entrypoint writes: a copy of our
+// conflist as its first delegate). The installer leaves Multus's file alone,
+// keeps ours in place, and warns only when Multus delegates elsewhere.
+func TestInstallerWithMultus(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		delegate func(in *installer) string
+		warn     string
+	}{
+		{"delegates to ovnhost", func(in *installer) string { return string(ConflistChain(in.socket, in.version, false)) }, ""},
+		{"delegates to flannel", func(*installer) string { return `{"name":"cbr0","plugins":[{"type":"flannel"}]}` }, "not to ovnhost"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			in := newTestInstaller(t, "0.4.0")
+			in.log = slog.New(slog.NewTextHandler(&logs, nil))
+			if err := os.MkdirAll(in.confDir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			multus := []byte(`{"cniVersion":"0.4.0","name":"multus-cni-network","type":"multus","kubeconfig":"/k","delegates":[` + tc.delegate(in) + `]}`)
+			mp := filepath.Join(in.confDir, "00-multus.conf")
+			if err := os.WriteFile(mp, multus, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := in.installAll(); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(mustRead(t, mp), multus) {
+				t.Fatal("the installer changed Multus's configuration")
+			}
+			if c := in.installed(t); c.Plugins[0]["type"] != "ovnhost-cni" {
+				t.Fatalf("our conflist: %v", c.Plugins)
+			}
+			got := logs.String()
+			conflict := bytes.Contains(logs.Bytes(), []byte("conflicting CNI configuration"))
+			if tc.warn == "" && conflict {
+				t.Fatalf("Multus delegating to ovnhost reported as a conflict:\n%s", got)
+			}
+			if tc.warn != "" && (!conflict || !bytes.Contains(logs.Bytes(), []byte(tc.warn))) {
+				t.Fatalf("want a conflict warning with %q, got:\n%s", tc.warn, got)
+			}
+		})
+	}
+}
+
+// TestWatchJudgesMultusWhenWritten: Multus's file appearing while the daemon
+// runs is judged once its writes settle, not at its empty Create (which
+// would read as an unparsable configuration sorting first).
+func TestWatchJudgesMultusWhenWritten(t *testing.T) {
+	var logs syncBuffer
+	in := newTestInstaller(t, "0.4.0")
+	in.log = slog.New(slog.NewTextHandler(&logs, nil))
+	if err := in.installAll(); err != nil {
+		t.Fatal(err)
+	}
+	w, err := in.startWatch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { in.watch(ctx, w); close(done) }()
+	defer func() { cancel(); <-done }()
+	f, err := os.Create(filepath.Join(in.confDir, "00-multus.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // a writer between its create and its write
+	if _, err := f.WriteString(`{"cniVersion":"0.4.0","name":"multus-cni-network","type":"multus","kubeconfig":"/k","delegates":[` + string(ConflistChain(in.socket, in.version, false)) + `]}`); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for !logs.contains("delegates the default network to ovnhost") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no report of Multus delegating to ovnhost:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if logs.contains("conflicting CNI configuration") {
+		t.Fatalf("the half-written Multus file was reported as a conflict:\n%s", logs.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string           { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+func (s *syncBuffer) contains(sub string) bool { return strings.Contains(s.String(), sub) }

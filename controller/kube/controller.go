@@ -117,6 +117,8 @@ type Controller struct {
 	gateways map[string]*kubeovnv1.Condition
 	// deleting: Subnet marked for deletion -> why it still waits (its users).
 	deleting map[string]string
+	// gwRank: centralized subnet -> the HA group order last programmed.
+	gwRank map[string]gatewayRanking
 
 	ready atomic.Bool
 	m     *metrics
@@ -154,7 +156,7 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 	}
 	c := &Controller{cfg: cfg, log: cfg.Logger, kc: kc, dc: dc, net: ovnnet.New(nb, ovnnet.Config{ServiceCIDRs: cfg.ServiceCIDRs}),
 		valid: map[string]*kubeovnv1.Subnet{}, problems: map[string]*kubeovnv1.Problem{}, waiting: map[string]map[string]ipam.Kind{},
-		notApplied: map[string]string{}, gateways: map[string]*kubeovnv1.Condition{}, deleting: map[string]string{}}
+		notApplied: map[string]string{}, gateways: map[string]*kubeovnv1.Condition{}, deleting: map[string]string{}, gwRank: map[string]gatewayRanking{}}
 	c.m = newMetrics(cfg.Registry, nb)
 	rl := func() workqueue.TypedRateLimiter[string] {
 		return workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second)
@@ -233,10 +235,16 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 	if _, err := c.subnetInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: enqueue(c.subnetQ),
 		UpdateFunc: func(o, n any) {
-			// Status writes come back as updates: only spec changes, deletion and finalizers matter.
+			// Status writes come back as updates: only spec changes matter,
+			// deletion and finalizers (Subnet deletion), and for centralized
+			// gateways which node is active and whether traffic should go
+			// back to the first (the ranking follows them).
 			ou, nu := o.(*unstructured.Unstructured), n.(*unstructured.Unstructured)
-			if ou.GetGeneration() != nu.GetGeneration() || (ou.GetDeletionTimestamp() == nil) != (nu.GetDeletionTimestamp() == nil) ||
-				!slices.Equal(ou.GetFinalizers(), nu.GetFinalizers()) {
+			oa, _, _ := unstructured.NestedString(ou.Object, "status", "activateGateway")
+			na, _, _ := unstructured.NestedString(nu.Object, "status", "activateGateway")
+			if ou.GetGeneration() != nu.GetGeneration() || oa != na ||
+				ou.GetAnnotations()[ovnnet.GatewayFailbackAnnotation] != nu.GetAnnotations()[ovnnet.GatewayFailbackAnnotation] ||
+				(ou.GetDeletionTimestamp() == nil) != (nu.GetDeletionTimestamp() == nil) || !slices.Equal(ou.GetFinalizers(), nu.GetFinalizers()) {
 				enqueue(c.subnetQ)(n)
 			}
 		},
@@ -260,6 +268,12 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 		}
 		c.addons = append(c.addons, a)
 	}
+	// EIP/SNAT (ovn-external-gw-config): idle while the ConfigMap is absent.
+	ext, err := newExternalGateway(c)
+	if err != nil {
+		return nil, fmt.Errorf("kube: external gateway: %w", err)
+	}
+	c.addons = append(c.addons, ext)
 	return c, nil
 }
 
@@ -991,6 +1005,7 @@ func (c *Controller) syncSubnet(ctx context.Context, name string) error {
 		delete(c.notApplied, name)
 		delete(c.gateways, name)
 		delete(c.deleting, name)
+		delete(c.gwRank, name)
 		c.mu.Unlock()
 		if err := c.removeGateway(ctx, name, nil); err != nil {
 			return err

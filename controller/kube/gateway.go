@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -83,6 +84,11 @@ func (c *Controller) syncGateway(ctx context.Context, u *unstructured.Unstructur
 			msg += fmt.Sprintf(" %s NotReady;", strings.Join(notReady, ", "))
 		}
 		return bad("NoGatewayNode", strings.TrimSuffix(msg, ";")+"; start ovnhost on a gateway node or list another node in gatewayNode")
+	}
+	nodes = c.rankGateways(name, u, nodes)
+	used = used[:0]
+	for _, g := range nodes {
+		used = append(used, g.Node)
 	}
 	transit, err := c.net.EnsureCentralizedGateway(ctx, name, cfg.CIDRs, nodes)
 	if err != nil {
@@ -194,4 +200,70 @@ func readyOf(n *corev1.Node) corev1.ConditionStatus {
 		}
 	}
 	return ""
+}
+
+// gatewaySettle is how long after the controller changed a subnet's HA
+// chassis group the active gateway reported by the nodes is not taken as a
+// failover: until BFD between the new members is up, every member sees
+// itself as the best live chassis and claims the port for a moment.
+const gatewaySettle = 5 * time.Second
+
+// gatewayRanking is the HA group order the controller last programmed.
+type gatewayRanking struct {
+	nodes   []string
+	changed time.Time
+}
+
+// rankGateways orders a centralized subnet's gateway nodes: gatewayNode
+// order, with the active gateway moved first (no failback) once the group
+// has settled; a report that comes sooner is re-examined when it has.
+func (c *Controller) rankGateways(name string, u *unstructured.Unstructured, base []ovnnet.GatewayNode) []ovnnet.GatewayNode {
+	active, _, _ := unstructured.NestedString(u.Object, "status", "activateGateway")
+	want := ovnnet.RankGateways(base, active, u.GetAnnotations()[ovnnet.GatewayFailbackAnnotation] == "true")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	last, known := c.gwRank[name]
+	if since := time.Since(last.changed); known && !sameOrder(want, base) && since < gatewaySettle {
+		c.subnetQ.AddAfter(name, gatewaySettle-since)
+		if prev := byNames(base, last.nodes); prev != nil {
+			return prev
+		}
+		want = base
+	}
+	if !known || !sameOrder(want, nil, last.nodes...) {
+		c.gwRank[name] = gatewayRanking{nodes: gatewayNames(want), changed: time.Now()}
+	}
+	return want
+}
+
+func gatewayNames(gs []ovnnet.GatewayNode) []string {
+	out := make([]string, len(gs))
+	for i, g := range gs {
+		out[i] = g.Node
+	}
+	return out
+}
+
+// sameOrder: a and b (or, with b nil, a and names) list the same nodes in the same order.
+func sameOrder(a, b []ovnnet.GatewayNode, names ...string) bool {
+	if b != nil {
+		names = gatewayNames(b)
+	}
+	return slices.Equal(gatewayNames(a), names)
+}
+
+// byNames orders gs as names, or nil when they are not the same nodes.
+func byNames(gs []ovnnet.GatewayNode, names []string) []ovnnet.GatewayNode {
+	if len(gs) != len(names) {
+		return nil
+	}
+	out := make([]ovnnet.GatewayNode, 0, len(gs))
+	for _, n := range names {
+		i := slices.IndexFunc(gs, func(g ovnnet.GatewayNode) bool { return g.Node == n })
+		if i < 0 {
+			return nil
+		}
+		out = append(out, gs[i])
+	}
+	return out
 }

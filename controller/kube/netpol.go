@@ -141,8 +141,8 @@ func (p *policyController) podChanged(old, cur any) {
 
 func (p *policyController) start(ctx context.Context, wg *sync.WaitGroup) error {
 	nb := p.c.net.NB
-	if err := nb.MonitorPortGroups(ctx); err != nil {
-		return err
+	if !nb.MonitorsPortGroups() {
+		return errors.New("kube: network policies: the NB connection does not cache Port_Group and ACL; connect with ovnnb.Options.PortGroups")
 	}
 	// Rows of policies deleted while no controller ran.
 	if err := nb.DeletePortGroups(ctx, map[string]string{}, func(ids map[string]string) bool {

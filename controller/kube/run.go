@@ -180,7 +180,9 @@ func Run(ctx context.Context, o Options) error {
 		defer srv.Close()
 	}
 	tNB := time.Now()
-	nb, err := ovnnb.Connect(ctx, ovnnb.Options{Endpoints: o.NBEndpoints, Logger: o.Logger, TLS: o.NBTLS})
+	// Port_Group and ACL always: NetworkPolicy, and Subnet isolation
+	// (private, allowSubnets, acls) are ACLs too.
+	nb, err := ovnnb.Connect(ctx, ovnnb.Options{Endpoints: o.NBEndpoints, Logger: o.Logger, TLS: o.NBTLS, PortGroups: true})
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/ovnhost/ovnhost/controller/services"
+	"github.com/ovnhost/ovnhost/internal/annotations"
 	"github.com/ovnhost/ovnhost/internal/ovnnb"
 	"github.com/ovnhost/ovnhost/internal/ovnnet"
 )
@@ -87,6 +89,23 @@ func newServiceController(c *Controller) (addon, error) {
 	}); err != nil {
 		return nil, err
 	}
+	chassisOf := func(obj any) string {
+		if n, ok := obj.(*corev1.Node); ok {
+			return n.Annotations[annotations.Chassis]
+		}
+		return ""
+	}
+	if _, err := c.factory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { s.requeueLocalServices() },
+		UpdateFunc: func(o, n any) {
+			if chassisOf(o) != chassisOf(n) {
+				s.requeueLocalServices()
+			}
+		},
+		DeleteFunc: func(any) { s.requeueLocalServices() },
+	}); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -149,7 +168,10 @@ func (s *serviceController) sync(ctx context.Context, key string) error {
 		s.mu.Lock()
 		delete(s.reported, key)
 		s.mu.Unlock()
-		return s.c.net.NB.SetLoadBalancers(ctx, services.ClusterLBGroup, names, nil)
+		if err := s.c.net.NB.SetLoadBalancers(ctx, services.ClusterLBGroup, names, nil); err != nil {
+			return err
+		}
+		return s.c.net.NB.SetTemplateVars(ctx, services.VarPrefix(ns, name), s.chassis(), nil)
 	}
 	if err != nil {
 		return err
@@ -183,12 +205,65 @@ func (s *serviceController) sync(ctx context.Context, key string) error {
 	s.mu.Lock()
 	delete(s.reported, key)
 	s.mu.Unlock()
+	// Template variables first: a template load balancer whose variable is
+	// not there yet balances nothing on that chassis for a moment, instead
+	// of naming a variable that never comes.
+	chassisOf := s.chassisByNode()
+	vars := map[string]map[string]string{}
+	for _, w := range want {
+		for v, perNode := range w.Vars {
+			m := map[string]string{}
+			for node, backends := range perNode {
+				if ch := chassisOf[node]; ch != "" {
+					m[ch] = backends
+				}
+			}
+			vars[v] = m
+		}
+	}
+	if err := s.c.net.NB.SetTemplateVars(ctx, services.VarPrefix(ns, name), s.chassis(), vars); err != nil {
+		return fmt.Errorf("service %s: %w", key, err)
+	}
 	lbs := make([]ovnnb.LoadBalancer, len(want))
 	for i, w := range want {
-		lbs[i] = ovnnb.LoadBalancer{Name: w.Name, Protocol: w.Protocol, VIPs: w.VIPs, Options: w.Options, ExternalIDs: w.ExternalIDs}
+		lbs[i] = ovnnb.LoadBalancer{Name: w.Name, Protocol: w.Protocol, VIPs: w.VIPs, Options: w.Options, SelectionFields: w.SelectionFields, ExternalIDs: w.ExternalIDs}
 	}
 	if err := s.c.net.NB.SetLoadBalancers(ctx, services.ClusterLBGroup, names, lbs); err != nil {
 		return fmt.Errorf("service %s: %w", key, err)
 	}
 	return nil
+}
+
+// chassisByNode maps node names to their chassis (annotation
+// ovn.kubernetes.io/chassis, written by each node daemon).
+func (s *serviceController) chassisByNode() map[string]string {
+	out := map[string]string{}
+	nodes, _ := s.c.nodes.List(everything)
+	for _, n := range nodes {
+		if ch := n.Annotations[annotations.Chassis]; ch != "" {
+			out[n.Name] = ch
+		}
+	}
+	return out
+}
+
+// chassis lists every node's chassis, sorted.
+func (s *serviceController) chassis() []string {
+	var out []string
+	for _, ch := range s.chassisByNode() {
+		out = append(out, ch)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// requeueLocalServices re-syncs the Services with internalTrafficPolicy
+// Local: their per-chassis backends follow the nodes' chassis.
+func (s *serviceController) requeueLocalServices() {
+	svcs, _ := s.svcs.List(everything)
+	for _, svc := range svcs {
+		if p := svc.Spec.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
+			s.q.Add(svc.Namespace + "/" + svc.Name)
+		}
+	}
 }

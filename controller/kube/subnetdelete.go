@@ -90,6 +90,7 @@ func (c *Controller) finishDeletion(ctx context.Context, u *unstructured.Unstruc
 	delete(c.notApplied, name)
 	delete(c.gateways, name)
 	delete(c.deleting, name)
+	delete(c.gwRank, name)
 	c.mu.Unlock()
 	if err := c.removeGateway(ctx, name, nil); err != nil {
 		return false, err

@@ -12,9 +12,9 @@ package services
 
 import (
 	"fmt"
+	"hash/fnv"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,6 +28,8 @@ const ClusterLBGroup = "clusterLBGroup"
 const (
 	KeyService  = "service"  // "namespace/name"
 	KeyProtocol = "protocol" // "TCP", "UDP", "SCTP"
+	// KeyTrafficPolicy marks template load balancers ("Local").
+	KeyTrafficPolicy = "internal-traffic-policy"
 )
 
 // DefaultAffinityTimeout is Kubernetes' default for sessionAffinity ClientIP (3 hours).
@@ -42,8 +44,26 @@ type LB struct {
 	Protocol string            // OVN's: "tcp", "udp", "sctp"
 	VIPs     map[string]string // "10.96.0.10:53" -> "10.16.0.5:53,10.16.0.6:53"; "" = no backend (rejected)
 	Options  map[string]string
+	// SelectionFields: ["ip_src"] for sessionAffinity ClientIP.
+	SelectionFields []string
 	// ExternalIDs identify the owner: service and protocol.
 	ExternalIDs map[string]string
+	// Vars of a template load balancer (internalTrafficPolicy Local): each
+	// VIP's backends are a Chassis_Template_Var ("^var") whose value on a
+	// node's chassis is that node's endpoints; var -> node -> backends.
+	Vars map[string]map[string]string
+}
+
+// LocalSuffix marks the template load balancers of a Service's ClusterIPs
+// under internalTrafficPolicy Local, one per protocol and address family.
+const LocalSuffix = "_local"
+
+// VarPrefix starts the names of a Service's template variables (so that
+// the controller can remove them without knowing its old spec).
+func VarPrefix(namespace, name string) string {
+	h := fnv.New64a()
+	h.Write([]byte(namespace + "/" + name))
+	return fmt.Sprintf("itp_%016x_", h.Sum64())
 }
 
 // Name is the load balancer of a Service's protocol.
@@ -53,9 +73,10 @@ func Name(namespace, name string, proto corev1.Protocol) string {
 
 // Names are all the load balancer names a Service may own.
 func Names(namespace, name string) []string {
-	out := make([]string, len(Protocols))
-	for i, p := range Protocols {
-		out[i] = Name(namespace, name, p)
+	var out []string
+	for _, p := range Protocols {
+		n := Name(namespace, name, p)
+		out = append(out, n, n+LocalSuffix+"4", n+LocalSuffix+"6")
 	}
 	return out
 }
@@ -106,6 +127,15 @@ func Translate(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]LB, err
 	for _, ip := range cips {
 		addVIP("clusterIP", ip)
 	}
+	// internalTrafficPolicy Local: pods reach the ClusterIPs only on their
+	// own node's endpoints (external addresses keep every endpoint: their
+	// policy is externalTrafficPolicy, applied by kube-proxy on the node).
+	local := map[netip.Addr]bool{}
+	if p := svc.Spec.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
+		for _, a := range vips {
+			local[a] = true
+		}
+	}
 	for _, ip := range svc.Spec.ExternalIPs {
 		addVIP("externalIP", ip)
 	}
@@ -119,6 +149,7 @@ func Translate(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]LB, err
 		// at once instead of letting clients time out.
 		"reject": "true",
 	}
+	affinity := false
 	if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
 		t := DefaultAffinityTimeout
 		if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
@@ -127,9 +158,20 @@ func Translate(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]LB, err
 		if t <= 0 || t > 86400 {
 			problems = append(problems, fmt.Sprintf("sessionAffinityConfig.clientIP.timeoutSeconds %d is outside 1..86400", t))
 		}
-		opts["affinity_timeout"] = strconv.Itoa(t)
+		// OVN 23.03's affinity_timeout loses the first connection of every
+		// client (its SYN and retransmits go unanswered; seen on the
+		// userspace datapath): a hash of the source address keeps a client
+		// on one backend instead, for as long as the backend set stays the
+		// same; timeoutSeconds is validated but not enforced (README).
+		affinity = true
 	}
 	byProto := map[corev1.Protocol]map[string]string{}
+	type localKey struct {
+		proto corev1.Protocol
+		v4    bool
+	}
+	byLocal := map[localKey]*LB{}
+	nvars := 0
 	for _, sp := range svc.Spec.Ports {
 		proto := sp.Protocol
 		if proto == "" {
@@ -150,13 +192,31 @@ func Translate(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]LB, err
 			byProto[proto] = m
 		}
 		for _, vip := range vips {
-			var bs []string
-			for _, b := range backends {
-				if b.Addr().Is4() == vip.Is4() {
-					bs = append(bs, b.String())
+			if local[vip] {
+				continue
+			}
+			m[netip.AddrPortFrom(vip, uint16(sp.Port)).String()] = joinFamily(backends, vip.Is4())
+		}
+		for _, vip := range vips {
+			if !local[vip] {
+				continue
+			}
+			k := localKey{proto, vip.Is4()}
+			t := byLocal[k]
+			if t == nil {
+				t = &LB{VIPs: map[string]string{}, Vars: map[string]map[string]string{}}
+				byLocal[k] = t
+			}
+			v := fmt.Sprintf("%s%d", VarPrefix(svc.Namespace, svc.Name), nvars)
+			nvars++
+			t.VIPs[netip.AddrPortFrom(vip, uint16(sp.Port)).String()] = "^" + v
+			perNode := map[string]string{}
+			for node, bs := range BackendsByNode(sp, eps) {
+				if j := joinFamily(bs, vip.Is4()); j != "" {
+					perNode[node] = j
 				}
 			}
-			m[netip.AddrPortFrom(vip, uint16(sp.Port)).String()] = strings.Join(bs, ",")
+			t.Vars[v] = perNode
 		}
 	}
 	if len(problems) > 0 {
@@ -168,11 +228,38 @@ func Translate(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]LB, err
 		if len(m) == 0 {
 			continue
 		}
-		out = append(out, LB{
+		lb := LB{
 			Name: Name(svc.Namespace, svc.Name, proto), Protocol: strings.ToLower(string(proto)), VIPs: m,
 			Options:     clone(opts),
 			ExternalIDs: map[string]string{KeyService: key, KeyProtocol: string(proto)},
-		})
+		}
+		if affinity {
+			lb.SelectionFields = []string{"ip_src"}
+		}
+		out = append(out, lb)
+	}
+	for _, proto := range Protocols {
+		for _, v4 := range []bool{true, false} {
+			t := byLocal[localKey{proto, v4}]
+			if t == nil {
+				continue
+			}
+			fam, suffix := "ipv4", "4"
+			if !v4 {
+				fam, suffix = "ipv6", "6"
+			}
+			t.Name = Name(svc.Namespace, svc.Name, proto) + LocalSuffix + suffix
+			t.Protocol = strings.ToLower(string(proto))
+			// A node without an endpoint of its own has an empty value:
+			// OVN then installs no load balancing there and the traffic is
+			// dropped, as kube-proxy does for internalTrafficPolicy Local.
+			t.Options = map[string]string{"template": "true", "address-family": fam}
+			t.ExternalIDs = map[string]string{KeyService: key, KeyProtocol: string(proto), KeyTrafficPolicy: "Local"}
+			if affinity {
+				t.SelectionFields = []string{"ip_src"}
+			}
+			out = append(out, *t)
+		}
 	}
 	return out, nil
 }
@@ -181,6 +268,45 @@ func Translate(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]LB, err
 // or when there are none the serving-and-terminating ones (so that
 // connections still land during a rollout's last moments).
 func Backends(sp corev1.ServicePort, eps []*discoveryv1.EndpointSlice) []netip.AddrPort {
+	return pick(sp, eps, func(discoveryv1.Endpoint) bool { return true })
+}
+
+// BackendsByNode are the backends of one Service port on each node (by the
+// endpoints' nodeName), chosen per node as Backends chooses for all.
+func BackendsByNode(sp corev1.ServicePort, eps []*discoveryv1.EndpointSlice) map[string][]netip.AddrPort {
+	nodes := map[string]bool{}
+	for _, es := range eps {
+		if es == nil {
+			continue
+		}
+		for _, e := range es.Endpoints {
+			if e.NodeName != nil && *e.NodeName != "" {
+				nodes[*e.NodeName] = true
+			}
+		}
+	}
+	out := map[string][]netip.AddrPort{}
+	for n := range nodes {
+		if bs := pick(sp, eps, func(e discoveryv1.Endpoint) bool { return e.NodeName != nil && *e.NodeName == n }); len(bs) > 0 {
+			out[n] = bs
+		}
+	}
+	return out
+}
+
+func joinFamily(bs []netip.AddrPort, v4 bool) string {
+	var out []string
+	for _, b := range bs {
+		if b.Addr().Is4() == v4 {
+			out = append(out, b.String())
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// pick returns the ready endpoints of sp among those keep accepts, or the
+// serving-and-terminating ones when none is ready.
+func pick(sp corev1.ServicePort, eps []*discoveryv1.EndpointSlice, keep func(discoveryv1.Endpoint) bool) []netip.AddrPort {
 	proto := sp.Protocol
 	if proto == "" {
 		proto = corev1.ProtocolTCP
@@ -209,6 +335,9 @@ func Backends(sp corev1.ServicePort, eps []*discoveryv1.EndpointSlice) []netip.A
 			continue
 		}
 		for _, e := range es.Endpoints {
+			if !keep(e) {
+				continue
+			}
 			c := e.Conditions
 			isReady := c.Ready == nil || *c.Ready // nil means ready (API contract)
 			serving := c.Serving != nil && *c.Serving

@@ -3,6 +3,7 @@ package services
 import (
 	"errors"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -26,6 +27,7 @@ func svc(mut func(*corev1.Service)) *corev1.Service {
 type ep struct {
 	ip                          string
 	ready, serving, terminating *bool
+	node                        string
 }
 
 func slice(port string, proto corev1.Protocol, num int32, eps ...ep) *discoveryv1.EndpointSlice {
@@ -35,8 +37,12 @@ func slice(port string, proto corev1.Protocol, num int32, eps ...ep) *discoveryv
 		es.AddressType = discoveryv1.AddressTypeIPv6
 	}
 	for _, e := range eps {
-		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{e.ip},
-			Conditions: discoveryv1.EndpointConditions{Ready: e.ready, Serving: e.serving, Terminating: e.terminating}})
+		d := discoveryv1.Endpoint{Addresses: []string{e.ip},
+			Conditions: discoveryv1.EndpointConditions{Ready: e.ready, Serving: e.serving, Terminating: e.terminating}}
+		if e.node != "" {
+			d.NodeName = ptr(e.node)
+		}
+		es.Endpoints = append(es.Endpoints, d)
 	}
 	return es
 }
@@ -50,6 +56,7 @@ func TestTranslate(t *testing.T) {
 		eps  []*discoveryv1.EndpointSlice
 		want map[string]map[string]string // LB name -> VIPs
 		opts map[string]string            // options of every LB
+		sel  []string                     // selection fields of every LB
 	}{
 		{name: "ready endpoints only, sorted, across slices",
 			svc: svc(nil),
@@ -92,16 +99,16 @@ func TestTranslate(t *testing.T) {
 				"Service_ns/web_TCP":  {"10.96.0.10:53": "10.16.0.2:5353", "192.0.2.1:53": "10.16.0.2:5353", "198.51.100.7:53": "10.16.0.2:5353"},
 				"Service_ns/web_SCTP": {"10.96.0.10:9": "", "192.0.2.1:9": "", "198.51.100.7:9": ""},
 			},
-			opts: map[string]string{"reject": "true", "affinity_timeout": "60"}},
+			opts: map[string]string{"reject": "true"}, sel: []string{"ip_src"}},
 		{name: "dual stack: backends of the VIP's family",
-			svc: svc(func(s *corev1.Service) { s.Spec.ClusterIPs = []string{"10.96.0.10", "fd00:96::a"} }),
-			eps: []*discoveryv1.EndpointSlice{slice("http", corev1.ProtocolTCP, 8080, ep{ip: "10.16.0.2"}), slice("http", corev1.ProtocolTCP, 8080, ep{ip: "fd00:16::2"})},
+			svc:  svc(func(s *corev1.Service) { s.Spec.ClusterIPs = []string{"10.96.0.10", "fd00:96::a"} }),
+			eps:  []*discoveryv1.EndpointSlice{slice("http", corev1.ProtocolTCP, 8080, ep{ip: "10.16.0.2"}), slice("http", corev1.ProtocolTCP, 8080, ep{ip: "fd00:16::2"})},
 			want: map[string]map[string]string{"Service_ns/web_TCP": {"10.96.0.10:80": "10.16.0.2:8080", "[fd00:96::a]:80": "[fd00:16::2]:8080"}},
 			opts: map[string]string{"reject": "true"}},
 		{name: "default affinity timeout",
 			svc:  svc(func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP }),
 			want: map[string]map[string]string{"Service_ns/web_TCP": {"10.96.0.10:80": ""}},
-			opts: map[string]string{"reject": "true", "affinity_timeout": "10800"}},
+			opts: map[string]string{"reject": "true"}, sel: []string{"ip_src"}},
 		{name: "headless and ExternalName: nothing",
 			svc:  svc(func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = "None", []string{"None"} }),
 			want: map[string]map[string]string{}},
@@ -123,6 +130,9 @@ func TestTranslate(t *testing.T) {
 				}
 				if !maps.Equal(lb.Options, tc.opts) {
 					t.Errorf("%s: options %v, want %v", lb.Name, lb.Options, tc.opts)
+				}
+				if !slices.Equal(lb.SelectionFields, tc.sel) {
+					t.Errorf("%s: selection fields %v, want %v", lb.Name, lb.SelectionFields, tc.sel)
 				}
 				if lb.ExternalIDs[KeyService] != "ns/web" || !strings.HasSuffix(lb.Name, "_"+lb.ExternalIDs[KeyProtocol]) ||
 					strings.ToUpper(lb.Protocol) != lb.ExternalIDs[KeyProtocol] {
@@ -160,7 +170,44 @@ func TestTranslateBadInput(t *testing.T) {
 }
 
 func TestNames(t *testing.T) {
-	if n := Names("kube-system", "kube-dns"); len(n) != 3 || n[1] != "Service_kube-system/kube-dns_UDP" {
+	n := Names("kube-system", "kube-dns")
+	if len(n) != 9 || !slices.Contains(n, "Service_kube-system/kube-dns_UDP") || !slices.Contains(n, "Service_kube-system/kube-dns_TCP_local4") {
 		t.Fatalf("names %v", n)
+	}
+}
+
+// internalTrafficPolicy Local: the ClusterIP goes to a template load
+// balancer whose backends are a per-node variable (the node's own ready
+// endpoints, or its terminating ones when none is ready); external IPs keep
+// every endpoint in the ordinary load balancer.
+func TestInternalTrafficPolicyLocal(t *testing.T) {
+	s := svc(func(s *corev1.Service) {
+		p := corev1.ServiceInternalTrafficPolicyLocal
+		s.Spec.InternalTrafficPolicy = &p
+		s.Spec.ExternalIPs = []string{"192.0.2.1"}
+	})
+	f, tr := false, true
+	eps := []*discoveryv1.EndpointSlice{slice("http", corev1.ProtocolTCP, 8080,
+		ep{ip: "10.16.0.2", node: "a"}, ep{ip: "10.16.0.3", node: "a"}, ep{ip: "10.16.0.4", node: "b"},
+		ep{ip: "10.16.0.5", node: "c", ready: &f, serving: &tr, terminating: &tr}, ep{ip: "10.16.0.6", node: "d", ready: &f})}
+	got, err := Translate(s, eps)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("Translate: %+v, %v; want an ordinary and a template load balancer", got, err)
+	}
+	plain, tmpl := got[0], got[1]
+	if plain.Name != "Service_ns/web_TCP" || !maps.Equal(plain.VIPs, map[string]string{"192.0.2.1:80": "10.16.0.2:8080,10.16.0.3:8080,10.16.0.4:8080"}) {
+		t.Errorf("ordinary load balancer %s %v, want only the external IP with the ready endpoints", plain.Name, plain.VIPs)
+	}
+	if tmpl.Name != "Service_ns/web_TCP_local4" || tmpl.Options["template"] != "true" || tmpl.Options["address-family"] != "ipv4" ||
+		tmpl.ExternalIDs[KeyService] != "ns/web" || tmpl.ExternalIDs[KeyTrafficPolicy] != "Local" {
+		t.Fatalf("template load balancer %+v", tmpl)
+	}
+	v := strings.TrimPrefix(tmpl.VIPs["10.96.0.10:80"], "^")
+	if !strings.HasPrefix(v, VarPrefix("ns", "web")) || len(tmpl.VIPs) != 1 {
+		t.Fatalf("template VIPs %v, want 10.96.0.10:80 -> ^%s...", tmpl.VIPs, VarPrefix("ns", "web"))
+	}
+	want := map[string]string{"a": "10.16.0.2:8080,10.16.0.3:8080", "b": "10.16.0.4:8080", "c": "10.16.0.5:8080"}
+	if !maps.Equal(tmpl.Vars[v], want) {
+		t.Errorf("per-node backends %v, want %v (node d has no serving endpoint)", tmpl.Vars[v], want)
 	}
 }

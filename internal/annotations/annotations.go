@@ -37,7 +37,7 @@ const NotImplemented = "ovnhost.io/not-implemented"
 var Unimplemented = []string{
 	prefix + "vip", prefix + "aaps", prefix + "default_route", prefix + "enable_log",
 	prefix + "logical_router", prefix + "vpc", prefix + "latency", prefix + "loss", prefix + "limit",
-	prefix + "priority", prefix + "eip", prefix + "snat", prefix + "fip", prefix + "security_groups",
+	prefix + "priority", prefix + "security_groups",
 	prefix + "north_gateway", prefix + "vlan_id", prefix + "layer2_forward", prefix + "port_vips",
 	prefix + "allow_live_migration", prefix + "bgp", prefix + "virtualmachine",
 }

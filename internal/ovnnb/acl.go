@@ -9,13 +9,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/ovn-kubernetes/libovsdb/client"
 	"github.com/ovn-kubernetes/libovsdb/model"
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
+	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
 )
 
 // ACL is one access control list entry of a port group.
@@ -75,21 +75,19 @@ type PortGroup struct {
 	AddressSets []AddressSet
 }
 
-var monitored sync.Map // *Client -> struct{}: Port_Group and ACL are in its cache
-
-// MonitorPortGroups adds Port_Group and ACL to the client's cache (the
-// connection's own monitor does not carry them; libovsdb re-establishes
-// both monitors after a reconnect). It returns once the cache holds them.
-func (c *Client) MonitorPortGroups(ctx context.Context) error {
-	if _, ok := monitored.Load(c); ok {
+func portGroupTables(on bool) []ovsdbconn.Table {
+	if !on {
 		return nil
 	}
-	if _, err := c.cl.Monitor(ctx, c.cl.NewMonitor(client.WithTable(&nbdb.PortGroup{}), client.WithTable(&nbdb.ACL{}))); err != nil {
-		return fmt.Errorf("ovnnb: monitoring Port_Group and ACL: %w", err)
-	}
-	monitored.Store(c, struct{}{})
-	return nil
+	// The model's columns by name (ovsdbconn.Dial's default): a newer NB's
+	// extra columns (ACL.tier, which Kube-OVN writes) would otherwise break
+	// the cache on update.
+	return []ovsdbconn.Table{{Model: &nbdb.PortGroup{}}, {Model: &nbdb.ACL{}}}
 }
+
+// MonitorsPortGroups says whether the connection caches Port_Group and ACL
+// (Options.PortGroups); the port group calls need them.
+func (c *Client) MonitorsPortGroups() bool { return c.portGroups }
 
 func (c *Client) portGroup(ctx context.Context, name string) (*nbdb.PortGroup, error) {
 	var pgs []nbdb.PortGroup

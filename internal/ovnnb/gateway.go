@@ -220,13 +220,20 @@ func (c *Client) GatewayPorts(ctx context.Context, match map[string]string) (map
 func (c *Client) SetBFDOptions(ctx context.Context, minRx, minTx, mult int) error {
 	want := map[string]string{"bfd-min-rx": strconv.Itoa(minRx), "bfd-min-tx": strconv.Itoa(minTx), "bfd-mult": strconv.Itoa(mult)}
 	res, err := c.transact(ctx, "read NB_Global options", []ovsdb.Operation{{Op: ovsdb.OperationSelect, Table: nbdb.NBGlobalTable,
-		Where: []ovsdb.Condition{}, Columns: []string{"options"}}})
+		Where: []ovsdb.Condition{}, Columns: []string{"_uuid", "options"}}})
 	if err != nil {
 		return err
 	}
 	if len(res) == 0 || len(res[0].Rows) == 0 {
 		return errors.New("ovnnb: no NB_Global row: is ovn-northd's database initialised?")
 	}
+	row, ok := res[0].Rows[0]["_uuid"].(ovsdb.UUID)
+	if !ok {
+		return errors.New("ovnnb: NB_Global row without _uuid in a select answer")
+	}
+	// A mutate needs a where clause: an empty one is dropped from the
+	// JSON and the server refuses the operation.
+	where := []ovsdb.Condition{{Column: "_uuid", Function: ovsdb.ConditionEqual, Value: row}}
 	if m, ok := res[0].Rows[0]["options"].(ovsdb.OvsMap); ok {
 		same := true
 		for k, v := range want {
@@ -243,9 +250,9 @@ func (c *Client) SetBFDOptions(ctx context.Context, minRx, minTx, mult int) erro
 		keys = append(keys, k)
 	}
 	ops := []ovsdb.Operation{
-		{Op: ovsdb.OperationMutate, Table: nbdb.NBGlobalTable, Where: []ovsdb.Condition{},
+		{Op: ovsdb.OperationMutate, Table: nbdb.NBGlobalTable, Where: where,
 			Mutations: []ovsdb.Mutation{{Column: "options", Mutator: ovsdb.MutateOperationDelete, Value: ovsdb.OvsSet{GoSet: keys}}}},
-		{Op: ovsdb.OperationMutate, Table: nbdb.NBGlobalTable, Where: []ovsdb.Condition{},
+		{Op: ovsdb.OperationMutate, Table: nbdb.NBGlobalTable, Where: where,
 			Mutations: []ovsdb.Mutation{{Column: "options", Mutator: ovsdb.MutateOperationInsert, Value: ovsdb.OvsMap{GoMap: anyMap(want)}}}},
 	}
 	_, err = c.transact(ctx, "set NB_Global BFD options", ops)

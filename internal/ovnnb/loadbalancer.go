@@ -20,11 +20,14 @@ import (
 // brackets) to backends "ip:port,ip:port" ("" = none: with
 // options:reject=true OVN then refuses connections).
 type LoadBalancer struct {
-	Name        string
-	Protocol    string // "tcp", "udp" or "sctp"
-	VIPs        map[string]string
-	Options     map[string]string
-	ExternalIDs map[string]string // added to vendor
+	Name     string
+	Protocol string // "tcp", "udp" or "sctp"
+	VIPs     map[string]string
+	Options  map[string]string
+	// SelectionFields pick the backend by a hash of these fields (OVN's
+	// selection_fields, e.g. "ip_src"); empty: a hash of the 5-tuple.
+	SelectionFields []string
+	ExternalIDs     map[string]string // added to vendor
 }
 
 // lbState tracks what the libovsdb cache cannot know yet: load balancers
@@ -224,7 +227,7 @@ func (c *Client) SetLoadBalancers(ctx context.Context, group string, names []str
 		case uuid == "":
 			proto := w.Protocol
 			row := &nbdb.LoadBalancer{UUID: "newlb" + fmt.Sprint(len(created)), Name: name, Protocol: &proto,
-				Vips: nonNil(w.VIPs), Options: nonNil(w.Options), ExternalIDs: vendorIDs(w.ExternalIDs)}
+				Vips: nonNil(w.VIPs), Options: nonNil(w.Options), SelectionFields: selectionFields(w.SelectionFields), ExternalIDs: vendorIDs(w.ExternalIDs)}
 			o, err := c.cl.Create(row)
 			if err != nil {
 				return err
@@ -239,12 +242,13 @@ func (c *Client) SetLoadBalancers(ctx context.Context, group string, names []str
 		default:
 			ids := vendorIDs(w.ExternalIDs)
 			if cur != nil && cur.Protocol != nil && *cur.Protocol == w.Protocol && maps.Equal(cur.Vips, w.VIPs) &&
-				maps.Equal(cur.Options, w.Options) && maps.Equal(cur.ExternalIDs, ids) {
+				maps.Equal(cur.Options, w.Options) && maps.Equal(cur.ExternalIDs, ids) && sameFields(cur.SelectionFields, w.SelectionFields) {
 				continue
 			}
 			proto := w.Protocol
-			upd := &nbdb.LoadBalancer{UUID: uuid, Name: name, Protocol: &proto, Vips: nonNil(w.VIPs), Options: nonNil(w.Options), ExternalIDs: ids}
-			o, err := c.cl.Where(upd).Update(upd, &upd.Protocol, &upd.Vips, &upd.Options, &upd.ExternalIDs)
+			upd := &nbdb.LoadBalancer{UUID: uuid, Name: name, Protocol: &proto, Vips: nonNil(w.VIPs), Options: nonNil(w.Options),
+				SelectionFields: selectionFields(w.SelectionFields), ExternalIDs: ids}
+			o, err := c.cl.Where(upd).Update(upd, &upd.Protocol, &upd.Vips, &upd.Options, &upd.SelectionFields, &upd.ExternalIDs)
 			if err != nil {
 				return err
 			}
@@ -287,6 +291,26 @@ func (c *Client) SetLoadBalancers(ctx context.Context, group string, names []str
 	return nil
 }
 
+func selectionFields(fs []string) []nbdb.LoadBalancerSelectionFields {
+	out := []nbdb.LoadBalancerSelectionFields{}
+	for _, f := range fs {
+		out = append(out, nbdb.LoadBalancerSelectionFields(f))
+	}
+	return out
+}
+
+func sameFields(cur []nbdb.LoadBalancerSelectionFields, want []string) bool {
+	if len(cur) != len(want) {
+		return false
+	}
+	for _, f := range cur {
+		if !slices.Contains(want, string(f)) {
+			return false
+		}
+	}
+	return true
+}
+
 func nonNil(m map[string]string) map[string]string {
 	if m == nil {
 		return map[string]string{}
@@ -308,6 +332,10 @@ func (c *Client) LoadBalancers(_ context.Context, match map[string]string) ([]Lo
 			continue
 		}
 		x := LoadBalancer{Name: lb.Name, VIPs: maps.Clone(lb.Vips), Options: maps.Clone(lb.Options), ExternalIDs: maps.Clone(lb.ExternalIDs)}
+		for _, f := range lb.SelectionFields {
+			x.SelectionFields = append(x.SelectionFields, string(f))
+		}
+		slices.Sort(x.SelectionFields)
 		if lb.Protocol != nil {
 			x.Protocol = *lb.Protocol
 		}

@@ -68,6 +68,12 @@ type Options struct {
 	ConnectTimeout time.Duration
 	// TLS is required for ssl: endpoints (Kube-OVN's ENABLE_SSL); see LoadTLS.
 	TLS *tls.Config
+	// PortGroups adds Port_Group and ACL to the cache (NetworkPolicy). They
+	// must be in the connection's one monitor: libovsdb v0.8.1 deadlocks
+	// when a second monitor is added while the first delivers updates (its
+	// update handler waits for the monitor lock that Monitor holds while it
+	// awaits the server's reply, which that same handler's goroutine reads).
+	PortGroups bool
 }
 
 // LoadTLS builds the client TLS configuration from PEM files (Kube-OVN
@@ -102,6 +108,8 @@ type Client struct {
 	cl  client.Client
 	log *slog.Logger
 	lbs lbState // load balancers and groups (loadbalancer.go)
+	// portGroups: Port_Group and ACL are in the cache (Options.PortGroups).
+	portGroups bool
 }
 
 // Connect dials the NB through ovsdbconn.Dial (the policy every ovnhost
@@ -128,17 +136,19 @@ func Connect(ctx context.Context, o Options) (*Client, error) {
 	ls := &nbdb.LogicalSwitch{}
 	lsp := &nbdb.LogicalSwitchPort{}
 	conn, err := ovsdbconn.Dial(ctx, dbm, o.Endpoints, ovsdbconn.Options{
-		Monitor: []client.MonitorOption{
-			client.WithTable(ls, &ls.Name, &ls.ExternalIDs, &ls.OtherConfig, &ls.LoadBalancerGroup, &ls.ACLs),
-			client.WithTable(lsp, &lsp.Name, &lsp.Addresses, &lsp.PortSecurity, &lsp.ExternalIDs, &lsp.Type, &lsp.Options),
-			client.WithTable(&nbdb.LogicalRouter{}),
-			client.WithTable(&nbdb.LogicalRouterPort{}),
-			client.WithTable(&nbdb.LogicalRouterStaticRoute{}),
-			client.WithTable(&nbdb.LogicalRouterPolicy{}),
-			client.WithTable(&nbdb.AddressSet{}),
-			client.WithTable(&nbdb.LoadBalancer{}),
-			client.WithTable(&nbdb.LoadBalancerGroup{}),
-		},
+		Monitor: append([]ovsdbconn.Table{
+			{Model: ls, Fields: []any{&ls.Name, &ls.ExternalIDs, &ls.OtherConfig, &ls.LoadBalancerGroup, &ls.ACLs}},
+			{Model: lsp, Fields: []any{&lsp.Name, &lsp.Addresses, &lsp.PortSecurity, &lsp.ExternalIDs, &lsp.Type, &lsp.Options}},
+			{Model: &nbdb.LogicalRouter{}},
+			{Model: &nbdb.LogicalRouterPort{}},
+			{Model: &nbdb.LogicalRouterStaticRoute{}},
+			{Model: &nbdb.LogicalRouterPolicy{}},
+			{Model: &nbdb.NAT{}},
+			{Model: &nbdb.AddressSet{}},
+			{Model: &nbdb.LoadBalancer{}},
+			{Model: &nbdb.LoadBalancerGroup{}},
+			{Model: &nbdb.ChassisTemplateVar{}},
+		}, portGroupTables(o.PortGroups)...),
 		TLS:     o.TLS,
 		Log:     o.Logger.With("component", "libovsdb"),
 		Timeout: o.ConnectTimeout,
@@ -147,7 +157,7 @@ func Connect(ctx context.Context, o Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ovnnb: %w", err)
 	}
-	return &Client{cl: conn.Client, log: o.Logger}, nil
+	return &Client{cl: conn.Client, log: o.Logger, portGroups: o.PortGroups}, nil
 }
 
 // Close ends the connection.

@@ -17,8 +17,11 @@ import (
 // do not carry ids (another owner's, another tool's) are left alone. The same
 // ACL type and comparison serve NetworkPolicy port groups (EnsurePortGroup).
 func (c *Client) EnsureSwitchACLs(ctx context.Context, sw string, ids map[string]string, acls []ACL) error {
-	if err := c.MonitorPortGroups(ctx); err != nil {
-		return err
+	if !c.portGroups {
+		if len(acls) == 0 {
+			return nil // nothing asked; without the ACL table none of ours can be seen either
+		}
+		return fmt.Errorf("ovnnb: ACLs of switch %q: the ACL table is not monitored; connect with Options.PortGroups", sw)
 	}
 	ls, err := c.lswitch(ctx, sw)
 	if err != nil {
@@ -88,8 +91,8 @@ func (c *Client) EnsureSwitchACLs(ctx context.Context, sw string, ids map[string
 
 // SwitchACLs lists the ACLs of switch sw that carry ids.
 func (c *Client) SwitchACLs(ctx context.Context, sw string, ids map[string]string) ([]ACL, error) {
-	if err := c.MonitorPortGroups(ctx); err != nil {
-		return nil, err
+	if !c.portGroups {
+		return nil, fmt.Errorf("ovnnb: ACLs of switch %q: the ACL table is not monitored; connect with Options.PortGroups", sw)
 	}
 	ls, err := c.lswitch(ctx, sw)
 	if err != nil || ls == nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/ovnhost/ovnhost/internal/ovnnb"
@@ -221,3 +222,25 @@ func GatewayHardwareAddr() net.HardwareAddr {
 // "169.254.64.1/30"): the controller writes it once the gateway port
 // exists, and gateway nodes configure the host end from it.
 const TransitAnnotation = "ovnhost.io/gateway-transit"
+
+// GatewayFailbackAnnotation on a centralized Subnet, "true", keeps its
+// traffic on the first ready node of gatewayNode: a gateway node that comes
+// back takes the traffic back. Without it the subnet stays on the gateway
+// that is active while that one is ready, as Kube-OVN does (its
+// status.activateGateway is kept as long as that node is ready).
+const GatewayFailbackAnnotation = "ovnhost.io/gateway-failback"
+
+// RankGateways orders nodes for a subnet's HA chassis group: gatewayNode
+// order, except that the active gateway (status.activateGateway) goes first
+// unless failback is asked for, so that OVN, which always binds the
+// highest-priority live chassis, does not move traffic back by itself.
+func RankGateways(nodes []GatewayNode, active string, failback bool) []GatewayNode {
+	i := slices.IndexFunc(nodes, func(g GatewayNode) bool { return g.Node == active })
+	if failback || i <= 0 {
+		return nodes
+	}
+	out := make([]GatewayNode, 0, len(nodes))
+	out = append(out, nodes[i])
+	out = append(out, nodes[:i]...)
+	return append(out, nodes[i+1:]...)
+}

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,6 +26,7 @@ import (
 	"github.com/ovn-kubernetes/libovsdb/cache"
 	"github.com/ovn-kubernetes/libovsdb/client"
 	"github.com/ovn-kubernetes/libovsdb/model"
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 )
 
 // Options for Dial.
@@ -32,9 +34,13 @@ type Options struct {
 	// Tables to monitor; nil monitors every table of the model.
 	Tables []model.Model
 	// Monitor, when set, replaces Tables with these monitor requests, for
-	// callers that monitor only some columns of a table:
-	// client.WithTable(ls, &ls.Name, &ls.ExternalIDs).
-	Monitor []client.MonitorOption
+	// callers that monitor only some columns or rows of a table.
+	Monitor []Table
+	// Optional tables: dropped from the model when the server lacks them
+	// (or a column of theirs), so that an older server is still served;
+	// Conn.Unavailable says which feature is then off and since when it
+	// exists. Their monitors are dropped with them.
+	Optional []Feature
 	// TLS is required for ssl: endpoints; see LoadTLS.
 	TLS *tls.Config
 	// Log receives libovsdb's messages at debug level (default slog.Default()).
@@ -53,6 +59,15 @@ type Options struct {
 	Once bool
 }
 
+// Table is one monitor request: the table of Model, only the columns of
+// Fields (pointers into Model; nil: every column of the model, never the
+// server's extra ones), only the rows matching Where (nil: all rows).
+type Table struct {
+	Model  model.Model
+	Fields []any
+	Where  []model.Condition
+}
+
 // DefaultTimeout bounds one connection attempt when Options.Timeout is 0.
 const DefaultTimeout = 5 * time.Second
 
@@ -63,6 +78,10 @@ type Conn struct {
 
 	mu      sync.Mutex
 	changed chan struct{}
+
+	db          string
+	model       model.ClientDBModel // what the client was built with
+	unavailable []*Unavailable
 }
 
 // Dial connects to endpoint (comma-separated OVSDB remotes: unix:PATH,
@@ -90,28 +109,52 @@ func Dial(ctx context.Context, dbModel model.ClientDBModel, endpoint string, o O
 	// libovsdb logs every failed reconnect as an error; the supervisor
 	// reports the server's state itself, so its chatter goes to debug.
 	lg := logr.FromSlogHandler(debugOnly{log.Handler()}).WithValues("db", dbModel.Name())
-	opts := []client.Option{client.WithLogger(&lg), client.WithLeaderOnly(false)}
-	if !o.Probe {
-		opts = append(opts, client.WithReconnect(timeout, reconnectBackoff()))
-	}
+	base := []client.Option{client.WithLogger(&lg), client.WithLeaderOnly(false)}
 	for _, ep := range eps {
-		opts = append(opts, client.WithEndpoint(ep))
+		base = append(base, client.WithEndpoint(ep))
 	}
 	if o.TLS != nil {
-		opts = append(opts, client.WithTLSConfig(o.TLS))
+		base = append(base, client.WithTLSConfig(o.TLS))
 	}
-	cl, err := client.NewOVSDBClient(dbModel, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+	opts := base
+	if !o.Probe {
+		opts = append(append([]client.Option{}, base...), client.WithReconnect(timeout, reconnectBackoff()))
 	}
-	if o.Once {
-		if err := cl.Connect(ctx); err != nil {
-			return nil, fmt.Errorf("%s does not answer on %s: %w", name, endpoint, err)
+	if o.Probe {
+		// A probe proves the server answers; it needs no table.
+		if dbModel, err = model.NewClientDBModel(dbModel.Name(), map[string]model.Model{}); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-	} else if err := connect(ctx, cl, endpoint, name, timeout, o.Exited); err != nil {
+	}
+	c := &Conn{endpoint: endpoint, changed: make(chan struct{}), db: dbModel.Name()}
+	cl, err := c.open(ctx, dbModel, endpoint, name, timeout, o, opts)
+	if errors.Is(err, errValidation) {
+		// The server's schema is not the model's: find out what it lacks,
+		// drop optional tables, or say what is missing and what is needed.
+		var schema ovsdb.DatabaseSchema
+		sctx, cancel := context.WithTimeout(ctx, timeout)
+		schema, err = serverSchema(sctx, dbModel.Name(), endpoint, base)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("%s: reading the server's schema after libovsdb refused it: %w", name, err)
+		}
+		var reduced model.ClientDBModel
+		reduced, err = c.adapt(dbModel, schema, o.Optional, endpoint)
+		if err != nil {
+			return nil, err
+		}
+		for _, u := range c.unavailable {
+			log.Warn("feature unavailable on this server", "db", c.db, "server", endpoint, "err", u.Error())
+		}
+		cl, err = c.open(ctx, reduced, endpoint, name, timeout, o, opts)
+		if errors.Is(err, errValidation) {
+			return nil, fmt.Errorf("%s: libovsdb still refuses the schema after dropping %d optional tables: %w", name, len(c.unavailable), err)
+		}
+	}
+	if err != nil {
 		return nil, err
 	}
-	c := &Conn{Client: cl, endpoint: endpoint, changed: make(chan struct{})}
+	c.Client = cl
 	if o.Probe {
 		return c, nil
 	}
@@ -120,23 +163,114 @@ func Dial(ctx context.Context, dbModel model.ClientDBModel, endpoint string, o O
 		UpdateFunc: func(string, model.Model, model.Model) { c.notify() },
 		DeleteFunc: func(string, model.Model) { c.notify() },
 	})
-	switch {
-	case o.Monitor != nil:
-		_, err = cl.Monitor(ctx, cl.NewMonitor(o.Monitor...))
-	case o.Tables == nil:
-		_, err = cl.MonitorAll(ctx)
-	default:
-		var tabs []client.MonitorOption
-		for _, m := range o.Tables {
-			tabs = append(tabs, client.WithTable(m))
-		}
-		_, err = cl.Monitor(ctx, cl.NewMonitor(tabs...))
-	}
-	if err != nil {
+	if _, err := cl.Monitor(ctx, cl.NewMonitor(c.monitors(o)...)); err != nil {
 		cl.Close()
 		return nil, fmt.Errorf("%s: monitor: %w", name, err)
 	}
 	return c, nil
+}
+
+// open makes a libovsdb client for m and connects it; a schema libovsdb
+// refuses is errValidation, at once (retrying cannot fix it).
+func (c *Conn) open(ctx context.Context, m model.ClientDBModel, endpoint, name string, timeout time.Duration, o Options, opts []client.Option) (client.Client, error) {
+	cl, err := client.NewOVSDBClient(m, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	c.model = m
+	if o.Once {
+		err = cl.Connect(ctx)
+		if isValidation(err) {
+			return nil, fmt.Errorf("%w: %v", errValidation, err)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s does not answer on %s: %w", name, endpoint, err)
+		}
+		return cl, nil
+	}
+	if err := connect(ctx, cl, endpoint, name, timeout, o.Exited); err != nil {
+		return nil, err
+	}
+	return cl, nil
+}
+
+// adapt returns the model without the optional tables the server cannot
+// serve, or a *SchemaError when it lacks something else.
+func (c *Conn) adapt(m model.ClientDBModel, schema ovsdb.DatabaseSchema, optional []Feature, endpoint string) (model.ClientDBModel, error) {
+	opt := map[string]Feature{}
+	for _, f := range optional {
+		opt[tableOf(m, f.Table)] = f
+	}
+	drop := map[string]bool{}
+	var hard []string
+	for _, g := range Compare(m, schema) {
+		if f, ok := opt[g.Table]; ok {
+			drop[g.Table] = true
+			c.unavailable = append(c.unavailable, &Unavailable{Feature: f, Table: g.Table, DB: m.Name(), Server: schema.Version})
+			continue
+		}
+		hard = append(hard, g.String())
+	}
+	if len(hard) > 0 {
+		return m, &SchemaError{DB: m.Name(), Server: schema.Version, Model: modelVersion(m.Name()), Missing: hard, Remote: endpoint}
+	}
+	return without(m, drop)
+}
+
+// monitors are the monitor requests: every column of the model by name
+// (a newer server's extra columns would break the cache on update), and
+// nothing of a dropped optional table.
+func (c *Conn) monitors(o Options) []client.MonitorOption {
+	tables := o.Monitor
+	if tables == nil {
+		if o.Tables != nil {
+			for _, m := range o.Tables {
+				tables = append(tables, Table{Model: m})
+			}
+		} else {
+			for _, typ := range c.model.Types() {
+				tables = append(tables, Table{Model: reflect.New(typ.Elem()).Interface().(model.Model)})
+			}
+		}
+	}
+	var mons []client.MonitorOption
+	for _, t := range tables {
+		if c.dropped(t.Model) {
+			continue
+		}
+		fields := t.Fields
+		if len(fields) == 0 {
+			fields = Columns(t.Model)
+		}
+		if t.Where != nil {
+			mons = append(mons, client.WithConditionalTable(t.Model, t.Where, fields...))
+		} else {
+			mons = append(mons, client.WithTable(t.Model, fields...))
+		}
+	}
+	return mons
+}
+
+func (c *Conn) dropped(m model.Model) bool { return c.Unavailable(m) != nil }
+
+// Unavailable returns nil when the server has the optional table t, else
+// the error that names the feature and the release it needs.
+func (c *Conn) Unavailable(t model.Model) error {
+	for _, u := range c.unavailable {
+		if reflect.TypeOf(u.Feature.Table) == reflect.TypeOf(t) {
+			return u
+		}
+	}
+	return nil
+}
+
+// Degraded lists the optional features this server cannot serve.
+func (c *Conn) Degraded() []*Unavailable { return c.unavailable }
+
+// ServerSchema is the server's schema version and its release ("8.2.0", "OVS 2.15").
+func (c *Conn) ServerSchema() (version, release string) {
+	v := c.Schema().Version
+	return v, ReleaseOf(c.db, v)
 }
 
 // splitEndpoints checks the comma-separated remotes: each needs a scheme,
@@ -196,6 +330,9 @@ func connect(ctx context.Context, cl client.Client, endpoint, name string, timeo
 		cancel()
 		if err == nil {
 			return nil
+		}
+		if isValidation(err) {
+			return fmt.Errorf("%w: %v", errValidation, err)
 		}
 		lastErr = err
 		select {

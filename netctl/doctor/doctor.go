@@ -8,7 +8,8 @@
 // warning that says so.
 //
 // Doctor changes nothing: it loads no module, writes no file, and only
-// reads the packet filter (iptables-{legacy,nft}-save). The only side
+// reads the packet filter (iptables-{legacy,nft}-save, or iptables-save
+// where iptables predates 1.8, as CentOS 7's 1.4.21). The only side
 // effects are a throwaway network namespace for the tunnel-device probe
 // (kernel datapath only) and one broadcast ARP probe for the encap IP.
 //
@@ -58,6 +59,9 @@ type Options struct {
 
 // Run runs every check and never changes the host.
 func Run(ctx context.Context, cfg *config.Config, opts Options) *Report {
+	if cfg.IsCentral() {
+		return RunCentral(ctx, cfg, opts)
+	}
 	f := opts.Facts
 	if f == nil {
 		f = NewHost(cfg)
@@ -84,6 +88,8 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) *Report {
 	if c, ok := duplicateAddress(r.EncapIP, f, min(to, time.Second)); ok {
 		r.Checks = append(r.Checks, c)
 	}
+
+	r.Checks = append(r.Checks, hostChecks(cfg, r.Datapath, f)...)
 
 	svc := services{cfg: cfg, lay: layout.New(cfg.Paths), f: f, timeout: to, encapIP: r.EncapIP}
 	r.Checks = append(r.Checks, svc.run(ctx)...)
@@ -176,8 +182,9 @@ func CheckCNIPlugin(ctx context.Context, cfg *config.Config, f Facts) []prefligh
 	return []preflight.Check{{Name: name, Status: preflight.Pass, Found: fmt.Sprintf("%s is executable, build %q like %s", path, stamp, who)}}
 }
 
-// CheckCNIConfig checks that 00-ovnhost.conflist is present and first, and
-// names every other configuration that outranks or shadows it.
+// CheckCNIConfig checks that 00-ovnhost.conflist is present and first (or
+// behind a Multus configuration that delegates the default network to it),
+// and names every other configuration that outranks or shadows it.
 func CheckCNIConfig(cfg *config.Config, f Facts) preflight.Check {
 	const name = "cni-config"
 	rep, err := f.ScanCNIConf(cfg.CNIConfDir, cniconf.Conflist)
@@ -206,12 +213,30 @@ func CheckFirewalld(f Facts) preflight.Check {
 func firewallChecks(cfg *config.Config, encapIP string, f Facts) []preflight.Check {
 	legacy, lerr := f.IptablesSave("legacy", isV6(encapIP))
 	nft, nerr := f.IptablesSave("nft", isV6(encapIP))
-	out := []preflight.Check{CheckMixedBackends(legacy, nft, lerr, nerr)}
 	proto := "udp"
 	if cfg.TunnelType == "stt" {
 		proto = "tcp"
 	}
 	port := TunnelPort(cfg.TunnelType)
+	if lerr != nil && nerr != nil {
+		// iptables before 1.8 (CentOS 7: 1.4.21) ships only iptables-save,
+		// and the only backend it knows is the legacy one.
+		plain, perr := f.IptablesSave("", isV6(encapIP))
+		if perr != nil {
+			return []preflight.Check{CheckMixedBackends(legacy, nft, lerr, fmt.Errorf("%v; iptables-save: %v", nerr, perr))}
+		}
+		backend, ver := SaveBackend(plain)
+		label := "iptables-save"
+		if ver != "" {
+			label += " v" + ver
+		}
+		label += " (" + backend + ")"
+		return []preflight.Check{
+			{Name: "iptables-backends", Status: preflight.Pass, Found: fmt.Sprintf("only %s is installed: one backend, %d rules", label, parseSave(plain).count)},
+			CheckTunnelPort("tunnel-port:"+backend, label, plain, proto, port),
+		}
+	}
+	out := []preflight.Check{CheckMixedBackends(legacy, nft, lerr, nerr)}
 	if lerr == nil {
 		out = append(out, CheckTunnelPort("tunnel-port:legacy", "iptables-legacy", legacy, proto, port))
 	}
@@ -225,7 +250,7 @@ func isV6(ip string) bool { return strings.Contains(ip, ":") }
 
 // CheckClock reports an unsynchronised clock, and certificates not yet or
 // no longer valid, when SSL is on: both break TLS to the OVN databases.
-func CheckClock(cfg *config.Config, f Facts) preflight.Check {
+func CheckClock(cfg *config.Config, f ClockFacts) preflight.Check {
 	const name = "clock"
 	synced, maxErr, err := f.ClockSync()
 	now := f.Now()

@@ -55,6 +55,15 @@ type Facts interface {
 	OpenvSwitch(ctx context.Context, remote string) ([]vswitch.OpenvSwitch, error)
 	// SBChassis reads the Chassis and Encap tables of the SB database.
 	SBChassis(ctx context.Context, remote string) ([]sbdb.Chassis, []sbdb.Encap, error)
+	// NorthdVersion is SB_Global options:northd_internal_version.
+	NorthdVersion(ctx context.Context, remote string) (string, error)
+	// Statfs is the space available to unprivileged users and the size of
+	// the filesystem holding path.
+	Statfs(path string) (avail, total uint64, err error)
+	// Owner is the uid and gid of path.
+	Owner(path string) (uid, gid int, err error)
+	// KernelLog is the kernel's log records (/dev/kmsg), read without waiting.
+	KernelLog() ([]string, error)
 	// Unixctl runs command on a daemon's control socket.
 	Unixctl(ctx context.Context, sock, command string) (string, error)
 	// ControllerSocket finds the control socket of a live ovn-controller.
@@ -187,12 +196,18 @@ func firewalldCmdline(args []string) bool {
 	return false
 }
 
-// IptablesSave runs iptables-legacy-save or iptables-nft-save. These only
-// READ the kernel's rules; doctor never runs a command that changes them.
+// IptablesSave runs iptables-legacy-save or iptables-nft-save, or plain
+// iptables-save when backend is "" (iptables before 1.8 has only that).
+// These only READ the kernel's rules; doctor never runs a command that
+// changes them.
 func (h *Host) IptablesSave(backend string, v6 bool) (string, error) {
-	name := "iptables-" + backend + "-save"
+	prefix := "iptables-"
 	if v6 {
-		name = "ip6tables-" + backend + "-save"
+		prefix = "ip6tables-"
+	}
+	name := prefix + backend + "-save"
+	if backend == "" {
+		name = prefix + "save"
 	}
 	// Not Host.LookPath: the xtables multi-call binaries dispatch on the
 	// name they are run by, so the symlink must not be resolved.
@@ -316,4 +331,49 @@ func (*Host) DialUnix(path string, timeout time.Duration) error {
 		return err
 	}
 	return c.Close()
+}
+
+// Statfs reads the filesystem of path.
+func (*Host) Statfs(path string) (uint64, uint64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return 0, 0, err
+	}
+	return st.Bavail * uint64(st.Bsize), st.Blocks * uint64(st.Bsize), nil
+}
+
+// Owner stats path without following a final symlink.
+func (*Host) Owner(path string) (int, int, error) {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return 0, 0, err
+	}
+	return int(st.Uid), int(st.Gid), nil
+}
+
+// KernelLog reads every record /dev/kmsg holds now: one record per read,
+// non-blocking, so the end of the buffer is EAGAIN instead of a wait.
+func (*Host) KernelLog() ([]string, error) {
+	fd, err := unix.Open("/dev/kmsg", unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	var out []string
+	buf := make([]byte, 8192)
+	for len(out) < 100000 {
+		n, err := unix.Read(fd, buf)
+		switch {
+		case err == unix.EAGAIN:
+			return out, nil
+		case err == unix.EPIPE:
+			continue // records overwritten while reading: go on with the next
+		case err != nil:
+			return out, err
+		case n == 0:
+			return out, nil
+		}
+		out = append(out, strings.TrimRight(string(buf[:n]), "\n"))
+	}
+	return out, nil
 }

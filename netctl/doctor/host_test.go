@@ -9,12 +9,18 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netns"
+
+	"github.com/ovnhost/ovnhost/supervisor/config"
+	"github.com/ovnhost/ovnhost/supervisor/preflight"
 	"github.com/ovnhost/ovnhost/tests/harness/ovncentral"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
@@ -153,4 +159,74 @@ func TestHostListDBsSSL(t *testing.T) {
 	if _, err := missing.ListDBs(ctx, remote); err == nil || !strings.Contains(err.Error(), "SSL key pair") {
 		t.Fatalf("missing key: %v", err)
 	}
+}
+
+// TestHostIptablesSaveOnly: on a host whose only program is iptables-save
+// (CentOS 7's iptables 1.4.21; here the legacy multi-call binary under that
+// name, in a bin dir of its own) doctor reads the real kernel rules of a
+// throwaway network namespace and checks the tunnel port.
+func TestHostIptablesSaveOnly(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommands(t, "xtables-legacy-multi", "iptables-legacy", "ip")
+	multi, _ := testenv.LookPath("xtables-legacy-multi")
+	bin := t.TempDir()
+	if err := os.Symlink(multi, filepath.Join(bin, "iptables-save")); err != nil {
+		t.Fatal(err)
+	}
+	ns := "dociptsave" + strconv.Itoa(os.Getpid()%100000)
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v %s", err, out)
+	}
+	defer exec.Command("ip", "netns", "del", ns).Run()
+	ipt, _ := testenv.LookPath("iptables-legacy")
+	for _, rule := range [][]string{
+		{"-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "ACCEPT"},
+		{"-A", "INPUT", "-j", "REJECT"},
+	} {
+		if out, err := exec.Command("ip", append([]string{"netns", "exec", ns, ipt}, rule...)...).CombinedOutput(); err != nil {
+			t.Fatalf("iptables %v: %v %s", rule, err, out)
+		}
+	}
+	cfg, err := config.Load(nil, []string{"NODE_NAME=n1"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.BinDirs = []string{bin}
+	h := NewHost(cfg)
+	var checks []preflight.Check
+	inNetns(t, ns, func() { checks = firewallChecks(cfg, "", h) })
+	byName := map[string]preflight.Check{}
+	for _, c := range checks {
+		byName[c.Name] = c
+	}
+	c, ok := byName["tunnel-port:legacy"]
+	if !ok || c.Status != preflight.Fail || !strings.Contains(c.Found, "iptables-save v") || !strings.Contains(c.Found, "-A INPUT -j REJECT") {
+		t.Fatalf("tunnel-port:legacy = %+v (all: %+v)", c, checks)
+	}
+	if b := byName["iptables-backends"]; b.Status != preflight.Pass || !strings.Contains(b.Found, "only iptables-save") {
+		t.Fatalf("iptables-backends = %+v", b)
+	}
+}
+
+// inNetns runs fn on a thread in the named network namespace; programs it
+// starts inherit it.
+func inNetns(t *testing.T, name string, fn func()) {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orig.Close()
+	target, err := netns.GetFromName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	if err := netns.Set(target); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = netns.Set(orig) }()
+	fn()
 }

@@ -76,12 +76,36 @@ func (h *Host) SBChassis(ctx context.Context, remote string) ([]sbdb.Chassis, []
 	return chassis, encaps, nil
 }
 
+// NorthdVersion reads SB_Global options:northd_internal_version, which
+// ovn-northd writes ("23.03.1-20.27.0-70.6": OVN, SB schema, internal).
+func (h *Host) NorthdVersion(ctx context.Context, remote string) (string, error) {
+	c, err := h.dial(ctx, sbdb.FullDatabaseModel, remote, "ovsdb-server (OVN_Southbound)", &sbdb.SBGlobal{})
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	var rows []sbdb.SBGlobal
+	if err := c.List(ctx, &rows); err != nil {
+		return "", fmt.Errorf("reading SB_Global at %s: %w", remote, err)
+	}
+	if len(rows) == 0 {
+		return "", nil
+	}
+	return rows[0].Options["northd_internal_version"], nil
+}
+
 // dial connects to one remote and monitors tables; ssl: remotes use the
 // configured key, certificate and CA.
 func (h *Host) dial(ctx context.Context, dbModel func() (model.ClientDBModel, error), remote, name string, tables ...model.Model) (*ovsdbconn.Conn, error) {
-	m, err := dbModel()
+	full, err := dbModel()
 	if err != nil {
 		return nil, fmt.Errorf("%s: building the client model: %w", name, err)
+	}
+	// Only the tables doctor reads: libovsdb checks every table of the
+	// model against the server, which may run another release.
+	m, err := ovsdbconn.Subset(full, tables...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	var tc *tls.Config
 	if strings.HasPrefix(strings.TrimSpace(remote), "ssl:") {

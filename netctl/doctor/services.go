@@ -45,6 +45,7 @@ func (s *services) ctx(parent context.Context) (context.Context, context.CancelF
 func (s *services) run(ctx context.Context) []preflight.Check {
 	var out []preflight.Check
 	id := Identity{EncapIP: s.encapIP}
+	matchNorthd := false
 	if h, err := s.f.Hostname(); err == nil {
 		id.Hostname = h
 	}
@@ -90,6 +91,7 @@ func (s *services) run(ctx context.Context) []preflight.Check {
 			if v := ext["ovn-encap-ip"]; v != "" {
 				id.EncapIP = v
 			}
+			matchNorthd = ext["ovn-match-northd-version"] == "true"
 		}
 	}
 	if id.SystemID == "" {
@@ -136,7 +138,28 @@ func (s *services) run(ctx context.Context) []preflight.Check {
 		return out
 	}
 	out = append(out, CheckChassis(id, chassis, sbUp))
+	out = append(out, s.skew(ctx, sbUp, matchNorthd))
 	return out
+}
+
+// skew compares the central's northd with the local ovn-controller.
+func (s *services) skew(ctx context.Context, sb string, matchNorthd bool) preflight.Check {
+	cx, cancel := s.ctx(ctx)
+	northd, err := s.f.NorthdVersion(cx, sb)
+	cancel()
+	if err != nil {
+		return preflight.Check{Name: "ovn-version-skew", Status: preflight.Warn, Found: "cannot read SB_Global: " + err.Error(), Fix: "check the SB database"}
+	}
+	controller := ""
+	if sock, err := s.f.ControllerSocket([]string{s.lay.OVNRunDir, s.lay.OVSRunDir}); err == nil {
+		cx, cancel := s.ctx(ctx)
+		out, err := s.f.Unixctl(cx, sock, "version")
+		cancel()
+		if err == nil {
+			controller = ControllerVersion(out)
+		}
+	}
+	return CheckVersionSkew(northd, controller, matchNorthd)
 }
 
 func (s *services) controller(ctx context.Context) preflight.Check {

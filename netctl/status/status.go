@@ -157,4 +157,7 @@ func Write(w io.Writer, s *health.Snapshot) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", c.Name, pid, state, c.Restarts, rss, detail)
 	}
 	_ = tw.Flush()
+	if s.Central != nil {
+		writeCentral(w, s.Central)
+	}
 }

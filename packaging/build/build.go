@@ -27,6 +27,12 @@ const (
 	TalosServiceFile = "/rootfs/usr/local/etc/containers/ovnhost.yaml"
 	// TalosServiceRootfs is the service's root file system (the bundle).
 	TalosServiceRootfs = "/rootfs/usr/local/lib/containers/ovnhost"
+	// TalosCentralServiceName is the central's service (ext-ovnhost-central,
+	// ovnhost run --role=central); its root file system is the same bundle,
+	// packed as hard links to the node service's.
+	TalosCentralServiceName   = "ovnhost-central"
+	TalosCentralServiceFile   = "/rootfs/usr/local/etc/containers/ovnhost-central.yaml"
+	TalosCentralServiceRootfs = "/rootfs/usr/local/lib/containers/ovnhost-central"
 )
 
 // RepoRoot finds the module root from this file's location.
@@ -105,10 +111,16 @@ func TalosEntries(bundleDir, version string) ([]ociimage.Entry, error) {
 	if err != nil {
 		return nil, err
 	}
+	central, err := os.ReadFile(filepath.Join(root, "talos-extension", "ovnhost-central.yaml"))
+	if err != nil {
+		return nil, err
+	}
 	return []ociimage.Entry{
 		{Path: "/manifest.yaml", Data: manifest, Mode: 0o644},
 		{Path: TalosServiceFile, Data: service, Mode: 0o644},
 		{Path: TalosServiceRootfs, Dir: bundleDir},
+		{Path: TalosCentralServiceFile, Data: central, Mode: 0o644},
+		{Path: TalosCentralServiceRootfs, Dir: bundleDir, LinkTo: TalosServiceRootfs},
 	}, nil
 }
 
@@ -173,13 +185,16 @@ func RPM(binDir, outDir, version string) (string, error) {
 		return "", err
 	}
 	for dst, from := range map[string]string{
-		"ovnhost":              filepath.Join(binDir, "ovnhost"),
-		"ovnhost-cni":          filepath.Join(binDir, "ovnhost-cni"),
-		"netctl":               filepath.Join(binDir, "netctl"),
-		"ovnhost.service":      filepath.Join(root, "systemd", "ovnhost.service"),
-		"ovnhost.sysconfig":    filepath.Join(root, "systemd", "ovnhost.sysconfig"),
-		"ovnhost-modules.conf": filepath.Join(root, "systemd", "ovnhost-modules.conf"),
-		"install.md":           filepath.Join(root, "docs", "install.md"),
+		"ovnhost":                   filepath.Join(binDir, "ovnhost"),
+		"ovnhost-cni":               filepath.Join(binDir, "ovnhost-cni"),
+		"netctl":                    filepath.Join(binDir, "netctl"),
+		"ovnhost.service":           filepath.Join(root, "systemd", "ovnhost.service"),
+		"ovnhost.sysconfig":         filepath.Join(root, "systemd", "ovnhost.sysconfig"),
+		"ovnhost-modules.conf":      filepath.Join(root, "systemd", "ovnhost-modules.conf"),
+		"install.md":                filepath.Join(root, "docs", "install.md"),
+		"ovnhost-central.service":   filepath.Join(root, "systemd", "ovnhost-central.service"),
+		"ovnhost-central.sysconfig": filepath.Join(root, "systemd", "ovnhost-central.sysconfig"),
+		"central.md":                filepath.Join(root, "docs", "central.md"),
 	} {
 		data, err := os.ReadFile(from)
 		if err != nil {

@@ -39,6 +39,10 @@ type Entry struct {
 	Mode fs.FileMode
 	// Path inside the image, e.g. "/" or "/rootfs/usr/local/lib/containers/ovnhost".
 	Path string
+	// LinkTo, with Dir, packs Dir's regular files as hard links to the
+	// same files packed earlier under LinkTo: a second copy of a tree at
+	// no extra size (a second Talos service's root file system).
+	LinkTo string
 }
 
 // BuildTime is the modification time of every file: SOURCE_DATE_EPOCH when
@@ -83,7 +87,11 @@ func (w *tarWriter) parents(name string) error {
 	return w.header(dir+"/", tar.TypeDir, 0o755, 0, "")
 }
 
-func (w *tarWriter) addDir(hostDir, prefix string) error {
+func (w *tarWriter) addDir(hostDir, prefix string) error { return w.addTree(hostDir, prefix, "") }
+
+// addTree packs hostDir under prefix; with linkTo, regular files are hard
+// links to their twins under linkTo.
+func (w *tarWriter) addTree(hostDir, prefix, linkTo string) error {
 	return filepath.WalkDir(hostDir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -116,6 +124,8 @@ func (w *tarWriter) addDir(hostDir, prefix string) error {
 				return err
 			}
 			return w.header(name, tar.TypeSymlink, 0o777, 0, target)
+		case fi.Mode().IsRegular() && linkTo != "":
+			return w.header(name, tar.TypeLink, int64(fi.Mode().Perm()), 0, strings.TrimPrefix(filepath.Join(linkTo, rel), "/"))
 		case fi.Mode().IsRegular():
 			if err := w.header(name, tar.TypeReg, int64(fi.Mode().Perm()), fi.Size(), ""); err != nil {
 				return err
@@ -138,7 +148,7 @@ func WriteLayerTar(out io.Writer, entries []Entry) error {
 	w := &tarWriter{tw: tar.NewWriter(out), mtime: BuildTime(), dirs: map[string]bool{}}
 	for _, e := range entries {
 		if e.Dir != "" {
-			if err := w.addDir(e.Dir, e.Path); err != nil {
+			if err := w.addTree(e.Dir, e.Path, e.LinkTo); err != nil {
 				return err
 			}
 			continue

@@ -33,6 +33,9 @@ const (
 type Config struct {
 	NodeName string
 	Mode     Mode
+	// Role is node (default) or central; Central holds the central's settings.
+	Role    Role
+	Central Central
 	// OVNDBIPs are the cluster's OVN database addresses (OVN_DB_IPS).
 	OVNDBIPs []string
 	// SBRemote and NBRemote are OVSDB connection strings ("unix:...",
@@ -185,6 +188,7 @@ func (c *Config) finish() Errors {
 			}
 		}
 	}
+	errs = append(errs, c.finishCentral()...)
 	if c.TunnelType == "stt" && c.Datapath == nodeconfig.ChooseUserspace {
 		errs = append(errs, &Error{Key: "tunnel-type", Value: c.TunnelType, Reason: "STT is not supported by the userspace (netdev) datapath", Fix: "use TUNNEL_TYPE=geneve or vxlan"})
 	}

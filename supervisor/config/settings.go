@@ -115,7 +115,7 @@ func splitList(v string) []string {
 
 // settings is the whole configuration surface of `ovnhost run`.
 func settings() []setting {
-	return append(baseSettings(), dirSettings()...)
+	return append(append(baseSettings(), centralSettings()...), dirSettings()...)
 }
 
 // dirSettings are the directory settings of the node's layout, whose names
@@ -133,7 +133,7 @@ func baseSettings() []setting {
 	return []setting{
 		{Name: "node-name", Env: []string{"NODE_NAME", "KUBE_NODE_NAME"}, Help: "Kubernetes node name (default: the hostname)",
 			Set: func(c *Config, v string) error { c.NodeName = strings.TrimSpace(v); return nil }},
-		{Name: "ovn-db-ips", Env: []string{"OVN_DB_IPS"}, Help: "comma-separated IPs of the OVN NB/SB databases; empty runs all-in-one",
+		{Name: "ovn-db-ips", Env: []string{"OVN_DB_IPS", "NODE_IPS"}, Help: "comma-separated IPs of the OVN NB/SB databases; empty runs all-in-one (NODE_IPS is the name Kube-OVN's ovn-central reads)",
 			Set: func(c *Config, v string) error {
 				c.OVNDBIPs = nil
 				for _, ip := range splitList(v) {

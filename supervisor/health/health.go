@@ -56,6 +56,8 @@ type Reporter struct {
 	allReady  prometheus.Gauge
 	registry  *prometheus.Registry
 	startedAt time.Time
+	// central reports the Raft state of a central member (nil on a node).
+	central func() *CentralStatus
 }
 
 // New creates a Reporter with its own metrics registry (Go and process
@@ -327,6 +329,7 @@ func (r *Reporter) Handler() http.Handler {
 			for _, c := range r.Children() {
 				fmt.Fprintf(w, "%s pid=%d up=%v ready=%v restarts=%d last_exit=%q\n", c.Name, c.Pid, c.Up, c.Ready, c.Restarts, c.LastExit)
 			}
+			WriteCentral(w, r.centralStatus())
 		}
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(r.registry, promhttp.HandlerOpts{}))
@@ -344,6 +347,8 @@ type Snapshot struct {
 	Version  string        `json:"version"`
 	Uptime   string        `json:"uptime"`
 	Children []ChildStatus `json:"children"`
+	// Central is a central member's Raft state (role=central only).
+	Central *CentralStatus `json:"central,omitempty"`
 }
 
 // ChildStatus is one child in a Snapshot.
@@ -362,7 +367,7 @@ type ChildStatus struct {
 // Snapshot returns the current state.
 func (r *Reporter) Snapshot() Snapshot {
 	ok, msg := r.Status()
-	s := Snapshot{Ready: ok, Status: msg, Version: version.Version, Uptime: time.Since(r.startedAt).Round(time.Second).String()}
+	s := Snapshot{Ready: ok, Status: msg, Version: version.Version, Uptime: time.Since(r.startedAt).Round(time.Second).String(), Central: r.centralStatus()}
 	for _, c := range r.Children() {
 		cs := ChildStatus{Name: c.Name, Pid: c.Pid, Up: c.Up, Ready: c.Ready, Waiting: c.Waiting, Restarts: c.Restarts, LastExit: c.LastExit, CrashLoop: c.CrashLoop}
 		if c.Pid > 0 {

@@ -65,7 +65,7 @@ func Cleanup(cfg *config.Config, purge bool) ([]string, error) {
 	for _, link := range links {
 		name := link.Attrs().Name
 		ours := (link.Type() == "tuntap" || link.Type() == "openvswitch") &&
-			(name == "br-int" || name == "ovs-netdev" || name == "ovn0" || name == GatewayBridge || name == cfg.MirrorOutput)
+			(name == "br-int" || name == "ovs-netdev" || name == "ovn0" || name == GatewayBridge || name == ExternalBridge || name == cfg.MirrorOutput)
 		// Host ends of pod veths, named by the CNI server "ovh" + 11 hex.
 		ours = ours || (link.Type() == "veth" && len(name) == 14 && strings.HasPrefix(name, "ovh"))
 		if !ours {

@@ -107,13 +107,26 @@ func (n *Node) tlsFor(endpoint string) *tls.Config {
 func (n *Node) nbDaemon() *daemon {
 	l := n.nc.Layout
 	return n.dbServerDaemon(dbServer{name: "ovsdb-nb", db: l.NBDB, schema: filepath.Join(n.cfg.OVNSchema, "ovn-nb.ovsschema"), sock: l.NBSock, pid: l.NBPid, ctl: l.NBCtl, log: l.NBLog}, &n.nb,
-		n.keepConn(&n.nb, nbdb.FullDatabaseModel, n.cfg.NBRemote, "ovsdb-server (OVN_Northbound)", []model.Model{&nbdb.NBGlobal{}}, ensureNBGlobal))
+		n.keepConn(&n.nb, subset(nbdb.FullDatabaseModel, &nbdb.NBGlobal{}), n.cfg.NBRemote, "ovsdb-server (OVN_Northbound)", []model.Model{&nbdb.NBGlobal{}}, ensureNBGlobal))
 }
 
 func (n *Node) sbDaemon() *daemon {
 	l := n.nc.Layout
 	return n.dbServerDaemon(dbServer{name: "ovsdb-sb", db: l.SBDB, schema: filepath.Join(n.cfg.OVNSchema, "ovn-sb.ovsschema"), sock: l.SBSock, pid: l.SBPid, ctl: l.SBCtl, log: l.SBLog}, &n.sb,
-		n.keepConn(&n.sb, sbdb.FullDatabaseModel, "unix:"+l.SBSock, "ovsdb-server (OVN_Southbound)", sbTables(), nil))
+		n.keepConn(&n.sb, subset(sbdb.FullDatabaseModel, sbTables()...), "unix:"+l.SBSock, "ovsdb-server (OVN_Southbound)", sbTables(), nil))
+}
+
+// subset is a model of only the tables the node uses: libovsdb checks every
+// table of a model against the server, and a cluster's central may run
+// another OVN release than this node's packages.
+func subset(full func() (model.ClientDBModel, error), tables ...model.Model) func() (model.ClientDBModel, error) {
+	return func() (model.ClientDBModel, error) {
+		m, err := full()
+		if err != nil {
+			return m, err
+		}
+		return ovsdbconn.Subset(m, tables...)
+	}
 }
 
 func sbTables() []model.Model {
@@ -421,7 +434,7 @@ func (n *Node) sbConn(ctx context.Context, c *process.Child) (*ovsdbconn.Conn, e
 		return sb, nil
 	}
 	n.health.Waiting("ovn-controller", "the SB database at "+n.cfg.SBRemote+" to answer")
-	err := n.keepConn(&n.sb, sbdb.FullDatabaseModel, n.cfg.SBRemote, "OVN_Southbound at "+n.cfg.SBRemote, sbTables(), nil)(ctx, c)
+	err := n.keepConn(&n.sb, subset(sbdb.FullDatabaseModel, sbTables()...), n.cfg.SBRemote, "OVN_Southbound at "+n.cfg.SBRemote, sbTables(), nil)(ctx, c)
 	if err != nil {
 		return nil, err
 	}

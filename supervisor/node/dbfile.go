@@ -13,6 +13,8 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+
+	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
 )
 
 // schemaVersion reads "version" from an .ovsschema file.
@@ -67,27 +69,6 @@ func dbVersion(path string) (string, error) {
 	return s.Version, nil
 }
 
-// compareVersions compares dotted numeric versions.
-func compareVersions(a, b string) int {
-	as, bs := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; i < max(len(as), len(bs)); i++ {
-		var x, y int
-		if i < len(as) {
-			x, _ = strconv.Atoi(as[i])
-		}
-		if i < len(bs) {
-			y, _ = strconv.Atoi(bs[i])
-		}
-		if x != y {
-			if x < y {
-				return -1
-			}
-			return 1
-		}
-	}
-	return 0
-}
-
 // ensureDB creates db from schema when missing, and converts it in place,
 // keeping its rows, when the installed schema's version differs (ovs-ctl's
 // upgrade_db). A backup named after the old version is kept.
@@ -107,7 +88,7 @@ func ensureDB(ctx context.Context, tool, db, schema string, log *slog.Logger) er
 	if err != nil {
 		return err
 	}
-	if compareVersions(have, want) == 0 {
+	if ovsdbconn.CompareVersions(have, want) == 0 {
 		return nil
 	}
 	backup := fmt.Sprintf("%s.backup%s-%s", db, have, randHex(4))

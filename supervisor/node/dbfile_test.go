@@ -8,17 +8,6 @@ import (
 	"testing"
 )
 
-func TestCompareVersions(t *testing.T) {
-	for _, c := range []struct {
-		a, b string
-		want int
-	}{{"8.3.0", "8.3.0", 0}, {"8.2.0", "8.3.0", -1}, {"8.10.0", "8.9.1", 1}, {"7", "7.0.0", 0}} {
-		if got := compareVersions(c.a, c.b); got != c.want {
-			t.Errorf("compareVersions(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
-		}
-	}
-}
-
 func TestDBVersionReadsTheSchemaRecord(t *testing.T) {
 	schema := `{"name":"Open_vSwitch","version":"8.3.0","tables":{}}`
 	p := filepath.Join(t.TempDir(), "conf.db")

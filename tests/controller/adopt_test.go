@@ -181,9 +181,6 @@ func TestAdoptKubeOVNState(t *testing.T) {
 	if uuidOf("vip-10.16.0.100") != before["vip-10.16.0.100"] {
 		t.Error("Kube-OVN's virtual port vip-10.16.0.100 was removed")
 	}
-	if err := e.nb.MonitorPortGroups(ctx); err != nil { // the test's client: Port_Group and ACL too
-		t.Fatal(err)
-	}
 	var pgs []nbdb.PortGroup
 	var acls []nbdb.ACL
 	var sets []nbdb.AddressSet

@@ -76,7 +76,7 @@ func newEnvWith(t testing.TB, central *ovncentral.Central) *env {
 	e.dc = dynamic.NewForConfigOrDie(srv.Config)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	nb, err := ovnnb.Connect(ctx, ovnnb.Options{Endpoints: central.NB(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	nb, err := ovnnb.Connect(ctx, ovnnb.Options{Endpoints: central.NB(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), PortGroups: true})
 	if err != nil {
 		t.Fatal(err)
 	}

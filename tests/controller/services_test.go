@@ -52,7 +52,11 @@ func (e *env) serviceLBs(key string) string {
 		for _, o := range opts {
 			os = append(os, o+"="+lb.Options[o])
 		}
-		out = append(out, fmt.Sprintf("%s %s [%s] {%s}", lb.Name, lb.Protocol, strings.Join(vs, " "), strings.Join(os, " ")))
+		line := fmt.Sprintf("%s %s [%s] {%s}", lb.Name, lb.Protocol, strings.Join(vs, " "), strings.Join(os, " "))
+		if len(lb.SelectionFields) > 0 {
+			line += " by " + strings.Join(lb.SelectionFields, ",")
+		}
+		out = append(out, line)
 	}
 	return strings.Join(out, "\n")
 }
@@ -158,7 +162,7 @@ func TestServicesBecomeLoadBalancers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Port names changed: the old slice's unnamed port matches none.
-	waitLBs("affinity and a UDP load balancer", fmt.Sprintf("Service_default/web_TCP tcp [%s:80=] {affinity_timeout=30 reject=true}\nService_default/web_UDP udp [%s:53=] {affinity_timeout=30 reject=true}", vip, vip))
+	waitLBs("affinity and a UDP load balancer", fmt.Sprintf("Service_default/web_TCP tcp [%s:80=] {reject=true} by ip_src\nService_default/web_UDP udp [%s:53=] {reject=true} by ip_src", vip, vip))
 
 	// Bad input: an ingress address no load balancer can serve.
 	svc.Spec.Type = corev1.ServiceTypeLoadBalancer
@@ -203,4 +207,3 @@ func TestServicesBecomeLoadBalancers(t *testing.T) {
 		return ok, fmt.Sprintf("rows %v, group %v", names, members)
 	})
 }
-

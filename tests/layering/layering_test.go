@@ -31,7 +31,7 @@ func TestImportRules(t *testing.T) {
 	}{
 		{[]string{"supervisor/cmd/ovnhost"}, []string{"controller/"},
 			"the node daemon does not carry the controller; shared OVN logic lives in internal/"},
-		{[]string{"supervisor/node", "supervisor/process", "supervisor/lifecycle", "supervisor/health", "cni/server", "cni/podnet"},
+		{[]string{"supervisor/node", "supervisor/central", "supervisor/process", "supervisor/lifecycle", "supervisor/health", "cni/server", "cni/podnet"},
 			[]string{"supervisor/preflight"},
 			"the runtime acts on the resolved NodeConfig; preflight only checks"},
 		{[]string{"cni/server", "cni/podnet", "cni/cniconf", "cni/protocol", "cni/cmd/ovnhost-cni"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -125,5 +126,30 @@ func (c *cluster) deletePod(t testing.TB, p *clusterPod) {
 	zero := int64(0)
 	if err := c.cp.kc.CoreV1().Pods(p.namespace).Delete(context.Background(), p.name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
+	}
+}
+
+// addExternalNetwork gives the outside an external network for EIP/SNAT
+// (Kube-OVN's seed 002 layout): a bridge brext in the outside namespace
+// holding 172.56.0.1/16, and on each node i of nodes a veth nic (the
+// node's external NIC, up, no address) whose peer is a port of brext.
+// Transmit checksum offload is off on the outside's side: the userspace
+// datapath forwards what it reads from the NIC as it is.
+func (c *cluster) addExternalNetwork(t testing.TB, nic string, nodes ...int) {
+	t.Helper()
+	w := c.world.ns
+	if _, err := exec.Command("ip", "-n", w, "link", "show", "brext").CombinedOutput(); err != nil {
+		run(t, "ip", "-n", w, "link", "add", "brext", "type", "bridge")
+		run(t, "ip", "-n", w, "addr", "add", "172.56.0.1/16", "dev", "brext")
+		run(t, "ip", "-n", w, "link", "set", "brext", "up")
+		run(t, "ip", "netns", "exec", w, "ethtool", "-K", "brext", "tx", "off")
+	}
+	for _, i := range nodes {
+		peer := fmt.Sprintf("ext%c", 'a'+i)
+		run(t, "ip", "link", "add", nic, "netns", c.nodes[i].ns, "type", "veth", "peer", "name", peer, "netns", w)
+		run(t, "ip", "-n", w, "link", "set", peer, "master", "brext", "up")
+		run(t, "ip", "netns", "exec", w, "ethtool", "-K", peer, "tx", "off")
+		run(t, "ip", "netns", "exec", c.nodes[i].ns, "ethtool", "-K", nic, "tx", "off")
+		run(t, "ip", "-n", c.nodes[i].ns, "link", "set", nic, "up")
 	}
 }

@@ -29,6 +29,14 @@ type controlPlane struct {
 	central *ovncentral.Central
 	kc      kubernetes.Interface
 	dc      dynamic.Interface
+	ctrl    *exec.Cmd
+	ctrlLog string // the controller's output
+}
+
+// stopController kills ovnhost-controller (what is programmed stays).
+func (cp *controlPlane) stopController() {
+	_ = cp.ctrl.Process.Kill()
+	_, _ = cp.ctrl.Process.Wait()
 }
 
 func startControlPlane(t testing.TB) *controlPlane {
@@ -42,14 +50,9 @@ func startControlPlane(t testing.TB) *controlPlane {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ctrl := exec.Command(testenv.Binary(t, "ovnhost-controller"), "--kubeconfig="+api.Kubeconfig, "--ovn-nb-addr="+central.NB(),
-		"--health-addr=", "--leader-elect=false")
-	ctrlLog, _ := os.Create(filepath.Join(t.TempDir(), "controller.log"))
-	ctrl.Stdout, ctrl.Stderr = ctrlLog, ctrlLog
-	if err := ctrl.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ctrl.Process.Kill(); _ = ctrl.Wait(); ctrlLog.Close() })
+	cp := &controlPlane{api: api, central: central, kc: kubernetes.NewForConfigOrDie(api.Config), dc: dynamic.NewForConfigOrDie(api.Config),
+		ctrlLog: filepath.Join(t.TempDir(), "controller.log")}
+	cp.startController(t)
 	nb := dial(t, nbdb.FullDatabaseModel, central.NB())
 	defer nb.Close()
 	if err := nb.WaitUntil(ctx, "the controller's default topology (ovn-default)", func() bool {
@@ -64,5 +67,23 @@ func startControlPlane(t testing.TB) *controlPlane {
 	}, nil); err != nil {
 		t.Fatal(err)
 	}
-	return &controlPlane{api: api, central: central, kc: kubernetes.NewForConfigOrDie(api.Config), dc: dynamic.NewForConfigOrDie(api.Config)}
+	return cp
+}
+
+// startController runs ovnhost-controller (again, after stopController),
+// its output appended to cp.ctrlLog.
+func (cp *controlPlane) startController(t testing.TB) {
+	t.Helper()
+	ctrl := exec.Command(testenv.Binary(t, "ovnhost-controller"), "--kubeconfig="+cp.api.Kubeconfig, "--ovn-nb-addr="+cp.central.NB(),
+		"--health-addr=", "--leader-elect=false")
+	log, err := os.OpenFile(cp.ctrlLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrl.Stdout, ctrl.Stderr = log, log
+	if err := ctrl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cp.ctrl = ctrl
+	t.Cleanup(func() { _ = ctrl.Process.Kill(); _, _ = ctrl.Process.Wait(); log.Close() })
 }

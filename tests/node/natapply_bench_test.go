@@ -63,6 +63,19 @@ func BenchmarkNATOutgoingApply(b *testing.B) {
 		"metadata": map[string]any{"name": "flip"}, "spec": map[string]any{"cidrBlock": "10.70.0.0/16", "natOutgoing": false}}}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
+	// The target is for a cluster of 100 subnets: 97 more (with ovn-default,
+	// join and flip), half of them natOutgoing, all in the node's NAT plan.
+	const others = 97
+	for i := 0; i < others; i++ {
+		if _, err := subnets.Create(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kubeovn.io/v1", "kind": "Subnet",
+			"metadata": map[string]any{"name": fmt.Sprintf("other-%02d", i)},
+			"spec":     map[string]any{"cidrBlock": fmt.Sprintf("10.71.%d.0/24", i), "natOutgoing": i%2 == 0}}}, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := n.waitLog(fmt.Sprintf("10.71.%d.0/24", others-1), 60*time.Second); err != nil {
+		b.Fatalf("the node's NAT plan never held the 100th subnet: %v\n%s", err, n.logTail())
+	}
 	if _, err := kc.CoreV1().Pods("default").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "flip-a",
 		Annotations: map[string]string{"ovn.kubernetes.io/logical_switch": "flip"}},
 		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "c", Image: "none"}}}}, metav1.CreateOptions{}); err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os/exec"
 	"slices"
 	"sort"
 	"strings"
@@ -19,6 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/ovn-kubernetes/libovsdb/model"
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 
 	"github.com/ovnhost/ovnhost/controller/services"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
@@ -250,6 +254,46 @@ func TestServices(t *testing.T) {
 		}
 	})
 
+	t.Run("internal traffic policy local", func(t *testing.T) {
+		local := corev1.ServiceInternalTrafficPolicyLocal
+		svc, err := c.cp.kc.CoreV1().Services(ns).Create(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web-local"},
+			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, InternalTrafficPolicy: &local,
+				Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := net.JoinHostPort(svc.Spec.ClusterIP, "80")
+		want := map[string][]string{"client-a": {"web-0", "web-2"}, "client-b": {"web-1"}}
+		for _, cl := range clients {
+			// The template load balancer and its per-chassis variable
+			// land after the Service: the first answer may take a moment.
+			deadline := time.Now().Add(30 * time.Second)
+			var got string
+			for err = errors.New("none"); err != nil && time.Now().Before(deadline); {
+				got, err = ask(cl.netns, addr, time.Second)
+			}
+			if err != nil {
+				t.Fatalf("%s to %s (internalTrafficPolicy Local): %v\n%s", cl.name, addr, err, c.diag())
+			}
+			seen := map[string]int{}
+			for i := 0; i < 40; i++ {
+				got, err = ask(cl.netns, addr, 3*time.Second)
+				if err != nil {
+					t.Fatalf("connection %d from %s to %s: %v", i, cl.name, addr, err)
+				}
+				seen[got]++
+			}
+			for name := range seen {
+				if !slices.Contains(want[cl.name], name) {
+					t.Fatalf("internalTrafficPolicy Local: %s on %s reached %v, want only its node's %v", cl.name, cl.nodeName, seen, want[cl.name])
+				}
+			}
+			if len(seen) != len(want[cl.name]) {
+				t.Errorf("internalTrafficPolicy Local: 40 connections from %s reached %v, want each of %v", cl.name, seen, want[cl.name])
+			}
+		}
+	})
+
 	t.Run("affinity", func(t *testing.T) {
 		aff := net.JoinHostPort(affIP, "80")
 		for _, cl := range clients {
@@ -321,13 +365,46 @@ func TestServices(t *testing.T) {
 		c.deletePodObject(t, backends[0])
 		c.deletePodObject(t, backends[1])
 		c.waitBackends(t, ns, "web", corev1.ProtocolTCP, web)
+		// "At once" is about the answer, not about how fast OVN spreads the
+		// change: wait until every chassis has applied the NB as it is now.
+		c.waitChassisCaughtUp(t)
 		for _, cl := range clients {
 			t0 := time.Now()
 			_, err := ask(cl.netns, web, 5*time.Second)
 			took := time.Since(t0)
 			if !errors.Is(err, syscall.ECONNREFUSED) || took > time.Second {
-				t.Errorf("from %s to %s without endpoints: %v after %s, want connection refused at once", cl.name, web, err, took.Round(time.Millisecond))
+				lbs, _ := exec.Command("ovn-nbctl", "--db="+c.cp.central.NB(), "lb-list").CombinedOutput()
+				fl, _ := exec.Command("sh", "-c", "ovn-sbctl --db="+c.cp.central.SB()+" lflow-list | grep -E 'reject|"+webIP+"'").CombinedOutput()
+				t.Errorf("from %s to %s without endpoints: %v after %s, want connection refused at once\n%s\n%s", cl.name, web, err, took.Round(time.Millisecond), lbs, fl)
 			}
 		}
 	})
+}
+
+// waitChassisCaughtUp bumps NB_Global.nb_cfg and waits until every chassis
+// has applied it (hv_cfg), as ovn-nbctl --wait=hv sync does.
+func (c *svcCluster) waitChassisCaughtUp(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var g []nbdb.NBGlobal
+	if err := c.nb.List(ctx, &g); err != nil || len(g) != 1 {
+		t.Fatalf("NB_Global: %v (%d rows)", err, len(g))
+	}
+	ops, err := c.nb.Where(&g[0]).Mutate(&g[0], model.Mutation{Field: &g[0].NbCfg, Mutator: ovsdb.MutateOperationAdd, Value: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := ovsdbconn.Transact(ctx, c.nb, "bump nb_cfg", ops...)
+	if err != nil || len(res) == 0 {
+		t.Fatalf("bumping nb_cfg: %v", err)
+	}
+	want := g[0].NbCfg + 1
+	if err := c.nb.WaitUntil(ctx, fmt.Sprintf("NB_Global.hv_cfg to reach %d (every chassis applied the NB)", want), func() bool {
+		var cur []nbdb.NBGlobal
+		_ = c.nb.List(ctx, &cur)
+		return len(cur) == 1 && cur[0].HvCfg >= want
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
 }

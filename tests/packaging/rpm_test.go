@@ -142,19 +142,22 @@ func TestRPMVersionHasNoSeparatorsRPM411Rejects(t *testing.T) {
 // rpmFiles is what the spec lays down, with modes: what an operator finds
 // after `yum install`.
 var rpmFiles = map[string]fs.FileMode{
-	"/usr/bin/ovnhost":                        0o755,
-	"/usr/bin/ovnhost-cni":                    0o755,
-	"/usr/bin/netctl":                         0o755,
-	"/usr/lib/systemd/system/ovnhost.service": 0o644,
-	"/etc/sysconfig/ovnhost":                  0o644,
-	"/usr/lib/modules-load.d/ovnhost.conf":    0o644,
-	"/usr/share/doc/ovnhost/install.md":       0o644,
-	"/usr/share/doc/ovnhost":                  fs.ModeDir | 0o755,
-	"/etc/ovnhost":                            fs.ModeDir | 0o750,
-	"/var/lib/openvswitch":                    fs.ModeDir | 0o750,
-	"/var/lib/ovn":                            fs.ModeDir | 0o750,
-	"/var/log/openvswitch":                    fs.ModeDir | 0o750,
-	"/var/log/ovn":                            fs.ModeDir | 0o750,
+	"/usr/bin/ovnhost":                                0o755,
+	"/usr/bin/ovnhost-cni":                            0o755,
+	"/usr/bin/netctl":                                 0o755,
+	"/usr/lib/systemd/system/ovnhost.service":         0o644,
+	"/etc/sysconfig/ovnhost":                          0o644,
+	"/usr/lib/modules-load.d/ovnhost.conf":            0o644,
+	"/usr/share/doc/ovnhost/install.md":               0o644,
+	"/usr/lib/systemd/system/ovnhost-central.service": 0o644,
+	"/etc/sysconfig/ovnhost-central":                  0o644,
+	"/usr/share/doc/ovnhost/central.md":               0o644,
+	"/usr/share/doc/ovnhost":                          fs.ModeDir | 0o755,
+	"/etc/ovnhost":                                    fs.ModeDir | 0o750,
+	"/var/lib/openvswitch":                            fs.ModeDir | 0o750,
+	"/var/lib/ovn":                                    fs.ModeDir | 0o750,
+	"/var/log/openvswitch":                            fs.ModeDir | 0o750,
+	"/var/log/ovn":                                    fs.ModeDir | 0o750,
 }
 
 // TestRPMInstallUpgradeErase installs the RPM with rpm into a scratch root
@@ -218,9 +221,11 @@ func TestRPMInstallUpgradeErase(t *testing.T) {
 		}
 	}
 	for dst, src := range map[string]string{
-		"/usr/lib/systemd/system/ovnhost.service": "systemd/ovnhost.service",
-		"/etc/sysconfig/ovnhost":                  "systemd/ovnhost.sysconfig",
-		"/usr/lib/modules-load.d/ovnhost.conf":    "systemd/ovnhost-modules.conf",
+		"/usr/lib/systemd/system/ovnhost.service":         "systemd/ovnhost.service",
+		"/etc/sysconfig/ovnhost":                          "systemd/ovnhost.sysconfig",
+		"/usr/lib/modules-load.d/ovnhost.conf":            "systemd/ovnhost-modules.conf",
+		"/usr/lib/systemd/system/ovnhost-central.service": "systemd/ovnhost-central.service",
+		"/etc/sysconfig/ovnhost-central":                  "systemd/ovnhost-central.sysconfig",
 	} {
 		if b, err := os.ReadFile(filepath.Join(root, dst)); err != nil || string(b) != readRepo(t, src) {
 			t.Errorf("installed %s differs from %s (%v)", dst, src, err)

@@ -77,6 +77,13 @@ func extract(t *testing.T, dir string, h *tar.Header, r io.Reader) {
 		if err := os.Symlink(h.Linkname, dst); err != nil {
 			t.Fatal(err)
 		}
+	case tar.TypeLink:
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Link(filepath.Join(dir, filepath.Clean("/"+h.Linkname)), dst); err != nil {
+			t.Fatal(err)
+		}
 	default:
 		t.Fatalf("unexpected entry type %c for %s", h.Typeflag, h.Name)
 	}

@@ -67,74 +67,20 @@ func BenchmarkCRISandbox(b *testing.B) {
 
 	pauseTar, _ := buildImages(b, e.dir)
 	e.startNode()
-	ovnConf := e.waitConflist()
-	var ovnNet struct {
-		Name    string           `json:"name"`
-		Plugins []map[string]any `json:"plugins"`
-	}
-	raw, err := os.ReadFile(ovnConf)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := json.Unmarshal(raw, &ovnNet); err != nil {
-		b.Fatal(err)
-	}
-	// The reference: bridge + host-local from Debian's containernetworking-plugins.
-	for _, p := range []string{"bridge", "host-local"} {
-		data, err := os.ReadFile("/usr/lib/cni/" + p)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := os.WriteFile(e.path("cni-bin", p), data, 0o755); err != nil {
-			b.Fatal(err)
-		}
-	}
-	hostLocalDir := e.path("host-local")
-	brPlugins := []any{map[string]any{
-		"type": "bridge", "bridge": "cnibench0", "isGateway": true, "ipMasq": false,
-		"ipam": map[string]any{"type": "host-local", "ranges": [][]map[string]any{{{"subnet": "10.88.0.0/16"}}},
-			"routes": []map[string]any{{"dst": "0.0.0.0/0"}}, "dataDir": hostLocalDir},
-	}}
-	var ovnTypes []string
-	for _, p := range ovnNet.Plugins {
-		ovnTypes = append(ovnTypes, fmt.Sprint(p["type"]))
-		if p["type"] == "portmap" { // chain it like ovnhost's conflist does
-			brPlugins = append(brPlugins, map[string]any{"type": "portmap", "capabilities": map[string]any{"portMappings": true}})
-		}
-	}
-	brRaw, _ := json.MarshalIndent(map[string]any{"cniVersion": cniVersion, "name": "bridgebench", "plugins": brPlugins}, "", "  ")
-	brStaged := e.path("bridge.conflist.staged")
-	if err := os.WriteFile(brStaged, brRaw, 0o644); err != nil {
-		b.Fatal(err)
-	}
-	brConf := e.path("cni-conf", "0-bridge.conflist") // sorts before 00-ovnhost.conflist
+	ref := newBridgeRef(b, e)
+	ovnNet, ovnTypes, brPlugins, hostLocalDir, brConf := ref.ovnNetwork, ref.ovnTypes, ref.plugins, ref.hostLocal, ref.conf
 	b.Cleanup(func() { _ = os.Remove(brConf) })
 
 	e.startContainerd()
 	e.importImage(pauseTar)
 
 	plugins := []*sbPlugin{
-		{name: "ovnhost", network: ovnNet.Name, cidr: netip.MustParsePrefix("10.16.0.0/16")},
-		{name: "bridge", network: "bridgebench", cidr: netip.MustParsePrefix("10.88.0.0/16")},
+		{name: "ovnhost", network: ovnNet, cidr: netip.MustParsePrefix("10.16.0.0/16")},
+		{name: "bridge", network: bridgeRefNetwork, cidr: netip.MustParsePrefix("10.88.0.0/16")},
 	}
 	use := func(p *sbPlugin) {
 		b.Helper()
-		if p.name == "bridge" {
-			data, err := os.ReadFile(brStaged)
-			if err != nil {
-				b.Fatal(err)
-			}
-			tmp := e.path("cni-conf", ".0-bridge.tmp") // not a conf file name until renamed
-			if err := os.WriteFile(tmp, data, 0o644); err != nil {
-				b.Fatal(err)
-			}
-			if err := os.Rename(tmp, brConf); err != nil {
-				b.Fatal(err)
-			}
-		} else if err := os.Remove(brConf); err != nil && !os.IsNotExist(err) {
-			b.Fatal(err)
-		}
-		e.waitCNINetwork(p.network)
+		ref.use(p.name == "bridge")
 	}
 
 	var ids []string // every sandbox, for the leak check of the libcni cache
@@ -368,6 +314,93 @@ func BenchmarkCRISandbox(b *testing.B) {
 	if cached > 0 {
 		b.Fatalf("%d libcni cache entries left", cached)
 	}
+}
+
+// bridgeRefNetwork is the network name of the reference configuration.
+const bridgeRefNetwork = "bridgebench"
+
+// bridgeRef is the reference CNI configuration of the benchmarks: Debian's
+// bridge + host-local (10.88.0.0/16), chained with portmap when ovnhost's
+// installed conflist chains it, staged outside the conf dir and renamed in
+// as 0-bridge.conflist (sorting before 00-ovnhost.conflist, max_conf_num =
+// 1) for the bridge phases. containerd 1.6's CRI reloads the CNI
+// configuration on every change of the conf dir (fsnotify); use waits until
+// `crictl info` shows the expected network loaded.
+type bridgeRef struct {
+	e                       *env
+	ovnNetwork              string
+	ovnTypes                []string
+	plugins                 []any
+	hostLocal, staged, conf string
+}
+
+// newBridgeRef copies bridge and host-local into ovnhost's CNI bin dir and
+// stages the reference conflist; ovnhost's conflist must be installed.
+func newBridgeRef(t testing.TB, e *env) *bridgeRef {
+	t.Helper()
+	var ovnNet struct {
+		Name    string           `json:"name"`
+		Plugins []map[string]any `json:"plugins"`
+	}
+	raw, err := os.ReadFile(e.waitConflist())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &ovnNet); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"bridge", "host-local"} {
+		data, err := os.ReadFile("/usr/lib/cni/" + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(e.path("cni-bin", p), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &bridgeRef{e: e, ovnNetwork: ovnNet.Name, hostLocal: e.path("host-local"), staged: e.path("bridge.conflist.staged"),
+		conf: e.path("cni-conf", "0-bridge.conflist")}
+	r.plugins = []any{map[string]any{
+		"type": "bridge", "bridge": "cnibench0", "isGateway": true, "ipMasq": false,
+		"ipam": map[string]any{"type": "host-local", "ranges": [][]map[string]any{{{"subnet": "10.88.0.0/16"}}},
+			"routes": []map[string]any{{"dst": "0.0.0.0/0"}}, "dataDir": r.hostLocal},
+	}}
+	for _, p := range ovnNet.Plugins {
+		r.ovnTypes = append(r.ovnTypes, fmt.Sprint(p["type"]))
+		if p["type"] == "portmap" { // chain it like ovnhost's conflist does
+			r.plugins = append(r.plugins, map[string]any{"type": "portmap", "capabilities": map[string]any{"portMappings": true}})
+		}
+	}
+	brRaw, _ := json.MarshalIndent(map[string]any{"cniVersion": cniVersion, "name": bridgeRefNetwork, "plugins": r.plugins}, "", "  ")
+	if err := os.WriteFile(r.staged, brRaw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// use makes bridge (true) or ovnhost (false) the runtime's network.
+func (r *bridgeRef) use(bridge bool) {
+	t := r.e.t
+	t.Helper()
+	if bridge {
+		data, err := os.ReadFile(r.staged)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmp := r.e.path("cni-conf", ".0-bridge.tmp") // not a conf file name until renamed
+		if err := os.WriteFile(tmp, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, r.conf); err != nil {
+			t.Fatal(err)
+		}
+		r.e.waitCNINetwork(bridgeRefNetwork)
+		return
+	}
+	if err := os.Remove(r.conf); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	r.e.waitCNINetwork(r.ovnNetwork)
 }
 
 // sbPlugin is one CNI configuration of BenchmarkCRISandbox and its samples (ms).

@@ -197,9 +197,18 @@ func (e *env) podIfaces() (links, ports []string) {
 }
 
 func (e *env) lspExists(name string) bool {
-	out := run(e.t, lookPath(e.t, "ovn-nbctl"), "--db=unix:"+e.path("ovn-run", "ovnnb_db.sock"), "--timeout=10",
+	out := run(e.t, lookPath(e.t, "ovn-nbctl"), "--db="+e.nbDB(), "--timeout=10",
 		"--bare", "--columns=name", "find", "Logical_Switch_Port", "name="+name)
 	return strings.TrimSpace(out) != ""
+}
+
+// nbDB is the northbound database the node's pods are in: the control
+// plane's in Kubernetes mode, else the node's own (all-in-one).
+func (e *env) nbDB() string {
+	if e.central != "" {
+		return e.central
+	}
+	return "unix:" + e.path("ovn-run", "ovnnb_db.sock")
 }
 
 func pidOf(e *env, ctr string) int {

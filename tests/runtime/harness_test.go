@@ -113,12 +113,6 @@ func requireStatic(t testing.TB, path, pkg string) {
 
 // ---------------------------------------------------------------- crictl build
 
-var (
-	crictlOnce sync.Once
-	crictlPath string
-	crictlErr  error
-)
-
 // cacheRoot is tests/harness/kubeapi's: $OVNHOST_KUBE_CACHE, else
 // ~/.cache/ovnhost, else /var/cache/ovnhost.
 func cacheRoot() string {
@@ -140,30 +134,64 @@ func goTool() (string, error) {
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
+// goTools are the programs the harness builds from the Go module proxy
+// with `go install <pkg>@<version>` (outside any module), each cached in
+// its own directory of cacheRoot() keyed by version, Go version and
+// platform, and built at most once per test binary.
+var (
+	goToolsMu sync.Mutex
+	goTools   = map[string]*goToolBuild{}
+)
+
+type goToolBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
 // crictl returns the cached crictl binary, building it on first use with
 // `go install sigs.k8s.io/cri-tools/cmd/crictl@v1.37.0`.
 func crictl(t testing.TB) string {
 	t.Helper()
-	crictlOnce.Do(func() { crictlPath, crictlErr = buildCrictl(t) })
-	if crictlErr != nil {
-		if testenv.Strict() {
-			t.Fatalf("building crictl: %v", crictlErr)
-		}
-		t.Skipf("cannot build crictl: %v", crictlErr)
-	}
-	return crictlPath
+	return goInstalled(t, "crictl", "", crictlModule, crictlVersion)
 }
 
-func buildCrictl(t testing.TB) (string, error) {
+// goInstalled returns the path of program name (package pkg of module at
+// version; module "" = `go install pkg@version`; pins, "module version"
+// requirements added to the build module), building it on first use; it
+// fails (strict) or skips t if it cannot.
+func goInstalled(t testing.TB, name, module, pkg, version string, pins ...string) string {
+	t.Helper()
+	goToolsMu.Lock()
+	b := goTools[name]
+	if b == nil {
+		b = &goToolBuild{}
+		goTools[name] = b
+	}
+	goToolsMu.Unlock()
+	b.once.Do(func() { b.path, b.err = buildGoTool(t, name, module, pkg, version, pins) })
+	if b.err != nil {
+		if testenv.Strict() {
+			t.Fatalf("building %s: %v", name, b.err)
+		}
+		t.Skipf("cannot build %s: %v", name, b.err)
+	}
+	return b.path
+}
+
+func buildGoTool(t testing.TB, name, module, pkg, version string, pins []string) (string, error) {
 	gobin, err := goTool()
 	if err != nil {
 		return "", fmt.Errorf("go toolchain not found: %w", err)
 	}
-	dir := filepath.Join(cacheRoot(), fmt.Sprintf("crictl-%s-%s-%s-%s", crictlVersion, goruntime.Version(), goruntime.GOOS, goruntime.GOARCH))
+	dir := filepath.Join(cacheRoot(), fmt.Sprintf("%s-%s-%s-%s-%s", name, version, goruntime.Version(), goruntime.GOOS, goruntime.GOARCH))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	bin, stamp, want := filepath.Join(dir, "crictl"), filepath.Join(dir, ".stamp"), crictlModule+"@"+crictlVersion+" recipe=1"
+	bin, stamp, want := filepath.Join(dir, name), filepath.Join(dir, ".stamp"), pkg+"@"+version+" recipe=1"
+	if module != "" {
+		want = pkg + "@" + version + " recipe=module-2 " + strings.Join(pins, ",")
+	}
 	ok := func() bool {
 		b, err := os.ReadFile(stamp)
 		return err == nil && string(b) == want && fileExists(bin)
@@ -189,19 +217,40 @@ func buildCrictl(t testing.TB) (string, error) {
 	}
 	defer os.RemoveAll(tmp)
 	t0 := time.Now()
-	cmd := exec.Command(gobin, "install", "-trimpath", "-ldflags=-s -w", crictlModule+"@"+crictlVersion)
-	cmd.Dir = tmp // outside any module: `go install pkg@version` mode
-	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOWORK=off", "GOFLAGS=-modcacherw", "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go install %s@%s: %v\n%s", crictlModule, crictlVersion, err, lastLines(string(out), 20))
+	var cmd *exec.Cmd
+	if module == "" {
+		cmd = exec.Command(gobin, "install", "-trimpath", "-ldflags=-s -w", pkg+"@"+version)
+		cmd.Dir = tmp // outside any module: `go install pkg@version` mode
+		cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOWORK=off", "GOFLAGS=-modcacherw", "CGO_ENABLED=0")
+	} else {
+		// A throwaway module requiring module@version, built with
+		// -mod=mod: no @v/list query, which `go install pkg@version` makes
+		// for its deprecation check (and which the proxy refuses for some
+		// gopkg.in modules: "403 Forbidden").
+		// Extra requirements raise shared dependencies to the versions
+		// the harness's other builds use (kube-apiserver's, built the same
+		// way: CGO off, no -trimpath), so their compiled packages are reused.
+		gomod := fmt.Sprintf("module ovnhost.local/%s\n\ngo 1.24\n\nrequire %s %s\n", name, module, version)
+		for _, p := range pins {
+			gomod += "require " + p + "\n"
+		}
+		if err := os.WriteFile(filepath.Join(tmp, "go.mod"), []byte(gomod), 0o644); err != nil {
+			return "", err
+		}
+		cmd = exec.Command(gobin, "build", "-ldflags=-s -w", "-o", filepath.Join(tmp, filepath.Base(pkg)), pkg)
+		cmd.Dir = tmp
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-modcacherw -mod=mod", "CGO_ENABLED=0")
 	}
-	if err := os.Rename(filepath.Join(tmp, "crictl"), bin); err != nil {
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go %s: %v\n%s", strings.Join(cmd.Args[1:], " "), err, lastLines(string(out), 20))
+	}
+	if err := os.Rename(filepath.Join(tmp, filepath.Base(pkg)), bin); err != nil {
 		return "", err
 	}
 	if err := os.WriteFile(stamp, []byte(want), 0o644); err != nil {
 		return "", err
 	}
-	t.Logf("timing: crictl %s built in %s (cold; cached in %s)", crictlVersion, time.Since(t0).Round(100*time.Millisecond), dir)
+	t.Logf("timing: %s %s built in %s (cold; cached in %s)", name, version, time.Since(t0).Round(100*time.Millisecond), dir)
 	return bin, nil
 }
 
@@ -290,6 +339,7 @@ type env struct {
 	t        testing.TB
 	dir      string // everything of this test
 	ns       string // network namespace name
+	lan      string // Kubernetes mode: the namespace at the other end of ul0
 	cgParent string // cgroup parent of the pods
 	crictl   string
 	ctr      string
@@ -298,6 +348,13 @@ type env struct {
 	nodeExited chan struct{}
 	ctrd       *exec.Cmd
 	ctrdExited chan struct{}
+
+	// Kubernetes mode (kube_test.go): extra environment and flags of
+	// `ovnhost run`; without them the node runs all-in-one.
+	nodeEnv  []string
+	nodeArgs []string
+	kubelet  *kubelet
+	central  string // the control plane's NB endpoint
 
 	hadRunContainerd bool            // /run/containerd existed before the test
 	netnsPaths       []string        // pod network namespaces containerd created
@@ -394,6 +451,7 @@ func (e *env) startNode() {
 		"--health-addr=127.0.0.1:10665", "--node-name=runtime-node", "--stop-timeout=5s", "--start-timeout=30s",
 		"--cni-socket=" + e.path("cni.sock"), "--cni-bin-dir=" + e.path("cni-bin"), "--cni-conf-dir=" + e.path("cni-conf"),
 	}
+	args = append(args, e.nodeArgs...)
 	// portmap (hostPorts) is in the bin dir before ovnhost starts, as on a
 	// node with Debian's containernetworking-plugins: the conflist ovnhost
 	// installs chains it after ovnhost-cni.
@@ -418,7 +476,7 @@ func (e *env) startNode() {
 	}
 	cmd := exec.Command("ip", args...)
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "NOTIFY_SOCKET=" + sock}
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "NOTIFY_SOCKET=" + sock}, e.nodeEnv...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -685,13 +743,7 @@ func (e *env) cri(args ...string) string {
 // processes in the pods' cgroups, the cgroups, mounts under the test dir,
 // and /run/containerd when the test created it. Idempotent.
 func (e *env) teardown() {
-	if e.ctrd != nil {
-		select {
-		case <-e.ctrdExited:
-		default:
-			_ = e.crictlCmd("rmp", "-fa").Run()
-		}
-	}
+	e.removeSandboxes()
 	e.stopContainerd()
 	e.killCgroups()
 	for _, p := range processesMentioning(e.dir) {
@@ -725,6 +777,56 @@ func (e *env) teardown() {
 	}
 }
 
+// removeSandboxes removes every sandbox through CRI while containerd runs
+// (the CNI DEL succeeds only while ovnhost runs too: the kube tests call it
+// before ovnhost stops). Sandboxes it cannot remove keep their network
+// namespace mount; those are recorded for the teardown, and so are their
+// libcni cache entries (/var/lib/cni/results/<network>-<id>-<ifname>).
+func (e *env) removeSandboxes() {
+	if e.ctrd == nil {
+		return
+	}
+	select {
+	case <-e.ctrdExited:
+		return
+	default:
+	}
+	out, err := e.crictlCmd("pods", "-q").Output()
+	if err != nil {
+		return
+	}
+	ids := strings.Fields(string(out))
+	for _, id := range ids {
+		raw, err := e.crictlCmd("inspectp", "-o", "json", id).Output()
+		if err != nil {
+			continue
+		}
+		var sb struct {
+			Info struct {
+				RuntimeSpec struct {
+					Linux struct {
+						Namespaces []struct{ Type, Path string } `json:"namespaces"`
+					} `json:"linux"`
+				} `json:"runtimeSpec"`
+			} `json:"info"`
+		}
+		if json.Unmarshal(raw, &sb) == nil {
+			for _, n := range sb.Info.RuntimeSpec.Linux.Namespaces {
+				if n.Type == "network" && n.Path != "" {
+					e.netnsPaths = append(e.netnsPaths, n.Path)
+				}
+			}
+		}
+	}
+	_ = e.crictlCmd("rmp", "-fa").Run()
+	for _, id := range ids {
+		left, _ := filepath.Glob("/var/lib/cni/results/*-" + id + "-*")
+		for _, f := range left {
+			_ = os.Remove(f)
+		}
+	}
+}
+
 func shimSockets() map[string]bool {
 	m := map[string]bool{}
 	entries, _ := os.ReadDir("/run/containerd/s")
@@ -745,6 +847,9 @@ func waitGone(f func(string) []int, arg string) {
 // cgroupDirs lists the pods' cgroup parent directories in every v1 hierarchy.
 func (e *env) cgroupDirs() []string {
 	m, _ := filepath.Glob("/sys/fs/cgroup/*" + e.cgParent)
+	if fileExists("/sys/fs/cgroup" + e.cgParent) { // cgroup v2
+		m = append(m, "/sys/fs/cgroup"+e.cgParent)
+	}
 	return m
 }
 

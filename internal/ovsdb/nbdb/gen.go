@@ -1,5 +1,9 @@
-// Package nbdb holds the libovsdb models of the ovn-nb.ovsschema schema that Debian's
-// packages ship; regenerate with "go generate" after copying a newer schema here.
+// Package nbdb holds the libovsdb models of ovn-nb.ovsschema from OVN 23.03
+// (Debian bookworm, schema 7.0.0), the oldest OVN of the supported range:
+// libovsdb refuses a server that lacks a column of the model, and newer
+// NB schemas (25.03 in tests/compat) keep every column of it. Regenerate
+// with "go generate" only when the floor of the range moves; never from a
+// newer schema, or older servers are refused.
 // -extended adds DeepCopy and Equals: libovsdb copies rows with them instead
 // of a JSON round trip (the controller at 10k ports needs it).
 package nbdb

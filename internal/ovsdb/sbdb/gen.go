@@ -1,5 +1,9 @@
-// Package sbdb holds the libovsdb models of the ovn-sb.ovsschema schema that Debian's
-// packages ship; regenerate with "go generate" after copying a newer schema here.
+// Package sbdb holds the libovsdb models of ovn-sb.ovsschema from OVN 23.03
+// (Debian bookworm, schema 20.27.0), the oldest OVN of the supported range:
+// libovsdb refuses a server that lacks a column of the model, and newer
+// SB schemas (25.03 in tests/compat) keep every column of it. Regenerate
+// with "go generate" only when the floor of the range moves; never from a
+// newer schema, or older servers are refused.
 // -extended adds DeepCopy and Equals: libovsdb copies rows with them instead
 // of a JSON round trip (the controller at 10k ports needs it).
 package sbdb

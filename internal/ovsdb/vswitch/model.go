@@ -36,7 +36,7 @@ func FullDatabaseModel() (model.ClientDBModel, error) {
 
 var schema = `{
   "name": "Open_vSwitch",
-  "version": "8.3.1",
+  "version": "8.2.0",
   "tables": {
     "AutoAttach": {
       "columns": {
@@ -847,8 +847,7 @@ var schema = `{
             },
             "min": 0,
             "max": "unlimited"
-          },
-          "ephemeral": true
+          }
         },
         "cfm_fault": {
           "type": {
@@ -978,22 +977,6 @@ var schema = `{
           "ephemeral": true
         },
         "ingress_policing_burst": {
-          "type": {
-            "key": {
-              "type": "integer",
-              "minInteger": 0
-            }
-          }
-        },
-        "ingress_policing_kpkts_burst": {
-          "type": {
-            "key": {
-              "type": "integer",
-              "minInteger": 0
-            }
-          }
-        },
-        "ingress_policing_kpkts_rate": {
           "type": {
             "key": {
               "type": "integer",

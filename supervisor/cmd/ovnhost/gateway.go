@@ -11,7 +11,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ovn-kubernetes/libovsdb/client"
 	"github.com/ovn-kubernetes/libovsdb/model"
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 	"github.com/vishvananda/netlink"
@@ -162,16 +161,23 @@ func (u *egressUnit) runGatewayAgent(ctx context.Context) {
 		case <-time.After(delay):
 		}
 	}
-	dbm, err := sbdb.FullDatabaseModel()
+	full, err := sbdb.FullDatabaseModel()
 	if err != nil {
 		u.log.Warn("centralized gateways: SB model", "err", err)
 		return
 	}
 	pb, ch := &sbdb.PortBinding{}, &sbdb.Chassis{}
+	// Only the two tables it reads: libovsdb checks every table of the
+	// model against the central's schema.
+	dbm, err := ovsdbconn.Subset(full, pb, ch)
+	if err != nil {
+		u.log.Warn("centralized gateways: SB model", "err", err)
+		return
+	}
 	conn, err := ovsdbconn.Dial(ctx, dbm, u.sb.Endpoint, ovsdbconn.Options{
-		Monitor: []client.MonitorOption{
-			client.WithConditionalTable(pb, []model.Condition{{Field: &pb.Type, Function: ovsdb.ConditionEqual, Value: "chassisredirect"}}, &pb.LogicalPort, &pb.Chassis, &pb.Type),
-			client.WithConditionalTable(ch, []model.Condition{{Field: &ch.Name, Function: ovsdb.ConditionEqual, Value: u.n.SystemID()}}, &ch.Name),
+		Monitor: []ovsdbconn.Table{
+			{Model: pb, Where: []model.Condition{{Field: &pb.Type, Function: ovsdb.ConditionEqual, Value: "chassisredirect"}}, Fields: []any{&pb.LogicalPort, &pb.Chassis, &pb.Type}},
+			{Model: ch, Where: []model.Condition{{Field: &ch.Name, Function: ovsdb.ConditionEqual, Value: u.n.SystemID()}}, Fields: []any{&ch.Name}},
 		},
 		TLS: u.sb.TLS, Log: u.log.With("component", "libovsdb"), Name: "OVN_Southbound at " + u.sb.Endpoint,
 	})

@@ -91,6 +91,9 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	// handled, the write fails instead. Handled, not ignored, so children
 	// start with the default disposition.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	if cfg.IsCentral() && args[0] == "run" {
+		return runCentral(ctx, cfg, log, stderr)
+	}
 
 	pre := preflight.Run(ctx, cfg)
 	if args[0] == "preflight" {
@@ -178,6 +181,10 @@ func runNode(ctx context.Context, cfg *config.Config, nc *nodeconfig.NodeConfig,
 		egress := &egressUnit{backend: cfg.NATBackend, keepDatapath: cfg.KeepDatapath, log: log,
 			n: n, nodeName: nc.Name, kubeconfig: cfg.Kubeconfig, sb: nc.SB}
 		n.AddUnit(egress)
+		if rc, _ := kubeConfig(cfg.Kubeconfig); rc != nil { // EIP/SNAT come from a ConfigMap: Kubernetes mode only
+			n.AddUnit(&externalGatewayUnit{n: n, nodeName: nc.Name, kubeconfig: cfg.Kubeconfig, tunnelIface: nc.TunnelIface,
+				keepDatapath: cfg.KeepDatapath, log: log})
+		}
 		cni := newCNIUnit(n, cfg, nc, log, h.Registry())
 		cni.opts.Egress = egress.apply
 		n.AddUnit(cni)

@@ -270,38 +270,55 @@ func lastLines(s string, n int) string {
 	return strings.Join(l, "\n")
 }
 
-var (
-	kcmOnce sync.Once
-	kcmPath string
-	kcmErr  error
-)
+// extraTools are the Kubernetes programs built on demand next to
+// kube-apiserver, each once per test binary.
+var extraTools sync.Map // name -> *toolBuild
+
+type toolBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
 
 // ControllerManager returns the path of kube-controller-manager, building it
 // on first use next to kube-apiserver (cached across runs).
-func ControllerManager(t testing.TB) string {
+func ControllerManager(t testing.TB) string { return Tool(t, "kube-controller-manager") }
+
+// KubeProxy returns the path of kube-proxy, built like ControllerManager.
+func KubeProxy(t testing.TB) string { return Tool(t, "kube-proxy") }
+
+// Kubelet returns the path of a kubelet of the same version as the
+// kube-apiserver, built like ControllerManager (tests/runtime runs it
+// against containerd).
+func Kubelet(t testing.TB) string { return Tool(t, "kubelet") }
+
+// Tool returns the path of k8s.io/kubernetes/cmd/<name> at the harness's
+// version, building it on first use into the kube-apiserver directory with a
+// stamp of its own: adding a tool must not invalidate (and rebuild) the
+// kube-apiserver and etcd other tests are using.
+func Tool(t testing.TB, name string) string {
 	t.Helper()
 	dir := Binaries(t)
-	kcmOnce.Do(func() { kcmPath, kcmErr = buildKCM(dir) })
-	if kcmErr != nil {
+	v, _ := extraTools.LoadOrStore(name, &toolBuild{})
+	b := v.(*toolBuild)
+	b.once.Do(func() { b.path, b.err = buildTool(dir, name) })
+	if b.err != nil {
 		if testenv.Strict() {
-			t.Fatalf("building kube-controller-manager: %v", kcmErr)
+			t.Fatalf("building %s: %v", name, b.err)
 		}
-		t.Skipf("cannot build kube-controller-manager: %v", kcmErr)
+		t.Skipf("cannot build %s: %v", name, b.err)
 	}
-	return kcmPath
+	return b.path
 }
 
-// buildKCM adds kube-controller-manager to the module directory build()
-// prepared. A separate stamp: adding it must not invalidate (and rebuild)
-// the kube-apiserver and etcd other tests are using.
-func buildKCM(dir string) (string, error) {
+func buildTool(dir, name string) (string, error) {
 	gobin, err := goTool()
 	if err != nil {
 		return "", fmt.Errorf("go toolchain not found: %w", err)
 	}
 	v := version()
-	bin := filepath.Join(dir, "kube-controller-manager")
-	stamp := filepath.Join(dir, ".stamp-kcm")
+	bin := filepath.Join(dir, name)
+	stamp := filepath.Join(dir, ".stamp-"+name)
 	want := "k8s=v" + v + " recipe=1"
 	ok := func() bool {
 		b, err := os.ReadFile(stamp)
@@ -323,7 +340,7 @@ func buildKCM(dir string) (string, error) {
 		return bin, nil
 	}
 	t0 := time.Now()
-	fmt.Fprintf(os.Stderr, "kubeapi: building kube-controller-manager v%s into %s\n", v, dir)
+	fmt.Fprintf(os.Stderr, "kubeapi: building %s v%s into %s\n", name, v, dir)
 	moddir := filepath.Join(dir, "mod")
 	env := append(os.Environ(), "GOWORK=off", "GOFLAGS=-buildvcs=false -modcacherw", "CGO_ENABLED=0")
 	run := func(args ...string) error {
@@ -337,7 +354,8 @@ func buildKCM(dir string) (string, error) {
 		}
 		return nil
 	}
-	if err := run("get", "-tool", "k8s.io/kubernetes/cmd/kube-controller-manager@v"+v); err != nil {
+	pkg := "k8s.io/kubernetes/cmd/" + name
+	if err := run("get", "-tool", pkg+"@v"+v); err != nil {
 		return "", err
 	}
 	vpkg := "k8s.io/component-base/version"
@@ -349,15 +367,15 @@ func buildKCM(dir string) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
-	if err := run("build", "-ldflags", ldflags, "-o", tmp+"/", "k8s.io/kubernetes/cmd/kube-controller-manager"); err != nil {
+	if err := run("build", "-ldflags", ldflags, "-o", tmp+"/", pkg); err != nil {
 		return "", err
 	}
-	if err := os.Rename(filepath.Join(tmp, "kube-controller-manager"), bin); err != nil {
+	if err := os.Rename(filepath.Join(tmp, name), bin); err != nil {
 		return "", err
 	}
 	if err := os.WriteFile(stamp, []byte(want), 0o644); err != nil {
 		return "", err
 	}
-	fmt.Fprintf(os.Stderr, "kubeapi: built kube-controller-manager in %s\n", time.Since(t0).Round(time.Second))
+	fmt.Fprintf(os.Stderr, "kubeapi: built %s in %s\n", name, time.Since(t0).Round(time.Second))
 	return bin, nil
 }

@@ -23,6 +23,10 @@ func TestControllerManagerEndpointSlices(t *testing.T) {
 	kc := kubernetes.NewForConfigOrDie(srv.Config)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	// The endpointslice controller leaves out pods whose Node it cannot find.
+	if _, err := kc.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := kc.CoreV1().Services("default").Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},

@@ -71,13 +71,21 @@ func StartSSL(t testing.TB) *Central { return start(t, true) }
 // Start starts NB, SB and northd; t.Cleanup stops them and removes the directory.
 func Start(t testing.TB) *Central { return start(t, false) }
 
-func start(t testing.TB, ssl bool) *Central {
+// StartSchemas is Start with the NB and SB created from other schema files
+// (another OVN release's, served by the installed ovsdb-server and northd).
+func StartSchemas(t testing.TB, nbSchema, sbSchema string) *Central {
+	return startWith(t, false, nbSchema, sbSchema)
+}
+
+func start(t testing.TB, ssl bool) *Central { return startWith(t, ssl, NBSchema, SBSchema) }
+
+func startWith(t testing.TB, ssl bool, nbSchema, sbSchema string) *Central {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("real daemons are not started under -short (make test-unit)")
 	}
 	testenv.RequireCommands(t, "ovsdb-server", "ovsdb-tool", "ovn-northd")
-	for _, s := range []string{NBSchema, SBSchema} {
+	for _, s := range []string{nbSchema, sbSchema} {
 		if _, err := os.Stat(s); err != nil {
 			if testenv.Strict() {
 				t.Fatalf("prerequisite missing: %s (Debian package ovn-common)", s)
@@ -112,7 +120,7 @@ func start(t testing.TB, ssl bool) *Central {
 		c.sslPort = l.Addr().(*net.TCPAddr).Port
 		l.Close()
 	}
-	for _, db := range []struct{ name, schema string }{{"nb", NBSchema}, {"sb", SBSchema}} {
+	for _, db := range []struct{ name, schema string }{{"nb", nbSchema}, {"sb", sbSchema}} {
 		file := filepath.Join(dir, db.name+".db")
 		if out, err := exec.Command(mustLook(t, "ovsdb-tool"), "create", file, db.schema).CombinedOutput(); err != nil {
 			t.Fatalf("ovsdb-tool create %s: %v: %s", file, err, out)

@@ -1,0 +1,102 @@
+package central_test
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ovnhost/ovnhost/supervisor/preflight"
+	"github.com/ovnhost/ovnhost/tests/testenv"
+)
+
+type doctorReport struct {
+	Status preflight.Status  `json:"status"`
+	Checks []preflight.Check `json:"checks"`
+}
+
+// doctor runs `netctl doctor --role=central` in m's namespace with ips as
+// OVN_DB_IPS and returns its exit code and report.
+func doctor(t testing.TB, m *member, ips string) (int, map[string]preflight.Check) {
+	t.Helper()
+	return doctorArgs(t, m, ips)
+}
+
+func doctorArgs(t testing.TB, m *member, ips string, extra ...string) (int, map[string]preflight.Check) {
+	t.Helper()
+	args := append([]string{"netns", "exec", m.ns, testenv.Binary(t, "netctl"), "doctor", "--output=json"}, m.args(ips)...)
+	args = append(args, extra...)
+	cmd := exec.Command("ip", args...)
+	out, err := cmd.Output()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	var r doctorReport
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("doctor output: %v\n%s", err, out)
+	}
+	checks := map[string]preflight.Check{}
+	for _, c := range r.Checks {
+		checks[c.Name] = c
+	}
+	return code, checks
+}
+
+// doctor on a central member: all pass on a healthy cluster; a crashed
+// member is named as not connected; a fourth address whose member runs a
+// cluster of its own is a split brain.
+func TestDoctorChecksTheCentral(t *testing.T) {
+	c := newCluster(t, 3)
+	c.startAll()
+	c.sameCluster(nbName, 3)
+	c.sameCluster(sbName, 3)
+	m := c.members[0]
+	code, checks := doctor(t, m, c.ips())
+	for _, name := range []string{"raft:OVN_Northbound", "raft:OVN_Southbound", "members:OVN_Northbound", "members:OVN_Southbound", "split-brain:OVN_Northbound", "split-brain:OVN_Southbound", "clock"} {
+		if checks[name].Status != preflight.Pass {
+			t.Errorf("healthy cluster: %s = %+v", name, checks[name])
+		}
+	}
+	if _, ok := checks["disk:"+m.path("db")]; !ok {
+		t.Errorf("no disk check: %v", checks)
+	}
+	if code != 0 && checks["disk:"+m.path("db")].Status == preflight.Pass {
+		t.Errorf("exit %d on a healthy cluster: %+v", code, checks)
+	}
+
+	down := c.members[2]
+	down.crash()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, checks = doctor(t, m, c.ips())
+		mc := checks["members:OVN_Northbound"]
+		if mc.Status == preflight.Fail && strings.Contains(mc.Found, "not connected: "+down.ip) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("crashed member not reported: %+v", mc)
+		}
+	}
+	if code != 2 {
+		t.Errorf("exit %d with a member down, want 2", code)
+	}
+	if sb := checks["split-brain:OVN_Northbound"]; sb.Status != preflight.Warn || !strings.Contains(sb.Found, "no answer from "+down.ip) {
+		t.Errorf("split-brain with a silent member: %+v", sb)
+	}
+
+	// A fourth host runs a cluster of its own: listing it is a split central.
+	stranger := c.newMember()
+	stranger.startNoWait(stranger.ip)
+	stranger.waitReady(60 * time.Second)
+	_, checks = doctor(t, m, c.ips()+","+stranger.ip)
+	if sb := checks["split-brain:OVN_Northbound"]; sb.Status != preflight.Fail || !strings.Contains(sb.Found, "different clusters") {
+		t.Errorf("two clusters not reported: %+v", sb)
+	}
+	if mc := checks["members:OVN_Northbound"]; mc.Status != preflight.Fail || !strings.Contains(mc.Found, "missing from the cluster: "+stranger.ip) {
+		t.Errorf("missing member not reported: %+v", mc)
+	}
+}
