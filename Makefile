@@ -18,7 +18,24 @@ MISSING_PKGS = $(shell for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' 
 
 PROGRAMS := supervisor/cmd/ovnhost cni/cmd/ovnhost-cni controller/cmd/ovnhost-controller netctl/cmd/netctl
 
-.PHONY: all deps build run test test-unit fuzz bench clean bundle image talos-extension rpm package
+.PHONY: all deps build run test test-unit bench fuzz clean bundle image talos-extension rpm package
+
+# Fuzz targets as package:Target; their seed corpora run in `make test` as
+# unit tests. `make test` also fuzzes the ones without client-go in their
+# build (FUZZ_QUICK: instrumenting client-go takes minutes) for FUZZ_SHORT
+# each; `make fuzz` fuzzes all of them for FUZZ_LONG (or FUZZTIME) each.
+FUZZ_QUICK := ./internal/ipam:FuzzAllocateRelease ./internal/ipam:FuzzParse \
+	./cni/protocol:FuzzProtocolRoundTrip ./cni/protocol:FuzzResponse
+FUZZ_TARGETS := $(FUZZ_QUICK) ./cni/server:FuzzPodAnnotations ./cni/server:FuzzAnnotationOwnership \
+	./cni/server:FuzzCNIRequest ./supervisor/config:FuzzLoad
+FUZZ_SHORT ?= 5s
+FUZZ_LONG ?= $(or $(FUZZTIME),5m)
+define run_fuzz
+	@for t in $(1); do \
+		echo "fuzz $${t#*:} in $${t%%:*} for $(2)"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(2) $${t%%:*} || exit 1; \
+	done
+endef
 
 all: build
 
@@ -49,19 +66,13 @@ test: deps build
 	rc=$${PIPESTATUS[0]}; \
 	echo "packages: $$(grep -c '^ok' $(CURDIR)/_test.log) passed, $$(grep -c '^FAIL' $(CURDIR)/_test.log) failed"; \
 	exit $$rc
+	$(call run_fuzz,$(FUZZ_QUICK),$(FUZZ_SHORT))
+
+fuzz:
+	$(call run_fuzz,$(FUZZ_TARGETS),$(FUZZ_LONG))
 
 test-unit: build  # the packaging tests read the built programs
 	$(GO) test -count=1 -short ./...
-
-# Fuzz targets (their seeds also run in `make test`): each for FUZZTIME.
-FUZZTIME ?= 60s
-FUZZ_TARGETS := ./cni/server:FuzzPodAnnotations ./cni/server:FuzzAnnotationOwnership ./cni/server:FuzzCNIRequest \
-	./cni/protocol:FuzzProtocolRoundTrip ./cni/protocol:FuzzResponse ./supervisor/config:FuzzLoad
-fuzz:
-	@set -e; for t in $(FUZZ_TARGETS); do \
-		pkg=$${t%%:*}; fn=$${t##*:}; echo "== $$fn ($$pkg, $(FUZZTIME))"; \
-		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg; \
-	done
 
 bench: deps build
 	OVNHOST_TEST_STRICT=1 OVNHOST_BIN=$(BIN) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./tests/... 

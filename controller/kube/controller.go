@@ -30,6 +30,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -95,10 +96,14 @@ type Controller struct {
 	nodes     corelisters.NodeLister
 	nss       corelisters.NamespaceLister
 	subnetInf cache.SharedIndexInformer
+	ipInf     cache.SharedIndexInformer // nil without the ips.kubeovn.io CRD
 
 	podQ, nodeQ, subnetQ, statusQ workqueue.TypedRateLimitingInterface[string]
-	recorder                      record.EventRecorder
-	broadcaster                   record.EventBroadcaster
+	// ipQ: IP objects to bring in line ("pod/<ns>/<name>", "node/<name>"),
+	// written off the pods' path so they cost pods no latency.
+	ipQ         workqueue.TypedRateLimitingInterface[string]
+	recorder    record.EventRecorder
+	broadcaster record.EventBroadcaster
 
 	mu       sync.Mutex
 	valid    map[string]*kubeovnv1.Subnet    // programmed subnets
@@ -110,6 +115,8 @@ type Controller struct {
 	notApplied map[string]string
 	// gateways: centralized subnet -> its GatewayReady condition.
 	gateways map[string]*kubeovnv1.Condition
+	// deleting: Subnet marked for deletion -> why it still waits (its users).
+	deleting map[string]string
 	// gwRank: centralized subnet -> the HA group order last programmed.
 	gwRank map[string]gatewayRanking
 
@@ -149,7 +156,7 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 	}
 	c := &Controller{cfg: cfg, log: cfg.Logger, kc: kc, dc: dc, net: ovnnet.New(nb, ovnnet.Config{ServiceCIDRs: cfg.ServiceCIDRs}),
 		valid: map[string]*kubeovnv1.Subnet{}, problems: map[string]*kubeovnv1.Problem{}, waiting: map[string]map[string]ipam.Kind{},
-		notApplied: map[string]string{}, gateways: map[string]*kubeovnv1.Condition{}, gwRank: map[string]gatewayRanking{}}
+		notApplied: map[string]string{}, gateways: map[string]*kubeovnv1.Condition{}, deleting: map[string]string{}, gwRank: map[string]gatewayRanking{}}
 	c.m = newMetrics(cfg.Registry, nb)
 	rl := func() workqueue.TypedRateLimiter[string] {
 		return workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second)
@@ -158,6 +165,7 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 	c.nodeQ = workqueue.NewTypedRateLimitingQueueWithConfig(rl(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"})
 	c.subnetQ = workqueue.NewTypedRateLimitingQueueWithConfig(rl(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "subnets"})
 	c.statusQ = workqueue.NewTypedRateLimitingQueueWithConfig(rl(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "subnet-status"})
+	c.ipQ = workqueue.NewTypedRateLimitingQueueWithConfig(rl(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "ips"})
 
 	c.factory = informers.NewSharedInformerFactoryWithOptions(kc, 0, informers.WithTransform(slimPod))
 	podInf := c.factory.Core().V1().Pods()
@@ -166,6 +174,11 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 	c.pods, c.nodes, c.nss = podInf.Lister(), nodeInf.Lister(), nsInf.Lister()
 	c.dfactory = dynamicinformer.NewDynamicSharedInformerFactory(dc, 0)
 	c.subnetInf = c.dfactory.ForResource(kubeovnv1.SubnetGVR).Informer()
+	if rl, err := kc.Discovery().ServerResourcesForGroupVersion(kubeovnv1.GroupVersion.String()); err == nil && slices.ContainsFunc(rl.APIResources, func(r metav1.APIResource) bool { return r.Name == "ips" }) {
+		c.ipInf = c.dfactory.ForResource(kubeovnv1.IPGVR).Informer()
+	} else {
+		cfg.Logger.Warn("IP objects (ips.kubeovn.io) are not written: the CRD is not installed; apply packaging/kubernetes/base/crd-ips.yaml and restart")
+	}
 
 	enqueue := func(q workqueue.TypedRateLimitingInterface[string]) func(any) {
 		return func(obj any) {
@@ -205,7 +218,8 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 		// A namespace now pointing at another subnet: pods still without an address try again.
 		UpdateFunc: func(o, n any) {
 			on, nn := o.(*corev1.Namespace), n.(*corev1.Namespace)
-			if on.Annotations[annotations.LogicalSwitch] == nn.Annotations[annotations.LogicalSwitch] {
+			// Labels too: Subnets may pick namespaces by namespaceSelectors.
+			if on.Annotations[annotations.LogicalSwitch] == nn.Annotations[annotations.LogicalSwitch] && maps2Equal(on.Labels, nn.Labels) {
 				return
 			}
 			pods, _ := c.pods.Pods(nn.Name).List(everything)
@@ -222,13 +236,15 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 		AddFunc: enqueue(c.subnetQ),
 		UpdateFunc: func(o, n any) {
 			// Status writes come back as updates: only spec changes matter,
-			// and for centralized gateways which node is active and whether
-			// traffic should go back to the first (the ranking follows them).
+			// deletion and finalizers (Subnet deletion), and for centralized
+			// gateways which node is active and whether traffic should go
+			// back to the first (the ranking follows them).
 			ou, nu := o.(*unstructured.Unstructured), n.(*unstructured.Unstructured)
 			oa, _, _ := unstructured.NestedString(ou.Object, "status", "activateGateway")
 			na, _, _ := unstructured.NestedString(nu.Object, "status", "activateGateway")
 			if ou.GetGeneration() != nu.GetGeneration() || oa != na ||
-				ou.GetAnnotations()[ovnnet.GatewayFailbackAnnotation] != nu.GetAnnotations()[ovnnet.GatewayFailbackAnnotation] {
+				ou.GetAnnotations()[ovnnet.GatewayFailbackAnnotation] != nu.GetAnnotations()[ovnnet.GatewayFailbackAnnotation] ||
+				(ou.GetDeletionTimestamp() == nil) != (nu.GetDeletionTimestamp() == nil) || !slices.Equal(ou.GetFinalizers(), nu.GetFinalizers()) {
 				enqueue(c.subnetQ)(n)
 			}
 		},
@@ -285,6 +301,10 @@ func slimPod(obj any) (any, error) {
 		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork},
 		Status: corev1.PodStatus{Phase: p.Status.Phase},
 	}
+	// ip_pool: a StatefulSet pod takes the pool entry of its ordinal.
+	if ref := metav1.GetControllerOf(p); ref != nil && ref.Kind == "StatefulSet" {
+		s.OwnerReferences = []metav1.OwnerReference{*ref}
+	}
 	// NetworkPolicy reads labels and the named container ports (only those).
 	if ports := netpol.NamedPorts(p.Spec.Containers); len(ports) > 0 {
 		s.Spec.Containers = []corev1.Container{{Ports: ports}}
@@ -306,6 +326,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.nodeQ.ShutDown()
 	defer c.subnetQ.ShutDown()
 	defer c.statusQ.ShutDown()
+	defer c.ipQ.ShutDown()
 
 	t0 := time.Now()
 	if err := c.ensureDefaultSubnets(ctx); err != nil {
@@ -354,16 +375,35 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kube: garbage-collecting ports: %w", err)
 	}
+	ipsDeleted, err := c.collectIPs(ctx)
+	if err != nil {
+		return fmt.Errorf("kube: garbage-collecting IP objects: %w", err)
+	}
 	c.log.Info("controller ready", "caches_synced", tSynced.Sub(t0).Round(time.Millisecond).String(),
 		"ipam_rebuild", rebuildDur.Round(time.Millisecond).String(), "pods_restored", npods,
-		"ports_collected", len(deleted), "startup", time.Since(t0).Round(time.Millisecond).String())
+		"ports_collected", len(deleted), "ips_collected", ipsDeleted, "startup", time.Since(t0).Round(time.Millisecond).String())
 	if len(deleted) > 0 {
 		c.log.Info("garbage-collected ports whose pod or node is gone", "ports", deleted)
 	}
-	for _, n := range names {
-		c.statusQ.Add(n)
+	if foreign := c.net.NB.ForeignRows(ovnnb.KubeOVNVendor); len(foreign) > 0 {
+		// After a migration: what kube-ovn-controller made for features
+		// ovnhost does not manage stays, and is named once here.
+		for table, rows := range foreign {
+			shown := rows
+			if len(shown) > 10 {
+				shown = shown[:10]
+			}
+			c.log.Info("left in place: northbound rows made by Kube-OVN that ovnhost does not manage", "table", table, "count", len(rows), "rows", shown)
+		}
 	}
 	c.ready.Store(true)
+	for _, n := range names {
+		c.statusQ.Add(n)
+		if c.subnetDeleting(n) {
+			// Decided now that the IPAM holds every recorded address.
+			c.subnetQ.Add(n)
+		}
+	}
 	defer c.ready.Store(false)
 
 	var wg sync.WaitGroup
@@ -381,6 +421,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	run(2, c.nodeQ, c.syncNode, "node")
 	run(1, c.subnetQ, c.syncSubnet, "subnet")
 	run(1, c.statusQ, c.syncStatus, "subnet status")
+	if c.ipInf != nil {
+		run(4, c.ipQ, c.syncIP, "IP object")
+	}
 	for _, a := range c.addons {
 		if err := a.start(ctx, &wg); err != nil {
 			return err
@@ -391,6 +434,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.nodeQ.ShutDown()
 	c.subnetQ.ShutDown()
 	c.statusQ.ShutDown()
+	c.ipQ.ShutDown()
 	wg.Wait()
 	return nil
 }
@@ -531,17 +575,69 @@ func (c *Controller) rebuild(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// unimplemented lists (sorted, comma-separated) the pod's annotations that
+// ovnhost does not implement.
+func unimplemented(p *corev1.Pod) string {
+	var out []string
+	for _, k := range annotations.Unimplemented {
+		if _, ok := p.Annotations[k]; ok {
+			out = append(out, k)
+		}
+	}
+	// port_security "true" is what every ovnhost port has; "false" would
+	// let the pod send from any address, and its author is not trusted.
+	if p.Annotations[annotations.PortSecurity] == "false" {
+		out = append(out, annotations.PortSecurity)
+	}
+	sort.Strings(out)
+	return strings.Join(out, ",")
+}
+
+// statefulSetOrdinal is a StatefulSet pod's ordinal (the number after the
+// last "-" of its name), else -1: Kube-OVN gives such a pod the ip_pool
+// entry of that index, other pods the first free one.
+func statefulSetOrdinal(p *corev1.Pod) int {
+	ref := metav1.GetControllerOf(p)
+	if ref == nil || ref.Kind != "StatefulSet" {
+		return -1
+	}
+	i := strings.LastIndex(p.Name, "-")
+	n, err := strconv.Atoi(p.Name[i+1:])
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
+
+// nodeOfPortName is the node whose join port is (or would be) named port,
+// if that node exists: a pod port "node-<x>" equals node <x>'s. A pod that
+// holds the port already (it came first; the node took AltNodePortName)
+// keeps it: then "".
+func (c *Controller) nodeOfPortName(ctx context.Context, port, owner string) string {
+	rest, ok := strings.CutPrefix(port, "node-")
+	if !ok {
+		return ""
+	}
+	if _, err := c.nodes.Get(rest); err != nil {
+		return ""
+	}
+	if p, ok, err := c.net.NB.GetPort(ctx, port); err == nil && ok && ovnnb.OwnerOf(p.ExternalIDs) == owner {
+		return ""
+	}
+	return rest
+}
+
 func wantsAddress(p *corev1.Pod) bool {
 	return !p.Spec.HostNetwork && p.Spec.NodeName != "" && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
 
 // keepPort says whether a port's pod or node still exists.
 func (c *Controller) keepPort(p ovnnb.Port) bool {
-	if node := p.ExternalIDs[ovnnb.KeyNode]; node != "" {
+	owner := p.ExternalIDs[ovnnb.KeyPod]
+	if node := p.ExternalIDs[ovnnb.KeyNode]; node != "" && owner == "" {
 		_, err := c.nodes.Get(node)
 		return !apierrors.IsNotFound(err)
 	}
-	owner := p.ExternalIDs[ovnnb.KeyPod]
 	if owner == "" {
 		return true
 	}
@@ -558,10 +654,12 @@ func (c *Controller) subnetForPod(p *corev1.Pod) string {
 	if s := p.Annotations[annotations.LogicalSwitch]; s != "" {
 		return s
 	}
+	var nsLabels labels.Set
 	if ns, err := c.nss.Get(p.Namespace); err == nil {
 		if s := ns.Annotations[annotations.LogicalSwitch]; s != "" {
 			return s
 		}
+		nsLabels = ns.Labels
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -575,6 +673,11 @@ func (c *Controller) subnetForPod(p *corev1.Pod) string {
 		s := c.valid[n]
 		if slices.Contains(s.Spec.Namespaces, p.Namespace) {
 			return n
+		}
+		for i := range s.Spec.NamespaceSelectors {
+			if sel, err := metav1.LabelSelectorAsSelector(&s.Spec.NamespaceSelectors[i]); err == nil && nsLabels != nil && sel.Matches(nsLabels) {
+				return n
+			}
 		}
 		// A user Subnet marked default wins over ovn-default (which the controller creates as default).
 		if s.Spec.Default && n != ovnnet.JoinSubnet && n != ovnnet.DefaultSubnet {
@@ -650,7 +753,46 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 			return nil
 		}
 	}
-	req := ovnnet.PodRequest{Namespace: ns, Name: name, Subnet: c.subnetForPod(pod), IPs: ips, MAC: ann[annotations.MACAddress], Node: pod.Spec.NodeName}
+	req := ovnnet.PodRequest{Namespace: ns, Name: name, Subnet: c.subnetForPod(pod), IPs: ips, MAC: ann[annotations.MACAddress], Node: pod.Spec.NodeName, PoolIndex: -1}
+	if req.Subnet == ovnnet.JoinSubnet {
+		// join holds the nodes' own ports (ovn0): a pod there would sit
+		// among them and take their addresses.
+		c.fail(pod, "", "SubnetNotAllowed", fmt.Sprintf("subnet %q is the nodes' join subnet; pods cannot use it: remove or change the %s annotation of the pod (or of its namespace)", ovnnet.JoinSubnet, annotations.LogicalSwitch))
+		return nil
+	}
+	if v := ann[annotations.PortSecurity]; v != "" && v != "true" && v != "false" {
+		c.fail(pod, "", ipam.KindInvalid, fmt.Sprintf("annotation %s=%q: not true or false", annotations.PortSecurity, v))
+		return nil
+	}
+	if v := ann[annotations.IPPool]; v != "" && len(ips) == 0 {
+		pool, err := ipam.ParsePool(v)
+		if err != nil {
+			c.fail(pod, "", ipam.KindInvalid, fmt.Sprintf("annotation %s=%q: %s", annotations.IPPool, v, ipamMessage(err)))
+			return nil
+		}
+		req.Pool = pool
+		req.PoolIndex = statefulSetOrdinal(pod)
+	}
+	notImpl := unimplemented(pod)
+	if notImpl != ann[annotations.NotImplemented] && notImpl != "" {
+		// Once per pod and change of the set (the set is recorded on the pod).
+		msg := fmt.Sprintf("ovnhost does not implement %s: ignored, the pod is wired without it", strings.ReplaceAll(notImpl, ",", ", "))
+		if strings.Contains(notImpl, annotations.PortSecurity) {
+			msg += `; port_security "false" is not applied: ovnhost's ports always have port security (Kube-OVN's "true"), the pod sends only from its own MAC and addresses`
+		}
+		c.recorder.Event(pod, corev1.EventTypeWarning, "AnnotationNotImplemented", msg)
+	}
+	if node := c.nodeOfPortName(ctx, ovnnet.PortName(ns, name), ovnnb.PodPortOwner(ns, name)); node != "" {
+		c.fail(pod, "", "PortNameCollision", fmt.Sprintf("the pod's logical switch port name %s is node %s's join port; rename the pod (no pod may be named node-<x> in a namespace that makes <x>.<namespace> a node name)",
+			ovnnet.PortName(ns, name), node))
+		return nil
+	}
+	if c.subnetDeleting(req.Subnet) {
+		if held, ok := c.net.IPAM.Lookup(owner); !ok || held.Subnet != req.Subnet {
+			c.fail(pod, "", "SubnetTerminating", fmt.Sprintf("subnet %q is being deleted; it hands out no new addresses: choose another subnet", req.Subnet))
+			return nil
+		}
+	}
 	c.mu.Lock()
 	prob := c.problems[req.Subnet]
 	c.mu.Unlock()
@@ -678,6 +820,10 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 			c.fail(pod, req.Subnet, ipam.KindUnknownSubnet, err.Error())
 			return nil
 		}
+		if errors.Is(err, ovnnb.ErrNotOwner) {
+			c.fail(pod, "", "PortNameCollision", err.Error()+"; rename the pod")
+			return nil
+		}
 		return err
 	}
 	c.unwait(key)
@@ -688,6 +834,9 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 	if mtu := c.subnetMTU(a.Subnet); mtu > 0 {
 		want[annotations.MTU] = strconv.Itoa(mtu)
 	}
+	if notImpl != "" {
+		want[annotations.NotImplemented] = notImpl
+	}
 	same := true
 	for k, v := range want {
 		if ann[k] != v {
@@ -695,14 +844,20 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 			break
 		}
 	}
+	if notImpl == "" && ann[annotations.NotImplemented] != "" {
+		same = false
+	}
 	if same {
+		c.queueIP("pod/" + key)
 		return nil
 	}
 	// Server-side apply: the controller's field manager then owns every
 	// key it confirms, also the values a user set before (static address,
 	// chosen subnet), which a merge patch that changes nothing would leave
 	// with the user. The node honours only keys the controller owns
-	// (cni/README.md, Trust). The uid makes a replaced pod's apply invalid.
+	// (cni/README.md, Trust). A key the controller applied before and now
+	// leaves out (NotImplemented once nothing is) is removed by the apply.
+	// The uid makes a replaced pod's apply invalid.
 	patch, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Pod",
 		"metadata": map[string]any{"name": name, "namespace": ns, "uid": pod.UID, "annotations": want}})
 	force := true
@@ -716,6 +871,7 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 	}
 	c.m.allocated.Inc()
 	c.statusQ.AddAfter(a.Subnet, c.cfg.StatusDelay)
+	c.queueIP("pod/" + key)
 	return nil
 }
 
@@ -748,9 +904,13 @@ func (c *Controller) releasePod(ctx context.Context, ns, name string) error {
 	if err := c.net.DeletePod(ctx, ns, name); err != nil {
 		return err
 	}
+	c.queueIP("pod/" + ns + "/" + name)
 	if had {
 		c.statusQ.AddAfter(a.Subnet, c.cfg.StatusDelay)
 		c.wake(a.Subnet)
+		if c.subnetDeleting(a.Subnet) {
+			c.subnetQ.Add(a.Subnet)
+		}
 	}
 	return nil
 }
@@ -763,6 +923,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 		if err := c.net.DeleteNode(ctx, name); err != nil {
 			return err
 		}
+		c.queueIP("node/" + name)
 		if had {
 			c.statusQ.AddAfter(a.Subnet, c.cfg.StatusDelay)
 		}
@@ -791,11 +952,23 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 		}
 		return err
 	}
+	port, err := c.net.NodePort(ctx, name)
+	if err != nil {
+		return err
+	}
+	if port != ovnnet.NodePortName(name) && node.Annotations[annotations.PortName] != port {
+		// Once, when the annotation moves to the other name.
+		c.recorder.Eventf(node, corev1.EventTypeWarning, "PortNameCollision",
+			"logical switch port %s belongs to a pod; this node's join port is %s (annotation %s)", ovnnet.NodePortName(name), port, annotations.PortName)
+	}
 	want := map[string]string{
 		annotations.Allocated: "true", annotations.IPAddress: a.IPString(), annotations.MACAddress: a.MAC,
 		annotations.CIDR: a.CIDR, annotations.Gateway: a.Gateway, annotations.LogicalSwitch: a.Subnet,
-		annotations.PortName: ovnnet.NodePortName(name),
+		annotations.PortName: port,
 	}
+	// A node renamed node_<name> gets no IP object: "_" is not allowed in an
+	// object name, and node-<name> is the pod's that holds that port name.
+	c.queueIP("node/" + name)
 	same := true
 	for k, v := range want {
 		if node.Annotations[k] != v {
@@ -835,10 +1008,15 @@ func (c *Controller) syncSubnet(ctx context.Context, name string) error {
 		delete(c.problems, name)
 		delete(c.notApplied, name)
 		delete(c.gateways, name)
+		delete(c.deleting, name)
 		delete(c.gwRank, name)
 		c.mu.Unlock()
 		if err := c.removeGateway(ctx, name, nil); err != nil {
 			return err
+		}
+		if users := c.users(name); len(users) > 0 {
+			// Only when someone removed the finalizer by hand.
+			c.log.Warn("subnet deleted while pods still hold addresses in it (its finalizer was removed by hand); their addresses are free again", "subnet", name, "users", users)
 		}
 		if was {
 			c.m.subnetIPs.DeletePartialMatch(prometheus.Labels{"subnet": name})
@@ -847,6 +1025,14 @@ func (c *Controller) syncSubnet(ctx context.Context, name string) error {
 		return nil
 	}
 	u := obj.(*unstructured.Unstructured)
+	if u.GetDeletionTimestamp() != nil {
+		if done, err := c.finishDeletion(ctx, u); done || err != nil {
+			return err
+		}
+		// Still in use: stays programmed for the pods that hold addresses.
+	} else if err := c.ensureFinalizer(ctx, u); err != nil {
+		return err
+	}
 	cfg, s, prob := kubeovnv1.Validate(u)
 	if prob == nil {
 		if err := c.net.AddSubnet(ctx, cfg); err != nil {
@@ -856,10 +1042,15 @@ func (c *Controller) syncSubnet(ctx context.Context, name string) error {
 			prob = &kubeovnv1.Problem{Reason: "InvalidField", Message: ipamMessage(err)}
 		}
 	}
+	if prob == nil {
+		if err := c.net.SetIsolation(ctx, name, isolation(s)); err != nil {
+			return fmt.Errorf("subnet %s: isolation ACLs: %w", name, err)
+		}
+	}
 	notApplied := ""
 	var gw *kubeovnv1.Condition
 	if prob == nil {
-		notApplied = kubeovnv1.NotAppliedMessage(kubeovnv1.NotAppliedFields(s.Spec))
+		notApplied = kubeovnv1.NotAppliedMessage(kubeovnv1.NotAppliedFields(s.Spec, kubeovnv1.Settings{EnableLB: c.cfg.EnableLB}))
 		if gw, err = c.syncGateway(ctx, u, s, cfg); err != nil {
 			return err
 		}
@@ -900,6 +1091,17 @@ func (c *Controller) syncSubnet(ctx context.Context, name string) error {
 	return nil
 }
 
+// isolation is what a valid Subnet asks of its switch's ACLs (private,
+// allowSubnets, acls).
+func isolation(s *kubeovnv1.Subnet) ovnnet.Isolation {
+	iso := ovnnet.Isolation{Private: s.Spec.Private}
+	iso.AllowSubnets, _ = ovnnet.ParseAllowSubnets(s.Name, s.Spec.AllowSubnets) // checked by Validate
+	for _, a := range s.Spec.Acls {
+		iso.ACLs = append(iso.ACLs, ovnnb.ACL{Direction: a.Direction, Priority: a.Priority, Match: a.Match, Action: a.Action})
+	}
+	return iso
+}
+
 // subnetRef is the event's object (Subnets are cluster-scoped: their events
 // land in the default namespace).
 func subnetRef(u *unstructured.Unstructured) *corev1.ObjectReference {
@@ -920,6 +1122,7 @@ func (c *Controller) syncStatus(ctx context.Context, name string) error {
 	_, valid := c.valid[name]
 	notApplied := c.notApplied[name]
 	gw := c.gateways[name]
+	blocked := c.deleting[name]
 	exhausted := 0
 	for _, k := range c.waiting[name] {
 		if k == ipam.KindExhausted {
@@ -947,9 +1150,11 @@ func (c *Controller) syncStatus(ctx context.Context, name string) error {
 		if notApplied != "" {
 			v.Reason, v.Message = kubeovnv1.AcceptedNotApplied, notApplied
 		}
-		conds = append(conds, v,
-			kubeovnv1.Condition{Type: kubeovnv1.Ready, Status: "True", Reason: "ResourceReady", Message: "logical switch and router port programmed"},
-		)
+		ready := kubeovnv1.Condition{Type: kubeovnv1.Ready, Status: "True", Reason: "ResourceReady", Message: "logical switch and router port programmed"}
+		if blocked != "" && u.GetDeletionTimestamp() != nil {
+			ready = kubeovnv1.Condition{Type: kubeovnv1.Ready, Status: "False", Reason: "DeletionWaitsForPods", Message: blocked}
+		}
+		conds = append(conds, v, ready)
 	default:
 		return nil // not processed yet
 	}

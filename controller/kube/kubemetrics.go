@@ -69,7 +69,9 @@ func newQueueMetrics(r prometheus.Registerer) *queueMetrics {
 	return m
 }
 
-func (m *queueMetrics) NewDepthMetric(name string) workqueue.GaugeMetric { return m.depth.WithLabelValues(name) }
+func (m *queueMetrics) NewDepthMetric(name string) workqueue.GaugeMetric {
+	return m.depth.WithLabelValues(name)
+}
 func (m *queueMetrics) NewAddsMetric(name string) workqueue.CounterMetric {
 	return m.adds.WithLabelValues(name)
 }

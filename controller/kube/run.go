@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -72,9 +73,51 @@ type Options struct {
 	HealthAddr string // ":10660"; "" = no HTTP server
 	Profiling  bool   // serve /debug/pprof on HealthAddr
 	NBTLS      *tls.Config
+	// NBUnhealthyAfter: /healthz fails once the NB connection has been down
+	// (or never up) this long; 0 = DefaultNBUnhealthyAfter.
+	NBUnhealthyAfter time.Duration
 	// Leader election: off when LeaseName is "".
 	LeaseNamespace, LeaseName, Identity       string
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// DefaultNBUnhealthyAfter is how long a lost NB connection is tolerated by /healthz.
+const DefaultNBUnhealthyAfter = 60 * time.Second
+
+// nbHealth tells /healthz how long the NB connection has been down. It is
+// evaluated on each probe (no timer): down since the first probe that saw
+// it down, or since start while the first connection is being made.
+type nbHealth struct {
+	mu        sync.Mutex
+	after     time.Duration
+	nb        *ovnnb.Client // nil until connected once
+	downSince time.Time     // zero while up
+}
+
+func (h *nbHealth) set(nb *ovnnb.Client) {
+	h.mu.Lock()
+	h.nb = nb
+	h.mu.Unlock()
+}
+
+func (h *nbHealth) check() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.nb != nil && h.nb.Connected() {
+		h.downSince = time.Time{}
+		return nil
+	}
+	if h.downSince.IsZero() {
+		h.downSince = time.Now()
+	}
+	if d := time.Since(h.downSince); d >= h.after {
+		what := "connection lost"
+		if h.nb == nil {
+			what = "not connected yet"
+		}
+		return fmt.Errorf("OVN northbound database: %s for %s (over --nb-unhealthy-after %s); check OVN_DB_IPS / --ovn-nb-addr, the NB servers and, with ssl:, the certificates in --ovn-tls-dir", what, d.Round(time.Second), h.after)
+	}
+	return nil
 }
 
 // Run connects to the NB, serves /healthz /readyz /metrics, and runs the
@@ -89,6 +132,10 @@ func Run(ctx context.Context, o Options) error {
 	registerClientMetrics(reg) // before any queue or client exists
 	o.Registry = reg
 	var ctlp atomic.Pointer[Controller]
+	if o.NBUnhealthyAfter <= 0 {
+		o.NBUnhealthyAfter = DefaultNBUnhealthyAfter
+	}
+	health := &nbHealth{after: o.NBUnhealthyAfter, downSince: time.Now()}
 	ready := func() error {
 		ctl := ctlp.Load()
 		if ctl == nil {
@@ -108,7 +155,15 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("health/metrics address %s: %w (set --health-addr)", o.HealthAddr, err)
 		}
 		mux := http.NewServeMux()
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+			// Alive unless the NB has been unreachable for long: a restart
+			// then starts over (fresh connection, certificates re-read).
+			if err := health.check(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = w.Write([]byte("ok\n"))
+		})
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 			if err := ready(); err != nil {
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)
@@ -126,12 +181,15 @@ func Run(ctx context.Context, o Options) error {
 		defer srv.Close()
 	}
 	tNB := time.Now()
-	nb, err := ovnnb.Connect(ctx, ovnnb.Options{Endpoints: o.NBEndpoints, Logger: o.Logger, TLS: o.NBTLS, PortGroups: o.Config.EnableNP})
+	// Port_Group and ACL always: NetworkPolicy, and Subnet isolation
+	// (private, allowSubnets, acls) are ACLs too.
+	nb, err := ovnnb.Connect(ctx, ovnnb.Options{Endpoints: o.NBEndpoints, Logger: o.Logger, TLS: o.NBTLS, PortGroups: true})
 	if err != nil {
 		return err
 	}
 	o.Logger.Info("connected to OVN northbound", "endpoints", o.NBEndpoints, "took", time.Since(tNB).Round(time.Millisecond).String())
 	defer nb.Close()
+	health.set(nb)
 	c, err := New(o.Config, nb)
 	if err != nil {
 		return err

@@ -27,6 +27,8 @@ const (
 	EgressRate    = prefix + "egress_rate"    // Mbit/s, set by users
 	Mirror        = prefix + "mirror"
 	Routes        = prefix + "routes"
+	IPPool        = prefix + "ip_pool"       // fixed addresses for a workload: "ip,ip,..." (or "v4,v6;v4,v6" dual stack)
+	PortSecurity  = prefix + "port_security" // "true": the port only sends from its own MAC and addresses (ovnhost's default)
 )
 
 // ControllerFieldManager is the field manager the ovnhost controller writes
@@ -73,3 +75,19 @@ func OwnedAnnotations(fieldsV1 []byte, keyPrefix string) map[string]bool {
 
 // Prefix is what every key of this package starts with.
 const Prefix = prefix
+
+// NotImplemented is written by the controller on a pod: the sorted,
+// comma-separated Kube-OVN annotations of the pod that ovnhost does not
+// implement and already named in a Warning event (so the event is sent once
+// per pod and change, not on every sync or restart).
+const NotImplemented = "ovnhost.io/not-implemented"
+
+// Unimplemented are the pod annotations Kube-OVN users set that ovnhost
+// does not implement: a pod carrying one gets a Warning event naming it.
+var Unimplemented = []string{
+	prefix + "vip", prefix + "aaps", prefix + "default_route", prefix + "enable_log",
+	prefix + "logical_router", prefix + "vpc", prefix + "latency", prefix + "loss", prefix + "limit",
+	prefix + "priority", prefix + "security_groups",
+	prefix + "north_gateway", prefix + "vlan_id", prefix + "layer2_forward", prefix + "port_vips",
+	prefix + "allow_live_migration", prefix + "bgp", prefix + "virtualmachine",
+}

@@ -769,3 +769,48 @@ func ParseIPs(s string) ([]netip.Addr, error) {
 	}
 	return out, nil
 }
+
+// ParsePool parses Kube-OVN's ip_pool annotation: addresses separated by
+// commas ("10.16.0.10,10.16.0.11": one address per pod), or, for dual
+// stack, groups separated by semicolons, each "v4,v6"
+// ("10.16.0.10,fd00::a;10.16.0.11,fd00::b").
+func ParsePool(s string) ([][]netip.Addr, error) {
+	var groups []string
+	if strings.Contains(s, ";") {
+		groups = strings.Split(s, ";")
+	} else {
+		groups = strings.Split(s, ",")
+	}
+	var out [][]netip.Addr
+	for _, g := range groups {
+		if strings.TrimSpace(g) == "" {
+			continue
+		}
+		ips, err := ParseIPs(g)
+		if err != nil {
+			return nil, &Error{Kind: KindInvalid, Input: g, Msg: fmt.Sprintf("ip_pool entry %q is not an IP address (or v4,v6 pair); IPPool objects are not supported, list the addresses", strings.TrimSpace(g))}
+		}
+		if len(ips) > 2 || (len(ips) == 2 && ips[0].Is4() == ips[1].Is4()) {
+			return nil, &Error{Kind: KindInvalid, Input: g, Msg: fmt.Sprintf("ip_pool entry %q: give one address, or one IPv4 and one IPv6 separated by a comma (groups separated by ;)", strings.TrimSpace(g))}
+		}
+		out = append(out, ips)
+	}
+	if len(out) == 0 {
+		return nil, &Error{Kind: KindInvalid, Input: s, Msg: "ip_pool is empty; list addresses such as 10.16.0.10,10.16.0.11"}
+	}
+	return out, nil
+}
+
+// OwnersIn lists, sorted, the owners holding addresses in subnet.
+func (m *IPAM) OwnersIn(subnet string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var o []string
+	for k, h := range m.owners {
+		if h.subnet == subnet {
+			o = append(o, k)
+		}
+	}
+	sort.Strings(o)
+	return o
+}

@@ -197,3 +197,21 @@ func BenchmarkAllocate(b *testing.B) {
 		}
 	}
 }
+
+func TestParsePool(t *testing.T) {
+	for in, want := range map[string]string{
+		"10.16.0.10,10.16.0.11":                 "[[10.16.0.10] [10.16.0.11]]",
+		" 10.16.0.10 , 10.16.0.11 ,":            "[[10.16.0.10] [10.16.0.11]]",
+		"10.16.0.10,fd00::a;10.16.0.11,fd00::b": "[[10.16.0.10 fd00::a] [10.16.0.11 fd00::b]]",
+	} {
+		got, err := ParsePool(in)
+		if err != nil || fmt.Sprint(got) != want {
+			t.Errorf("ParsePool(%q) = %v, %v; want %s", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", ",", "my-ippool", "10.16.0.10,10.16.0.11;10.16.0.12", "10.16.0.1,10.16.0.2,fd00::1;1.2.3.4"} {
+		if _, err := ParsePool(bad); KindOf(err) != KindInvalid || !strings.Contains(err.Error(), "ip_pool") {
+			t.Errorf("ParsePool(%q): %v, want an InvalidInput error naming ip_pool", bad, err)
+		}
+	}
+}

@@ -78,9 +78,26 @@ type Options struct {
 
 // LoadTLS builds the client TLS configuration from PEM files (Kube-OVN
 // mounts them at /var/run/tls/key, /var/run/tls/cert and /var/run/tls/cacert).
+// They are read once; WatchTLS follows rotations.
 func LoadTLS(keyFile, certFile, caFile string) (*tls.Config, error) {
 	t, err := ovsdbconn.LoadTLS(keyFile, certFile, caFile, nil)
 	if err != nil {
+		return nil, fmt.Errorf("ovnnb: %w", err)
+	}
+	return t.Config(), nil
+}
+
+// WatchTLS is LoadTLS that re-reads the files whenever they change (a
+// rotated Secret) until ctx ends: every later handshake, the reconnects
+// after the NB drops the connection included, presents the current
+// certificate and checks the server against the current CA. A half-written
+// set keeps the previous one (and says so in the log).
+func WatchTLS(ctx context.Context, keyFile, certFile, caFile string, log *slog.Logger) (*tls.Config, error) {
+	t, err := ovsdbconn.LoadTLS(keyFile, certFile, caFile, log)
+	if err != nil {
+		return nil, fmt.Errorf("ovnnb: %w", err)
+	}
+	if err := t.Watch(ctx); err != nil {
 		return nil, fmt.Errorf("ovnnb: %w", err)
 	}
 	return t.Config(), nil
@@ -120,7 +137,7 @@ func Connect(ctx context.Context, o Options) (*Client, error) {
 	lsp := &nbdb.LogicalSwitchPort{}
 	conn, err := ovsdbconn.Dial(ctx, dbm, o.Endpoints, ovsdbconn.Options{
 		Monitor: append([]ovsdbconn.Table{
-			{Model: ls, Fields: []any{&ls.Name, &ls.ExternalIDs, &ls.OtherConfig, &ls.LoadBalancerGroup}},
+			{Model: ls, Fields: []any{&ls.Name, &ls.ExternalIDs, &ls.OtherConfig, &ls.LoadBalancerGroup, &ls.ACLs}},
 			{Model: lsp, Fields: []any{&lsp.Name, &lsp.Addresses, &lsp.PortSecurity, &lsp.ExternalIDs, &lsp.Type, &lsp.Options}},
 			{Model: &nbdb.LogicalRouter{}},
 			{Model: &nbdb.LogicalRouterPort{}},
@@ -146,8 +163,10 @@ func Connect(ctx context.Context, o Options) (*Client, error) {
 // Close ends the connection.
 func (c *Client) Close() { c.cl.Close() }
 
-// Connected reports whether the connection is up (for /readyz).
-func (c *Client) Connected() bool { return c.cl.Connected() }
+// Connected reports whether the connection is up (for /readyz, /healthz).
+// libovsdb's own Connected stays true while it is reconnecting (it only
+// drops its RPC client): no current endpoint means no connection.
+func (c *Client) Connected() bool { return c.cl.Connected() && c.cl.CurrentEndpoint() != "" }
 
 // Raw exposes the libovsdb client (tests and diagnostics read the cache through it).
 func (c *Client) Raw() client.Client { return c.cl }
@@ -399,7 +418,14 @@ type Port struct {
 	// AddressSet, when set, names an existing address set that gets the
 	// port's IPv4 addresses in the same transaction (a node's egress set).
 	AddressSet string
+	// Adopt lets EnsurePort take over a row of that name that records no
+	// owner but was made by Kube-OVN (external_ids:vendor=kube-ovn; its
+	// node ports carry no owner key), keeping its UUID: migration.
+	Adopt bool
 }
+
+// KubeOVNVendor is the external_ids:vendor of rows kube-ovn-controller made.
+const KubeOVNVendor = "kube-ovn"
 
 func (p Port) portSecurity() []string {
 	if p.NoPortSecurity {
@@ -420,11 +446,57 @@ func (p Port) Addresses() string {
 // ErrNoSwitch is returned when a port's switch does not exist.
 var ErrNoSwitch = errors.New("logical switch does not exist")
 
+// ErrNotOwner is returned (wrapped in *OwnerError) when a port of that name
+// exists but belongs to someone else.
+var ErrNotOwner = errors.New("port belongs to another owner")
+
+// OwnerError says which port is held by whom; errors.Is(err, ErrNotOwner).
+type OwnerError struct {
+	Port   string
+	Holder string // OwnerOf the existing row ("" = no owner recorded: not a workload port of ovnhost)
+	Want   string // the owner that asked
+}
+
+func (e *OwnerError) Error() string {
+	holder := e.Holder
+	if holder == "" {
+		holder = "a row without an owner (not created by ovnhost for a pod or node)"
+	}
+	return fmt.Sprintf("logical switch port %q belongs to %s, not %s; it is left alone", e.Port, holder, e.Want)
+}
+
+func (e *OwnerError) Unwrap() error { return ErrNotOwner }
+
+// OwnerOf is who a workload port belongs to, from its external_ids:
+// "pod:<namespace>/<name>" (a pod port, which may also name its node in
+// standalone mode), "node:<name>" (a node's join port), or "" (none: router
+// ports, rows other tools made). Only the owner updates or deletes a port.
+func OwnerOf(ids map[string]string) string {
+	if p := ids[KeyPod]; p != "" {
+		return "pod:" + p
+	}
+	if n := ids[KeyNode]; n != "" {
+		return "node:" + n
+	}
+	return ""
+}
+
+// PodPortOwner and NodePortOwner are the OwnerOf values of a pod's and a node's port.
+func PodPortOwner(namespace, name string) string { return "pod:" + namespace + "/" + name }
+func NodePortOwner(node string) string           { return "node:" + node }
+
 // EnsurePort creates or updates the port (addresses and port security set to
-// MAC + IPs) on its switch, moving it if it sits on another switch, in one transaction.
+// MAC + IPs) on its switch, moving it if it sits on another switch, in one
+// transaction. p.ExternalIDs must name its owner (KeyPod or KeyNode); a port
+// of that name that belongs to another owner is left untouched and the error
+// is an *OwnerError (errors.Is ErrNotOwner).
 func (c *Client) EnsurePort(ctx context.Context, p Port) error {
 	if p.Name == "" || p.Switch == "" || p.MAC == "" || len(p.IPs) == 0 {
 		return fmt.Errorf("ovnnb: port %q: name, switch, MAC and IPs are required (switch %q, MAC %q, %d IPs)", p.Name, p.Switch, p.MAC, len(p.IPs))
+	}
+	owner := OwnerOf(p.ExternalIDs)
+	if owner == "" {
+		return fmt.Errorf("ovnnb: port %q: external_ids name no owner; set %q (namespace/name) or %q", p.Name, KeyPod, KeyNode)
 	}
 	addr := p.Addresses()
 	ids := vendorIDs(p.ExternalIDs)
@@ -452,6 +524,8 @@ func (c *Client) EnsurePort(ctx context.Context, p Port) error {
 		ops = append(ops, m...)
 	case err != nil:
 		return err
+	case OwnerOf(cur.ExternalIDs) != owner && !(p.Adopt && OwnerOf(cur.ExternalIDs) == "" && cur.ExternalIDs[KeyVendor] == KubeOVNVendor):
+		return &OwnerError{Port: p.Name, Holder: OwnerOf(cur.ExternalIDs), Want: owner}
 	default:
 		if slices.Equal(cur.Addresses, []string{addr}) && slices.Equal(cur.PortSecurity, p.portSecurity()) && maps.Equal(cur.ExternalIDs, ids) {
 			if len(setOps) > 0 {
@@ -465,6 +539,13 @@ func (c *Client) EnsurePort(ctx context.Context, p Port) error {
 		if err != nil {
 			return err
 		}
+		// The row must still be the owner's when the server applies this
+		// (the cache may lag a concurrent writer): checked by a wait below.
+		guard := ownerKV(p.ExternalIDs)
+		if OwnerOf(cur.ExternalIDs) == "" { // adopted: still Kube-OVN's
+			guard = map[string]string{KeyVendor: KubeOVNVendor}
+		}
+		ops = append(ops, ownerWait(cur.UUID, guard))
 		ops = append(ops, o...)
 		if old := cur.ExternalIDs[KeySwitch]; old != p.Switch {
 			if old != "" {
@@ -489,8 +570,11 @@ func (c *Client) EnsurePort(ctx context.Context, p Port) error {
 	return nil
 }
 
-// DeletePort removes the port from its switch (the row goes with it). Absent ports are ignored.
-func (c *Client) DeletePort(ctx context.Context, name string) error {
+// DeletePort removes the port from its switch (the row goes with it) if it
+// belongs to owner (an OwnerOf value). Absent ports are ignored; a port of
+// that name held by another owner is left alone and reported as an
+// *OwnerError.
+func (c *Client) DeletePort(ctx context.Context, name, owner string) error {
 	cur := &nbdb.LogicalSwitchPort{Name: name}
 	err := c.cl.Get(ctx, cur)
 	if errors.Is(err, client.ErrNotFound) {
@@ -499,9 +583,41 @@ func (c *Client) DeletePort(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	ops := unrefPort(cur.UUID)
+	if got := OwnerOf(cur.ExternalIDs); got != owner || owner == "" {
+		return &OwnerError{Port: name, Holder: got, Want: owner}
+	}
+	key, val := KeyPod, strings.TrimPrefix(owner, "pod:")
+	if strings.HasPrefix(owner, "node:") {
+		key, val = KeyNode, strings.TrimPrefix(owner, "node:")
+	}
+	ops := append([]ovsdb.Operation{ownerWait(cur.UUID, map[string]string{key: val})}, unrefPort(cur.UUID)...)
 	_, err = c.transact(ctx, "delete port "+name, ops)
 	return err
+}
+
+// ownerKV is the owner key of ids (pod, else node) as a one-entry map.
+func ownerKV(ids map[string]string) map[string]string {
+	if p := ids[KeyPod]; p != "" {
+		return map[string]string{KeyPod: p}
+	}
+	return map[string]string{KeyNode: ids[KeyNode]}
+}
+
+// ownerWait is an OVSDB wait that aborts the transaction unless the port row
+// uuid still carries the owner entry kv in its external_ids (a row changed
+// by another writer since the cache showed it fails the transaction instead
+// of being overwritten).
+func ownerWait(uuid string, kv map[string]string) ovsdb.Operation {
+	m, _ := ovsdb.NewOvsMap(kv)
+	timeout := 0
+	return ovsdb.Operation{
+		Op: ovsdb.OperationWait, Table: nbdb.LogicalSwitchPortTable, Timeout: &timeout,
+		Where: []ovsdb.Condition{
+			{Column: "_uuid", Function: ovsdb.ConditionEqual, Value: ovsdb.UUID{GoUUID: uuid}},
+			{Column: "external_ids", Function: ovsdb.ConditionIncludes, Value: m},
+		},
+		Columns: []string{"_uuid"}, Until: string(ovsdb.WaitConditionEqual), Rows: []ovsdb.Row{{"_uuid": ovsdb.UUID{GoUUID: uuid}}},
+	}
 }
 
 // GetPort reads a port from the cache.

@@ -43,7 +43,18 @@ const (
 func PortName(namespace, name string) string { return name + "." + namespace }
 
 // NodePortName is a node's port on the join switch: "node-<node>".
+//
+// A pod's port name "<pod>.<namespace>" can equal it (pod "node-w1.example"
+// in namespace "com" and node "w1.example.com"). Ports record their owner
+// (ovnnb.OwnerOf) and only the owner changes or deletes one; a node whose
+// name is taken gets AltNodePortName, which no pod port can equal, and
+// publishes it in its port_name annotation (the node side reads it there).
 func NodePortName(node string) string { return "node-" + node }
+
+// AltNodePortName is a node's port name when NodePortName(node) is held by a
+// pod's port: "node_<node>". Pod and namespace names cannot contain "_"
+// (DNS names), so no pod port takes it.
+func AltNodePortName(node string) string { return "node_" + node }
 
 // PodOwner is the IPAM owner key of a pod.
 func PodOwner(namespace, name string) string { return namespace + "/" + name }
@@ -148,6 +159,46 @@ type PodRequest struct {
 	// Node is where the pod runs ("" not yet scheduled): its traffic to
 	// outside the cluster leaves through that node.
 	Node string
+	// Pool is Kube-OVN's ip_pool (when IPs is empty): the pod takes one of
+	// these address sets. PoolIndex >= 0 (a StatefulSet pod's ordinal)
+	// takes exactly Pool[PoolIndex]; -1 takes the first one nobody holds.
+	Pool      [][]netip.Addr
+	PoolIndex int
+}
+
+// poolAllocate allocates owner from r.Pool (Kube-OVN ip_pool semantics).
+func (n *Network) poolAllocate(owner string, r PodRequest) (ipam.Allocation, error) {
+	if a, ok := n.IPAM.Lookup(owner); ok && a.Subnet == r.Subnet {
+		// Keep a pool address the pod already holds.
+		for i, want := range r.Pool {
+			if (r.PoolIndex < 0 || i == r.PoolIndex) && slices.Equal(a.IPs[:min(len(want), len(a.IPs))], want) {
+				return n.IPAM.Allocate(r.Subnet, owner, ipam.Request{IPs: a.IPs, MAC: r.MAC})
+			}
+		}
+	}
+	if r.PoolIndex >= 0 {
+		if r.PoolIndex >= len(r.Pool) {
+			return ipam.Allocation{}, &ipam.Error{Kind: ipam.KindExhausted, Subnet: r.Subnet, Input: fmt.Sprint(r.PoolIndex),
+				Msg: fmt.Sprintf("ip_pool has %d address(es) but this StatefulSet pod has ordinal %d; add addresses to the pool or scale down", len(r.Pool), r.PoolIndex)}
+		}
+		return n.IPAM.Allocate(r.Subnet, owner, ipam.Request{IPs: r.Pool[r.PoolIndex], MAC: r.MAC})
+	}
+	var last error
+	for _, ips := range r.Pool {
+		a, err := n.IPAM.Allocate(r.Subnet, owner, ipam.Request{IPs: ips, MAC: r.MAC})
+		if err == nil {
+			return a, nil
+		}
+		if k := ipam.KindOf(err); k != ipam.KindConflict {
+			return ipam.Allocation{}, err
+		}
+		last = err
+	}
+	if last == nil {
+		last = errors.New("empty ip_pool")
+	}
+	return ipam.Allocation{}, &ipam.Error{Kind: ipam.KindExhausted, Subnet: r.Subnet, Input: r.Subnet,
+		Msg: fmt.Sprintf("every address of the pod's ip_pool (%d) is held by another pod (%v); add addresses to the pool or delete pods", len(r.Pool), last)}
 }
 
 // AddPod allocates (or returns the existing allocation of) the pod and
@@ -162,7 +213,13 @@ func (n *Network) AddPod(ctx context.Context, r PodRequest) (ipam.Allocation, er
 	}
 	owner := PodOwner(r.Namespace, r.Name)
 	_, had := n.IPAM.Lookup(owner)
-	a, err := n.IPAM.Allocate(r.Subnet, owner, ipam.Request{IPs: r.IPs, MAC: r.MAC})
+	var a ipam.Allocation
+	var err error
+	if len(r.IPs) == 0 && len(r.Pool) > 0 {
+		a, err = n.poolAllocate(owner, r)
+	} else {
+		a, err = n.IPAM.Allocate(r.Subnet, owner, ipam.Request{IPs: r.IPs, MAC: r.MAC})
+	}
 	if err != nil {
 		return ipam.Allocation{}, err
 	}
@@ -200,11 +257,44 @@ func (n *Network) DeletePod(ctx context.Context, namespace, name string) error {
 			return err
 		}
 	}
-	if err := n.NB.DeletePort(ctx, PortName(namespace, name)); err != nil {
+	// A port of this name that belongs to a node (or another tool) is not ours: left alone.
+	if err := n.NB.DeletePort(ctx, PortName(namespace, name), ovnnb.PodPortOwner(namespace, name)); err != nil && !errors.Is(err, ovnnb.ErrNotOwner) {
 		return err
 	}
 	n.IPAM.Release(PodOwner(namespace, name))
 	return nil
+}
+
+// NodePort is the name of the port node owns, if any, else the name it
+// should take: NodePortName, or AltNodePortName when a pod holds that one.
+// After AddNode it is the node's port (for its port_name annotation).
+func (n *Network) NodePort(ctx context.Context, node string) (string, error) {
+	owner := ovnnb.NodePortOwner(node)
+	ports, err := n.NB.Ports(ctx, map[string]string{ovnnb.KeyNode: node})
+	if err != nil {
+		return "", err
+	}
+	for _, p := range ports {
+		if ovnnb.OwnerOf(p.ExternalIDs) == owner && (p.Name == NodePortName(node) || p.Name == AltNodePortName(node)) {
+			return p.Name, nil
+		}
+	}
+	name := NodePortName(node)
+	p, ok, err := n.NB.GetPort(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	if ok && ovnnb.OwnerOf(p.ExternalIDs) != owner && !adoptableNodePort(p, n.cfg.JoinSubnet) {
+		return AltNodePortName(node), nil
+	}
+	return name, nil
+}
+
+// adoptableNodePort: Kube-OVN's own port node-<node> on join (it records no
+// owner): the node keeps it across a migration.
+func adoptableNodePort(p ovnnb.Port, join string) bool {
+	return ovnnb.OwnerOf(p.ExternalIDs) == "" && p.ExternalIDs[ovnnb.KeyVendor] == ovnnb.KubeOVNVendor &&
+		(p.ExternalIDs[ovnnb.KeySwitch] == "" || p.ExternalIDs[ovnnb.KeySwitch] == join)
 }
 
 // NodeRequest asks for a node's join port.
@@ -233,8 +323,12 @@ func (n *Network) AddNode(ctx context.Context, r NodeRequest) (ipam.Allocation, 
 	if err != nil {
 		return ipam.Allocation{}, err
 	}
-	if err := n.NB.EnsurePort(ctx, ovnnb.Port{Name: NodePortName(r.Name), Switch: n.cfg.JoinSubnet, MAC: a.MAC, IPs: a.IPs,
-		ExternalIDs: map[string]string{ovnnb.KeyNode: r.Name}, NoPortSecurity: true}); err != nil {
+	port, err := n.NodePort(ctx, r.Name)
+	if err == nil {
+		err = n.NB.EnsurePort(ctx, ovnnb.Port{Name: port, Switch: n.cfg.JoinSubnet, MAC: a.MAC, IPs: a.IPs,
+			ExternalIDs: map[string]string{ovnnb.KeyNode: r.Name}, NoPortSecurity: true, Adopt: port == NodePortName(r.Name)})
+	}
+	if err != nil {
 		if !had {
 			n.IPAM.Release(owner)
 		}
@@ -294,8 +388,11 @@ func (n *Network) DeleteNode(ctx context.Context, name string) error {
 	if err := n.removeNodeEgress(ctx, name); err != nil {
 		return err
 	}
-	if err := n.NB.DeletePort(ctx, NodePortName(name)); err != nil {
-		return err
+	for _, port := range []string{NodePortName(name), AltNodePortName(name)} {
+		// Only the node's own port: a pod's port of the same name stays.
+		if err := n.NB.DeletePort(ctx, port, ovnnb.NodePortOwner(name)); err != nil && !errors.Is(err, ovnnb.ErrNotOwner) {
+			return err
+		}
 	}
 	n.IPAM.Release(NodeOwner(name))
 	return nil
@@ -324,7 +421,7 @@ func (n *Network) GarbageCollect(ctx context.Context, keep func(p ovnnb.Port) bo
 			if err := n.forgetPodEgress(ctx, p.IPs); err != nil {
 				return deleted, err
 			}
-			if err := n.NB.DeletePort(ctx, p.Name); err != nil {
+			if err := n.NB.DeletePort(ctx, p.Name, ovnnb.OwnerOf(p.ExternalIDs)); err != nil && !errors.Is(err, ovnnb.ErrNotOwner) {
 				return deleted, err
 			}
 			if owner := p.ExternalIDs[ovnnb.KeyPod]; owner != "" {

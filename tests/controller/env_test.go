@@ -20,6 +20,7 @@ import (
 	libovsdbclient "github.com/ovn-kubernetes/libovsdb/client"
 	"github.com/ovn-kubernetes/libovsdb/model"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -27,6 +28,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 
 	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
 	"github.com/ovnhost/ovnhost/controller/kube"
@@ -60,15 +62,21 @@ type env struct {
 func newEnv(t testing.TB) *env {
 	t.Helper()
 	testenv.RequireCommands(t, "ovsdb-server", "ovn-northd")
-	central := ovncentral.Start(t)
+	return newEnvWith(t, ovncentral.Start(t))
+}
+
+// newEnvWith is newEnv around a given OVN central (e.g. ovncentral.StartSSL).
+func newEnvWith(t testing.TB, central *ovncentral.Central) *env {
+	t.Helper()
 	srv := kubeapi.Start(t)
 	srv.InstallCRD(t, crdPath())
+	srv.InstallCRD(t, ipCRDPath())
 	e := &env{t: t, srv: srv, central: central, subs: map[chan struct{}]bool{}}
 	e.kc = kubernetes.NewForConfigOrDie(srv.Config)
 	e.dc = dynamic.NewForConfigOrDie(srv.Config)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	nb, err := ovnnb.Connect(ctx, ovnnb.Options{Endpoints: central.NB(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	nb, err := ovnnb.Connect(ctx, ovnnb.Options{Endpoints: central.NB(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), PortGroups: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,6 +189,9 @@ var (
 
 func controllerBinary(t testing.TB) string {
 	t.Helper()
+	if p := os.Getenv("OVNHOST_CONTROLLER_BIN"); p != "" {
+		return p // another build (A/B benchmark against a baseline commit)
+	}
 	binOnce.Do(func() {
 		binDir, binErr = os.MkdirTemp("", "ovnhost-ctl-bin")
 		if binErr != nil {
@@ -382,8 +393,16 @@ func (e *env) createNode(name, internalIP string) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: internalIP}}
-	if _, err := e.kc.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+	// The controller may annotate the node meanwhile: retry on a conflict.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: internalIP}}
+		_, err := e.kc.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			n, _ = e.kc.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		}
+		return err
+	})
+	if err != nil {
 		e.t.Fatal(err)
 	}
 }

@@ -22,6 +22,10 @@ func crdPath() string {
 	return filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", "crd-subnets.yaml")
 }
 
+func ipCRDPath() string {
+	return filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", "crd-ips.yaml")
+}
+
 func subnetObj(name string, spec map[string]any) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "kubeovn.io/v1", "kind": "Subnet",

@@ -16,13 +16,14 @@ import (
 	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
 )
 
-// TestSubnetFieldsAcceptedNotApplied: gatewayType centralized and
-// gatewayNode are recorded but not programmed, and the Subnet says so:
-// Validated=True with reason AcceptedNotApplied naming each field, and one
-// Warning event per change of that set of fields (not per sync, not per
-// controller restart). Editing the fields away brings back ValidationSucceeded.
-// natOutgoing is applied (egress through each pod's node, masqueraded
-// there): ovn-default (natOutgoing: true, as in Kube-OVN) is plainly valid.
+// TestSubnetFieldsAcceptedNotApplied: Kube-OVN fields ovnhost accepts but
+// does not program (here enableDHCP, and gatewayNode on a distributed
+// subnet) are reported: Validated=True with reason AcceptedNotApplied naming
+// each field and its consequence, and one Warning event per change of that
+// set of fields (not per sync, not per controller restart). Editing the
+// fields away brings back ValidationSucceeded. natOutgoing is applied
+// (egress through each pod's node, masqueraded there): ovn-default
+// (natOutgoing: true, as in Kube-OVN) is plainly valid.
 func TestSubnetFieldsAcceptedNotApplied(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -37,19 +38,19 @@ func TestSubnetFieldsAcceptedNotApplied(t *testing.T) {
 	})
 
 	if _, err := e.dc.Resource(subnetGVR).Create(ctx, subnetObj("nat-gw", map[string]any{
-		"cidrBlock": "10.80.0.0/24", "natOutgoing": true, "gatewayType": "centralized"}), metav1.CreateOptions{}); err != nil {
+		"cidrBlock": "10.80.0.0/24", "natOutgoing": true, "enableDHCP": true}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.waitSubnetReady("nat-gw")
 	var gwType string
-	e.waitFor(30*time.Second, "nat-gw Validated=True AcceptedNotApplied naming gatewayType only", func() (bool, string) {
+	e.waitFor(30*time.Second, "nat-gw Validated=True AcceptedNotApplied naming enableDHCP only", func() (bool, string) {
 		c := cond(e.subnet("nat-gw"), kubeovnv1.Validated)
 		if c == nil {
 			return false, "no Validated condition"
 		}
 		gwType = c.Message
 		return c.Status == "True" && c.Reason == kubeovnv1.AcceptedNotApplied &&
-			strings.HasPrefix(c.Message, "gatewayType centralized is recorded but not applied yet: ") &&
+			strings.HasPrefix(c.Message, "enableDHCP is not applied: ") &&
 			!strings.Contains(c.Message, "natOutgoing") && !strings.Contains(c.Message, "gatewayNode"), fmt.Sprintf("%+v", *c)
 	})
 	e.waitFor(30*time.Second, "one AcceptedNotApplied Warning on nat-gw with the condition's message", func() (bool, string) {
@@ -76,7 +77,7 @@ func TestSubnetFieldsAcceptedNotApplied(t *testing.T) {
 
 	// Edited away: the normal reason and no message again, no new event.
 	e.editSubnet("nat-gw", func(u *unstructured.Unstructured) {
-		_ = unstructured.SetNestedField(u.Object, "distributed", "spec", "gatewayType")
+		_ = unstructured.SetNestedField(u.Object, false, "spec", "enableDHCP")
 	})
 	e.waitFor(30*time.Second, "nat-gw back to Validated=True ValidationSucceeded", func() (bool, string) {
 		s := e.subnet("nat-gw")
@@ -99,8 +100,8 @@ func TestSubnetFieldsAcceptedNotApplied(t *testing.T) {
 			return false, "no Validated condition"
 		}
 		gwNode = c.Message
-		return c.Status == "True" && c.Reason == kubeovnv1.AcceptedNotApplied && strings.HasPrefix(c.Message, "gatewayNode is recorded but not applied yet: ") &&
-			!strings.Contains(c.Message, "natOutgoing") && !strings.Contains(c.Message, "gatewayType"), fmt.Sprintf("%+v", *c)
+		return c.Status == "True" && c.Reason == kubeovnv1.AcceptedNotApplied && strings.HasPrefix(c.Message, "gatewayNode is not applied to a distributed subnet: ") &&
+			!strings.Contains(c.Message, "natOutgoing") && !strings.Contains(c.Message, "enableDHCP"), fmt.Sprintf("%+v", *c)
 	})
 	e.waitFor(30*time.Second, "a second AcceptedNotApplied Warning on nat-gw, for gatewayNode", func() (bool, string) {
 		evs := e.subnetWarnings("nat-gw")

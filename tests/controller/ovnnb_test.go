@@ -69,7 +69,7 @@ func TestNBTopologyAndPortsSurviveReconnect(t *testing.T) {
 	if err != nil || !ok || got.IPs[0] != p.IPs[0] {
 		t.Fatalf("after reconnect: %+v %v %v", got, ok, err)
 	}
-	must(nb.DeletePort(ctx, "web.default"))
+	must(nb.DeletePort(ctx, "web.default", ovnnb.PodPortOwner("default", "web")))
 	if _, ok, _ := nb.GetPort(ctx, "web.default"); ok {
 		t.Fatal("port still in cache after delete")
 	}

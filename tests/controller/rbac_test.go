@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ovnhost/ovnhost/controller/kube"
 	"github.com/ovnhost/ovnhost/internal/annotations"
+	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
 // applyYAML creates every document of a multi-document YAML file.
@@ -68,17 +71,25 @@ func (e *env) kubeconfigAs(user string) string {
 	return p
 }
 
-// TestControllerWorksWithItsRBACOnly runs the controller as a ServiceAccount
-// bound to testdata/controller-rbac.yaml: start-up (default Subnets, lease),
-// pods, nodes, events and Subnet status all work with those rules alone.
+// TestControllerWorksWithItsRBACOnly runs the controller, with its default
+// features (Services, NetworkPolicy), as the ServiceAccount of the shipped
+// packaging/kubernetes/base/rbac-controller.yaml, bound to those rules
+// alone: start-up (default Subnets, lease in its namespace), pods, nodes,
+// events, Subnet status and finalizers all work, and nothing is forbidden.
 func TestControllerWorksWithItsRBACOnly(t *testing.T) {
 	e := newEnv(t)
-	e.applyYAML(filepath.Join("testdata", "controller-rbac.yaml"))
+	base := filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base")
+	e.applyYAML(filepath.Join(base, "namespace.yaml"))
+	e.applyYAML(filepath.Join(base, "rbac-controller.yaml"))
 	e.createNode("node-a", "192.168.10.11")
-	kc := e.kubeconfigAs("system:serviceaccount:kube-system:ovnhost-controller")
-	p := e.startControllerProcess("--kubeconfig", kc)
+	kc := e.kubeconfigAs("system:serviceaccount:ovnhost:ovnhost-controller")
+	p := e.startControllerProcess("--kubeconfig", kc, "--lease-namespace", "ovnhost")
 	p.waitReady(t, 60*time.Second)
 	e.waitSubnetReady("ovn-default")
+	e.waitFor(30*time.Second, "finalizer on ovn-default", func() (bool, string) {
+		s := e.subnet("ovn-default")
+		return s != nil && slices.Contains(s.Finalizers, kube.SubnetFinalizer), fmt.Sprint(s.Finalizers)
+	})
 	e.createPod("default", "web", "node-a", nil)
 	e.createPod("default", "bad", "node-a", map[string]string{annotations.IPAddress: "10.99.0.1"})
 	e.waitFor(30*time.Second, "pod annotated, node annotated, event on the bad pod", func() (bool, string) {
@@ -104,6 +115,6 @@ func TestControllerWorksWithItsRBACOnly(t *testing.T) {
 	p.mu.Unlock()
 
 	// The impersonation is real: an identity without the rules is refused.
-	nobody := e.startControllerProcess("--kubeconfig", e.kubeconfigAs("system:serviceaccount:kube-system:nobody"), "--identity=nobody")
+	nobody := e.startControllerProcess("--kubeconfig", e.kubeconfigAs("system:serviceaccount:ovnhost:nobody"), "--identity=nobody", "--lease-namespace", "ovnhost")
 	nobody.waitLine(t, "forbidden", 30*time.Second)
 }

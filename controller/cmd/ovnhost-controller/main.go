@@ -60,6 +60,7 @@ func main() {
 	fs.BoolVar(&o.EnableLB, "enable-lb", true, "program Services as OVN load balancers (false: leave Services to kube-proxy)")
 	fs.BoolVar(&o.EnableNP, "enable-np", true, "enforce NetworkPolicy with OVN ACLs")
 	fs.StringVar(&o.HealthAddr, "health-addr", ":10660", "address of /healthz, /readyz and /metrics (empty: off)")
+	fs.DurationVar(&o.NBUnhealthyAfter, "nb-unhealthy-after", kube.DefaultNBUnhealthyAfter, "/healthz fails once the OVN northbound connection has been down this long (the liveness probe then restarts the controller)")
 	fs.BoolVar(&o.Profiling, "profiling", false, "serve /debug/pprof on --health-addr")
 	fs.BoolVar(&leaderElect, "leader-elect", true, "elect a leader among replicas through a Lease")
 	fs.StringVar(&o.LeaseNamespace, "lease-namespace", env("POD_NAMESPACE", "kube-system"), "namespace of the leader Lease")
@@ -91,7 +92,8 @@ func main() {
 		os.Exit(2)
 	}
 	if strings.Contains(o.NBEndpoints, "ssl:") {
-		t, err := ovnnb.LoadTLS(filepath.Join(tlsDir, "key"), filepath.Join(tlsDir, "cert"), filepath.Join(tlsDir, "cacert"))
+		// Followed for the life of the process: rotated certificates are used on the next (re)connect.
+		t, err := ovnnb.WatchTLS(context.Background(), filepath.Join(tlsDir, "key"), filepath.Join(tlsDir, "cert"), filepath.Join(tlsDir, "cacert"), log)
 		if err != nil {
 			log.Error("ssl: northbound endpoint needs TLS files; mount them or set --ovn-tls-dir", "error", err)
 			os.Exit(2)

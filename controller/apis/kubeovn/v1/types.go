@@ -5,6 +5,7 @@ package v1
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"sort"
 	"strings"
@@ -22,6 +23,7 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "kubeovn.io", Version: "v1"}
 	SubnetGVR    = GroupVersion.WithResource("subnets")
 	SubnetGVK    = GroupVersion.WithKind("Subnet")
+	IPGVR        = GroupVersion.WithResource("ips")
 )
 
 // Subnet is a Kube-OVN subnet.
@@ -32,23 +34,94 @@ type Subnet struct {
 	Status            SubnetStatus `json:"status,omitempty"`
 }
 
-// SubnetSpec has Kube-OVN's field names and meanings.
+// SubnetSpec has every field of Kube-OVN's v1 Subnet spec, with its names
+// and meanings (fields of Kube-OVN 1.10 to 1.15, the ones it dropped since
+// included, so a Subnet any of them stored reads back). Which of them
+// ovnhost applies, accepts without applying (and what that means), or
+// refuses is the table in fields.go; controller/README.md lists it.
 type SubnetSpec struct {
-	Default             bool     `json:"default,omitempty"`
-	Protocol            string   `json:"protocol,omitempty"` // IPv4, IPv6, Dual
-	CIDRBlock           string   `json:"cidrBlock"`
-	Gateway             string   `json:"gateway,omitempty"`
-	ExcludeIps          []string `json:"excludeIps,omitempty"`
-	Namespaces          []string `json:"namespaces,omitempty"`
-	GatewayType         string   `json:"gatewayType,omitempty"` // distributed, centralized
-	GatewayNode         string   `json:"gatewayNode,omitempty"`
-	NatOutgoing         bool     `json:"natOutgoing,omitempty"`
-	Private             bool     `json:"private,omitempty"`
-	AllowSubnets        []string `json:"allowSubnets,omitempty"`
-	Vlan                string   `json:"vlan,omitempty"`
-	Provider            string   `json:"provider,omitempty"`
-	MTU                 int      `json:"mtu,omitempty"`
-	DisableGatewayCheck bool     `json:"disableGatewayCheck,omitempty"`
+	Default    bool     `json:"default,omitempty"`
+	Vpc        string   `json:"vpc,omitempty"`
+	Protocol   string   `json:"protocol,omitempty"` // IPv4, IPv6, Dual
+	Namespaces []string `json:"namespaces,omitempty"`
+	CIDRBlock  string   `json:"cidrBlock"`
+	Gateway    string   `json:"gateway,omitempty"`
+	ExcludeIps []string `json:"excludeIps,omitempty"`
+	Provider   string   `json:"provider,omitempty"`
+
+	GatewayType          string                 `json:"gatewayType,omitempty"` // distributed, centralized
+	GatewayNode          string                 `json:"gatewayNode,omitempty"`
+	GatewayNodeSelectors []metav1.LabelSelector `json:"gatewayNodeSelectors,omitempty"`
+	NatOutgoing          bool                   `json:"natOutgoing,omitempty"`
+
+	ExternalEgressGateway string `json:"externalEgressGateway,omitempty"`
+	PolicyRoutingPriority uint32 `json:"policyRoutingPriority,omitempty"`
+	PolicyRoutingTableID  uint32 `json:"policyRoutingTableID,omitempty"`
+	MTU                   int    `json:"mtu,omitempty"`
+
+	Private      bool     `json:"private,omitempty"`
+	AllowSubnets []string `json:"allowSubnets,omitempty"`
+
+	Vlan string   `json:"vlan,omitempty"`
+	Vips []string `json:"vips,omitempty"`
+
+	LogicalGateway         bool `json:"logicalGateway,omitempty"`
+	DisableGatewayCheck    bool `json:"disableGatewayCheck,omitempty"`
+	DisableInterConnection bool `json:"disableInterConnection,omitempty"`
+
+	EnableDHCP    bool   `json:"enableDHCP,omitempty"`
+	DHCPv4Options string `json:"dhcpV4Options,omitempty"`
+	DHCPv6Options string `json:"dhcpV6Options,omitempty"`
+
+	EnableIPv6RA  bool   `json:"enableIPv6RA,omitempty"`
+	IPv6RAConfigs string `json:"ipv6RAConfigs,omitempty"`
+
+	Acls           []ACL `json:"acls,omitempty"`
+	AllowEWTraffic bool  `json:"allowEWTraffic,omitempty"`
+
+	NatOutgoingPolicyRules []NatOutgoingPolicyRule `json:"natOutgoingPolicyRules,omitempty"`
+
+	U2OInterconnectionIP    string       `json:"u2oInterconnectionIP,omitempty"`
+	U2OInterconnection      bool         `json:"u2oInterconnection,omitempty"`
+	U2OFeatures             *U2OFeatures `json:"u2oFeatures,omitempty"`
+	EnableLb                *bool        `json:"enableLb,omitempty"`
+	EnableEcmp              bool         `json:"enableEcmp,omitempty"`
+	EnableMulticastSnoop    bool         `json:"enableMulticastSnoop,omitempty"`
+	EnableExternalLBAddress bool         `json:"enableExternalLBAddress,omitempty"`
+
+	RouteTable         string                 `json:"routeTable,omitempty"`
+	NamespaceSelectors []metav1.LabelSelector `json:"namespaceSelectors,omitempty"`
+	NodeNetwork        string                 `json:"nodeNetwork,omitempty"`
+
+	// Fields older Kube-OVN releases stored (1.9-1.12).
+	HtbQos          string `json:"htbqos,omitempty"`
+	U2ORouting      bool   `json:"u2oRouting,omitempty"`
+	UnderlayGateway bool   `json:"underlayGateway,omitempty"`
+}
+
+// ACL is one entry of a Subnet's acls: an OVN ACL on the subnet's switch.
+type ACL struct {
+	Direction string `json:"direction,omitempty"` // from-lport, to-lport
+	Priority  int    `json:"priority,omitempty"`
+	Match     string `json:"match,omitempty"`
+	Action    string `json:"action,omitempty"` // allow-related, allow-stateless, allow, drop, reject, pass
+}
+
+// NatOutgoingPolicyRule is one entry of natOutgoingPolicyRules.
+type NatOutgoingPolicyRule struct {
+	Match  NatOutgoingPolicyMatch `json:"match"`
+	Action string                 `json:"action"`
+}
+
+// NatOutgoingPolicyMatch selects traffic for a NatOutgoingPolicyRule.
+type NatOutgoingPolicyMatch struct {
+	SrcIPs string `json:"srcIPs,omitempty"`
+	DstIPs string `json:"dstIPs,omitempty"`
+}
+
+// U2OFeatures tunes underlay-to-overlay interconnection.
+type U2OFeatures struct {
+	OverlayOnlyRouting bool `json:"overlayOnlyRouting,omitempty"`
 }
 
 // Condition is a Kube-OVN subnet condition.
@@ -76,48 +149,6 @@ const (
 	AcceptedNotApplied  = "AcceptedNotApplied"
 	ValidationSucceeded = "ValidationSucceeded"
 )
-
-// notApplied is what each recorded-but-not-applied field means for the
-// subnet's traffic, in spec order.
-var notApplied = []struct {
-	field       string
-	asks        func(SubnetSpec) bool
-	consequence string
-}{
-	// gatewayType centralized with gatewayNode is applied (ovnnet/gateway.go);
-	// gatewayNode means nothing to a distributed subnet, as in Kube-OVN.
-	{"gatewayNode", func(s SubnetSpec) bool {
-		return s.GatewayType != "centralized" && strings.TrimSpace(s.GatewayNode) != ""
-	},
-		"gatewayNode is not applied to a distributed subnet: the node(s) it names do not act as this subnet's gateway; set gatewayType: centralized to use them."},
-}
-
-// NotAppliedFields lists, in spec order, the fields of spec that ask for
-// something the controller records but does not apply: a gatewayNode on a
-// distributed subnet. (natOutgoing and centralized gateways are applied.) Empty when there is none.
-func NotAppliedFields(spec SubnetSpec) []string {
-	var out []string
-	for _, n := range notApplied {
-		if n.asks(spec) {
-			out = append(out, n.field)
-		}
-	}
-	return out
-}
-
-// NotAppliedMessage is the Validated condition (and event) message for the
-// fields NotAppliedFields returned: one sentence per field naming it and its
-// consequence, in spec order whatever the order given; "" for none. The
-// message depends only on the set of fields, so comparing messages compares sets.
-func NotAppliedMessage(fields []string) string {
-	var parts []string
-	for _, n := range notApplied {
-		if slices.Contains(fields, n.field) {
-			parts = append(parts, n.consequence)
-		}
-	}
-	return strings.Join(parts, " ")
-}
 
 // Condition returns the status condition of that type, or nil.
 func (s *Subnet) Condition(typ string) *Condition {
@@ -159,9 +190,6 @@ func FromUnstructured(u *unstructured.Unstructured) (*Subnet, error) {
 	return &s, nil
 }
 
-var knownSpec = []string{"default", "protocol", "cidrBlock", "gateway", "excludeIps", "namespaces", "gatewayType",
-	"gatewayNode", "natOutgoing", "private", "allowSubnets", "vlan", "provider", "mtu", "disableGatewayCheck"}
-
 // Problem is why a subnet is not valid.
 type Problem struct {
 	Reason  string // UnknownField, UnsupportedField, InvalidField, ProtocolMismatch
@@ -174,30 +202,20 @@ func Validate(u *unstructured.Unstructured) (ipam.SubnetConfig, *Subnet, *Proble
 	spec, _, _ := unstructured.NestedMap(u.Object, "spec")
 	var unknown []string
 	for k := range spec {
-		if !slices.Contains(knownSpec, k) {
+		if !slices.Contains(KnownFields, k) {
 			unknown = append(unknown, "spec."+k)
 		}
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return ipam.SubnetConfig{}, nil, &Problem{"UnknownField", fmt.Sprintf("unknown field(s) %s; remove them (supported: %s)", strings.Join(unknown, ", "), strings.Join(knownSpec, ", "))}
+		return ipam.SubnetConfig{}, nil, &Problem{"UnknownField", fmt.Sprintf("unknown field(s) %s; remove them (supported: %s)", strings.Join(unknown, ", "), strings.Join(KnownFields, ", "))}
 	}
 	s, err := FromUnstructured(u)
 	if err != nil {
 		return ipam.SubnetConfig{}, nil, &Problem{"InvalidField", err.Error()}
 	}
-	var unsupported []string
-	if s.Spec.Vlan != "" {
-		unsupported = append(unsupported, "spec.vlan (underlay VLAN subnets)")
-	}
-	if s.Spec.Provider != "" && s.Spec.Provider != "ovn" {
-		unsupported = append(unsupported, fmt.Sprintf("spec.provider %q (only ovn)", s.Spec.Provider))
-	}
-	if s.Spec.Private || len(s.Spec.AllowSubnets) > 0 {
-		unsupported = append(unsupported, "spec.private/allowSubnets (subnet isolation ACLs)")
-	}
-	if len(unsupported) > 0 {
-		return ipam.SubnetConfig{}, s, &Problem{"UnsupportedField", "ovnhost does not implement " + strings.Join(unsupported, ", ") + " yet; remove the field(s) to use this subnet"}
+	if unsupported := Unsupported(s.Spec); len(unsupported) > 0 {
+		return ipam.SubnetConfig{}, s, &Problem{"UnsupportedField", "ovnhost does not implement " + strings.Join(unsupported, "; ") + "; remove the field(s) to use this subnet"}
 	}
 	cfg, err := ipam.ParseSubnet(u.GetName(), s.Spec.CIDRBlock, s.Spec.Gateway, s.Spec.ExcludeIps)
 	if err != nil {
@@ -206,6 +224,19 @@ func Validate(u *unstructured.Unstructured) (ipam.SubnetConfig, *Subnet, *Proble
 			msg = ie.Msg
 		}
 		return ipam.SubnetConfig{}, s, &Problem{"InvalidField", msg}
+	}
+	for _, a := range s.Spec.AllowSubnets {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
+		if _, err := netip.ParsePrefix(a); err != nil {
+			return ipam.SubnetConfig{}, s, &Problem{"InvalidField", fmt.Sprintf("allowSubnets entry %q is not a CIDR; write it as 10.16.0.0/16", a)}
+		}
+	}
+	for i, sel := range s.Spec.NamespaceSelectors {
+		if _, err := metav1.LabelSelectorAsSelector(&sel); err != nil {
+			return ipam.SubnetConfig{}, s, &Problem{"InvalidField", fmt.Sprintf("namespaceSelectors[%d]: %v", i, err)}
+		}
 	}
 	var v4, v6 bool
 	for _, p := range cfg.CIDRs {

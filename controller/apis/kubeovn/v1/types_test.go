@@ -1,11 +1,15 @@
 package v1
 
 import (
+	"os"
+	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 )
 
 func obj(spec map[string]any) *unstructured.Unstructured {
@@ -22,7 +26,10 @@ func TestValidate(t *testing.T) {
 		{map[string]any{"cidrBlock": "10.1.0.0/16", "colour": "blue"}, "UnknownField", "spec.colour"},
 		{map[string]any{"cidrBlock": "10.1.0.0/16", "vlan": "v10"}, "UnsupportedField", "spec.vlan"},
 		{map[string]any{"cidrBlock": "10.1.0.0/16", "provider": "macvlan.default"}, "UnsupportedField", "spec.provider"},
-		{map[string]any{"cidrBlock": "10.1.0.0/16", "private": true}, "UnsupportedField", "private"},
+		{map[string]any{"cidrBlock": "10.1.0.0/16", "vpc": "team-a"}, "UnsupportedField", `spec.vpc "team-a"`},
+		{map[string]any{"cidrBlock": "10.1.0.0/16", "private": true, "allowSubnets": []any{"10.2.0.0"}}, "InvalidField", `allowSubnets entry "10.2.0.0"`},
+		{map[string]any{"cidrBlock": "10.1.0.0/16", "acls": []any{map[string]any{"direction": "sideways", "priority": int64(1), "match": "ip", "action": "drop"}}}, "UnsupportedField", "spec.acls[0].direction"},
+		{map[string]any{"cidrBlock": "10.1.0.0/16", "enableLb": "yes"}, "InvalidField", ""},
 		{map[string]any{"cidrBlock": "10.1.0.0/16", "protocol": "Dual"}, "ProtocolMismatch", "set protocol to IPv4"},
 		{map[string]any{"cidrBlock": "10.1.0.0/16", "gateway": "10.2.0.1"}, "InvalidField", "outside cidrBlock"},
 		{map[string]any{"cidrBlock": "10.1.0.0/16", "mtu": "big"}, "InvalidField", ""},
@@ -56,9 +63,15 @@ func TestNotAppliedFieldsAndMessage(t *testing.T) {
 		{SubnetSpec{NatOutgoing: true, GatewayType: "centralized", GatewayNode: "n1,n2"}, nil, nil},
 		{SubnetSpec{GatewayNode: "n1"}, []string{"gatewayNode"},
 			[]string{"gatewayNode is not applied to a distributed subnet:"}},
+		// Kube-OVN's stored defaults ask for nothing.
+		{SubnetSpec{Vpc: "ovn-cluster", Provider: "ovn", EnableLb: ptr(true), GatewayType: "distributed", RouteTable: ""}, nil, nil},
+		// enableLb: false is honoured only without load balancers (with them, they stay on every switch).
+		{SubnetSpec{EnableLb: ptr(false)}, []string{"enableLb"}, []string{"enableLb: false is not applied:"}},
+		{SubnetSpec{EnableDHCP: true, EnableEcmp: true, RouteTable: "rt1", HtbQos: "htbqos-high"}, []string{"enableDHCP", "enableEcmp", "routeTable", "htbqos"},
+			[]string{"enableDHCP is not applied:", "enableEcmp is not applied:", "routeTable is not applied:", "htbqos is not applied:"}},
 	}
 	for _, c := range cases {
-		got := NotAppliedFields(c.spec)
+		got := NotAppliedFields(c.spec, Settings{EnableLB: true})
 		if !slices.Equal(got, c.fields) {
 			t.Errorf("%+v: fields %v, want %v", c.spec, got, c.fields)
 		}
@@ -89,6 +102,61 @@ func TestNotAppliedFieldsAndMessage(t *testing.T) {
 	if NotAppliedMessage(nil) != "" || NotAppliedMessage([]string{"vlan"}) != "" {
 		t.Error("no (known) field must give an empty message")
 	}
+	if f := NotAppliedFields(SubnetSpec{EnableLb: ptr(false)}, Settings{EnableLB: false}); len(f) != 0 {
+		t.Errorf("enableLb: false without load balancers is applied, got %v", f)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestEveryKubeOVNFieldIsKnown: each JSON field of SubnetSpec is in
+// KnownFields and back, so no Kube-OVN field is unknown and the table says
+// what happens to each.
+func TestEveryKubeOVNFieldIsKnown(t *testing.T) {
+	var tags []string
+	rt := reflect.TypeOf(SubnetSpec{})
+	for i := 0; i < rt.NumField(); i++ {
+		name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+		tags = append(tags, name)
+		if !slices.Contains(KnownFields, name) {
+			t.Errorf("field %s (%s) missing from KnownFields", rt.Field(i).Name, name)
+		}
+	}
+	for _, k := range KnownFields {
+		if !slices.Contains(tags, k) {
+			t.Errorf("KnownFields has %q, SubnetSpec does not", k)
+		}
+	}
+}
+
+// TestKubeOVNSubnetsAccepted: the eight Subnets of testdata (Kube-OVN's
+// stored defaults and documentation examples) are valid and ask for
+// nothing that is not applied.
+func TestKubeOVNSubnetsAccepted(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "kubeovn-subnets.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, doc := range strings.Split(string(b), "\n---") {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatal(err)
+		}
+		u := &unstructured.Unstructured{Object: obj}
+		_, s, p := Validate(u)
+		if p != nil {
+			t.Errorf("%s refused: %s: %s", u.GetName(), p.Reason, p.Message)
+			continue
+		}
+		if f := NotAppliedFields(s.Spec, Settings{EnableLB: true}); len(f) != 0 {
+			t.Errorf("%s: not applied %v", u.GetName(), f)
+		}
+		n++
+	}
+	if n != 8 {
+		t.Fatalf("%d Subnets accepted, want 8", n)
+	}
 }
 
 func TestCondition(t *testing.T) {
@@ -98,5 +166,41 @@ func TestCondition(t *testing.T) {
 	}
 	if s.Condition(Error) != nil || (*Subnet)(nil).Condition(Ready) != nil {
 		t.Fatal("absent condition must be nil")
+	}
+}
+
+// TestCRDSchemaTypesEveryField: the shipped CRD types exactly the fields
+// the controller knows, so admission checks each one's type.
+func TestCRDSchemaTypesEveryField(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "packaging", "kubernetes", "base", "crd-subnets.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd struct {
+		Spec struct {
+			Versions []struct {
+				Schema struct {
+					OpenAPIV3Schema struct {
+						Properties map[string]struct {
+							Properties map[string]any `json:"properties"`
+						} `json:"properties"`
+					} `json:"openAPIV3Schema"`
+				} `json:"schema"`
+			} `json:"versions"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(b, &crd); err != nil {
+		t.Fatal(err)
+	}
+	props := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties
+	for _, k := range KnownFields {
+		if _, ok := props[k]; !ok {
+			t.Errorf("crd-subnets.yaml does not type spec.%s", k)
+		}
+	}
+	for k := range props {
+		if !slices.Contains(KnownFields, k) {
+			t.Errorf("crd-subnets.yaml types spec.%s, which the controller does not know", k)
+		}
 	}
 }
