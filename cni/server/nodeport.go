@@ -42,19 +42,31 @@ func (s *Server) nodePortLoop(ctx context.Context) {
 		s.log.Warn("no link events: "+NodePortName+" will not be reconfigured after an ovs-vswitchd restart", "err", err)
 		links = nil
 	}
+	backoff := retryMin
 	for {
-		idx := 0
 		applied, err := s.ensureNodePort(ctx)
-		if err != nil && ctx.Err() == nil {
-			s.log.Error("node port "+NodePortName+" not configured; the host cannot reach pods", "err", err)
-		} else if l, err := netlink.LinkByName(NodePortName); err == nil {
+		// The device just configured (or tried): only ovn0 with another
+		// ifindex is a recreated one. Our own address and route changes,
+		// carrier and MTU changes also come as RTM_NEWLINK for it.
+		idx := 0
+		if l, lerr := netlink.LinkByName(NodePortName); lerr == nil {
 			idx = l.Attrs().Index
+		}
+		var retry <-chan time.Time
+		if err != nil && ctx.Err() == nil {
+			s.log.Error("node port "+NodePortName+" not configured; the host cannot reach pods", "err", err, "retry_in", backoff)
+			retry = time.After(backoff)
+			backoff = min(2*backoff, retryMax)
+		} else {
+			backoff = retryMin
 		}
 	wait:
 		for {
 			select {
 			case <-ctx.Done():
 				return
+			case <-retry:
+				break wait
 			case <-changes: // a new pod CIDR: add its route
 				break wait
 			case <-subnetChanges: // natOutgoing or CIDRs changed: the host's NAT follows
@@ -72,14 +84,26 @@ func (s *Server) nodePortLoop(ctx context.Context) {
 					links = nil
 					continue
 				}
-				if u.Attrs().Name == NodePortName && u.Header.Type == unix.RTM_NEWLINK && u.Attrs().Index != idx {
-					s.log.Info(NodePortName+" was recreated (ovs-vswitchd restart?); configuring it again", "ifindex", u.Attrs().Index)
-					break wait
+				if u.Attrs().Name != NodePortName || u.Header.Type != unix.RTM_NEWLINK || u.Attrs().Index == idx {
+					continue
 				}
+				if idx == 0 {
+					s.log.Info(NodePortName+" appeared; configuring it", "ifindex", u.Attrs().Index)
+				} else {
+					s.log.Info(NodePortName+" was recreated (ovs-vswitchd restart?); configuring it again", "ifindex", u.Attrs().Index, "was", idx)
+				}
+				break wait
 			}
 		}
 	}
 }
+
+// A failed node port set-up is retried after retryMin, doubling up to
+// retryMax, besides any event that calls for it.
+const (
+	retryMin = time.Second
+	retryMax = 30 * time.Second
+)
 
 func sameNodePort(a, b *NodeNetwork) bool {
 	return a.PortName == b.PortName && a.Addr == b.Addr && a.Gateway == b.Gateway && a.MAC.String() == b.MAC.String()
