@@ -24,6 +24,7 @@ import (
 // DISABLE_MODULES_MANAGEMENT cannot prevent that, so its refusal is tested
 // where there is no module to load (TestNoModuleTree).
 func TestKernelNode(t *testing.T) {
+	top := t
 	b := programs(t)
 	vm := qemuvm.Boot(t, qemuvm.Config{Name: "node1", Memory: 1536, Modules: []string{"veth"},
 		NICs: []qemuvm.NIC{qemuvm.UserNIC()}})
@@ -84,7 +85,7 @@ func TestKernelNode(t *testing.T) {
 			}
 		}
 		vm.MustExec(t, qemuvm.Cmd{Argv: inPod(p1, "ping", "-c", "3", "-W", "5", p2.ip.String()), Timeout: time.Minute})
-		probeServer(t, vm, b, p2, 5201)
+		probeServer(top, vm, b, p2, 5201) // also serves the next step
 		var r tcpResult
 		probeJSON(t, vm, b, p1, time.Minute, &r, "tcp", "-to", fmt.Sprintf("%s:5201", p2.ip), "-n", "64", "-size", "8192")
 		if r.Rounds != 64 {
@@ -99,7 +100,10 @@ func TestKernelNode(t *testing.T) {
 	}
 
 	t.Run("keep-datapath restart keeps established flows", func(t *testing.T) {
-		s := vm.Spawn(t, "/var/log/stream-keep.log", nil, inPod(p1, b.probe, "stream", "-to", fmt.Sprintf("%s:5201", p2.ip), "-for", "30m", "-every", "20ms")...)
+		// A TCP connection: its ACKs keep the pods' neighbour entries
+		// confirmed, so it needs no new datapath flow while ovs-vswitchd
+		// is away (a UDP flow's ARP refresh after 30 s would: a new flow).
+		s := vm.Spawn(t, "/var/log/stream-keep.log", nil, inPod(p1, b.probe, "tcpstream", "-to", fmt.Sprintf("%s:5201", p2.ip), "-for", "30m", "-every", "20ms")...)
 		if err := s.WaitLog("established", time.Minute); err != nil {
 			t.Fatal(err)
 		}
@@ -109,6 +113,7 @@ func TestKernelNode(t *testing.T) {
 		if !strings.Contains(vm.Run(t, "ovs-dpctl", "show"), "br-int") {
 			t.Fatal("--keep-datapath stop removed the kernel datapath")
 		}
+		t.Logf("datapath flows with ovnhost stopped: %d (%s)", datapathFlows(t, vm), time.Now().UTC().Format(time.RFC3339Nano))
 		n.start(t)
 		// Let the restarted daemons settle with traffic flowing.
 		vm.MustExec(t, qemuvm.Cmd{Argv: inPod(p1, "ping", "-c", "5", "-i", "0.5", "-W", "5", p2.ip.String()), Timeout: time.Minute})
@@ -120,9 +125,14 @@ func TestKernelNode(t *testing.T) {
 		}
 		var r streamResult
 		readJSONLine(t, vm, s.Log, &r)
-		t.Logf("established UDP flow across a --keep-datapath restart: sent %d, lost %d, longest gap %.0f ms", r.Sent, r.Lost, r.MaxGapMS)
-		if r.Lost != 0 {
-			t.Errorf("an established flow lost %d of %d packets (longest gap %.0f ms) across a --keep-datapath restart", r.Lost, r.Sent, r.MaxGapMS)
+		t.Logf("established TCP flow across a --keep-datapath restart: %d messages, longest wait for an echo %.0f ms", r.Sent, r.MaxGapMS)
+		// A dropped segment costs at least TCP's 200 ms minimum RTO and
+		// the flush this guards against costs seconds; emulation on a
+		// busy machine stalls the guest up to about a second by itself.
+		if r.Lost != 0 || r.MaxGapMS > stallLimitMS {
+			t.Logf("gap began %s; ovnhost's stop and start (guest clock):\n%s", r.GapStart,
+				vm.Run(t, "sh", "-c", "grep -h -E 'msg=stop|stopping|stopped|msg=starting|flow-restore|unit ready|msg=ready took' /var/log/ovnhost/ovnhost-*.log | grep -v child= | cut -c1-160; grep -h 'child=ovs-vswitchd' /var/log/ovnhost/ovnhost-2.log | grep -v -E 'coverage|timeval' | cut -c1-220; ovs-dpctl dump-flows"))
+			t.Errorf("an established TCP flow stalled %.0f ms (limit %d ms; %d of %d echoes missing) across a --keep-datapath restart", r.MaxGapMS, stallLimitMS, r.Lost, r.Sent)
 		}
 	})
 
@@ -137,6 +147,10 @@ func TestKernelNode(t *testing.T) {
 		}
 	})
 }
+
+// stallLimitMS is the longest pause of an established TCP flow counted as
+// no loss (see above).
+const stallLimitMS = 2000
 
 // readJSONLine decodes the last line of a guest file.
 func readJSONLine(t testing.TB, vm *qemuvm.VM, path string, v any) {

@@ -230,6 +230,7 @@ type streamResult struct {
 	Answered int     `json:"answered"`
 	Lost     int     `json:"lost"`
 	MaxGapMS float64 `json:"max_gap_ms"`
+	GapStart string  `json:"gap_start"`
 	Seconds  float64 `json:"seconds"`
 }
 

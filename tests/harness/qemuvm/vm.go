@@ -198,6 +198,14 @@ func BootAll(t testing.TB, cfgs ...Config) []*VM {
 	return vms
 }
 
+// cpuModel is the emulated CPU: $OVNHOST_VM_CPU, else max.
+func cpuModel() string {
+	if m := os.Getenv("OVNHOST_VM_CPU"); m != "" {
+		return m
+	}
+	return "max"
+}
+
 func qemuBinary() (string, error) {
 	p, err := testenv.LookPath("qemu-system-x86_64")
 	if err != nil {
@@ -285,7 +293,7 @@ func boot(t testing.TB, cfg Config) (*VM, error) {
 	args := []string{
 		"-name", cfg.Name, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		// qboot and the PVH entry: no SeaBIOS, no in-guest decompression.
-		"-machine", "pc", "-bios", "qboot.rom", "-accel", "tcg,thread=multi", "-cpu", "max",
+		"-machine", "pc", "-bios", "qboot.rom", "-accel", "tcg,thread=multi", "-cpu", cpuModel(),
 		"-smp", fmt.Sprint(cfg.CPUs), "-m", fmt.Sprint(cfg.Memory),
 		"-kernel", k.Vmlinux, "-initrd", initrd,
 		"-append", "console=ttyS0 panic=-1 quiet mitigations=off cryptomgr.notests " + os.Getenv("OVNHOST_VM_APPEND"),

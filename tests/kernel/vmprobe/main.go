@@ -147,6 +147,7 @@ type streamResult struct {
 	Answered int     `json:"answered"`
 	Lost     int     `json:"lost"`
 	MaxGapMS float64 `json:"max_gap_ms"` // longest time without an answer while sending
+	GapStart string  `json:"gap_start"`  // when it began (RFC 3339, the VM's clock)
 	Seconds  float64 `json:"seconds"`
 }
 
@@ -247,6 +248,7 @@ func runStream(dur, every time.Duration, send func(uint32) error, answered <-cha
 	t0 := time.Now()
 	last := t0
 	var maxGap time.Duration
+	var gapStart time.Time
 	got := 0
 	tick := time.NewTicker(every)
 	defer tick.Stop()
@@ -257,7 +259,7 @@ func runStream(dur, every time.Duration, send func(uint32) error, answered <-cha
 	account := func(at time.Time) {
 		got++
 		if g := at.Sub(last); g > maxGap {
-			maxGap = g
+			maxGap, gapStart = g, last
 		}
 		last = at
 	}
@@ -295,11 +297,11 @@ drain:
 		}
 	}
 	if g := sentEnd.Sub(last); g > maxGap && got < int(seq) {
-		maxGap = g
+		maxGap, gapStart = g, last
 	}
 	stop()
 	emit(streamResult{Sent: int(seq), Answered: got, Lost: int(seq) - got,
-		MaxGapMS: float64(maxGap.Microseconds()) / 1000, Seconds: time.Since(t0).Seconds()})
+		MaxGapMS: float64(maxGap.Microseconds()) / 1000, GapStart: gapStart.UTC().Format(time.RFC3339Nano), Seconds: time.Since(t0).Seconds()})
 	return nil
 }
 
