@@ -12,7 +12,8 @@ import (
 // TestTwoNodesKernelGeneve: two VMs joined by a qemu socket network (one
 // Ethernet segment, 192.168.100.0/24). node-a runs all-in-one and also
 // serves its NB/SB on TCP (added to its ovsdb-servers at run time, as the
-// product has no setting for it); node-b joins it with OVN_DB_IPS. Pods on
+// product has no setting for it); node-b joins it with OVN_DB_IPS, both
+// standalone (no Kubernetes). Pods on
 // each node ping and carry TCP across a Geneve tunnel of the kernel
 // datapath (genev_sys_6081, a flow-based kernel device).
 func TestTwoNodesKernelGeneve(t *testing.T) {
@@ -31,6 +32,11 @@ func TestTwoNodesKernelGeneve(t *testing.T) {
 	} {
 		a.Run(t, "ovs-appctl", "-t", db.ctl, "ovsdb-server/add-remote", db.remote)
 	}
+	// Without Kubernetes each node allocates from its own IPAM, rebuilt
+	// from the NB when it starts: pod-a exists before node-b starts, so
+	// node-b does not hand out its address again.
+	confA := cniConf(t, a)
+	pa := addPod(t, a, confA, "pod-a")
 	startNode(t, bnode, b, []string{"IFACE=eth0", "OVN_DB_IPS=192.168.100.1"})
 
 	// Both chassis in SB, each with its geneve encap on the underlay.
@@ -44,9 +50,7 @@ func TestTwoNodesKernelGeneve(t *testing.T) {
 		}
 	}
 
-	confA, confB := cniConf(t, a), cniConf(t, bnode)
-	pa := addPod(t, a, confA, "pod-a")
-	pb := addPod(t, bnode, confB, "pod-b")
+	pb := addPod(t, bnode, cniConf(t, bnode), "pod-b")
 	t.Logf("pod-a %s on node-a, pod-b %s on node-b", pa.ip, pb.ip)
 	if pa.ip == pb.ip {
 		t.Fatalf("both pods got %s", pa.ip)
