@@ -8,13 +8,15 @@ import (
 	"github.com/ovnhost/ovnhost/tests/harness/qemuvm"
 )
 
-// BenchmarkKernelVswitchdKill: two pods on one node on the kernel
-// datapath; a UDP ping-pong every 10 ms on one 5-tuple (an established
-// flow, its megaflow in the kernel) runs while ovs-vswitchd is killed with
-// SIGKILL; right after the kill new TCP connections (each a new 5-tuple,
-// so an upcall to ovs-vswitchd) are tried until one answers. Reported:
-// packets of the established flow lost and its longest gap, time from the
-// kill to the first new flow. ovnhost restarts ovs-vswitchd and then
+// BenchmarkKernelVswitchdKill: pods on one node on the kernel datapath;
+// an echo every 10 ms on one TCP connection between pod1 and pod2 (an
+// established flow, its megaflow in the kernel) runs while ovs-vswitchd
+// is killed with SIGKILL; right after the kill a pod that has not sent
+// anything yet opens TCP connections to pod2 until one answers (OVN's
+// megaflows match addresses, not ports, so only a new pod's first packets
+// miss the kernel's flows and need ovs-vswitchd). Reported: the
+// established flow's longest wait for an echo, time from the kill to the
+// first new flow. ovnhost restarts ovs-vswitchd and then
 // ovn-controller. Reference in the same VM and run: the userspace
 // datapath's figure does not apply; the kernel keeps forwarding without
 // ovs-vswitchd, which is what the established-flow figure shows.
@@ -24,18 +26,21 @@ func BenchmarkKernelVswitchdKill(b *testing.B) {
 	n := startNode(b, vm, bn, nil)
 	conf := cniConf(b, vm)
 	p1, p2 := addPod(b, vm, conf, "pod1"), addPod(b, vm, conf, "pod2")
+	runs := max(b.N, 3)
+	fresh := make([]pod, runs)
+	for i := range fresh {
+		fresh[i] = addPod(b, vm, conf, fmt.Sprintf("new%d", i))
+	}
 	probeServer(b, vm, bn, p2, 5201)
 	to := fmt.Sprintf("%s:5201", p2.ip)
-	var lost, gap, first []float64
-	for i := 0; i < max(b.N, 3); i++ {
-		// Warm: a new flow works before the kill.
+	var gap, first []float64
+	for i := 0; i < runs; i++ {
 		var nf newFlowResult
-		probeJSON(b, vm, bn, p1, time.Minute, &nf, "newflow", "-to", to, "-within", "60s")
-		s := vm.Spawn(b, fmt.Sprintf("/var/log/stream-kill-%d.log", i), nil, inPod(p1, bn.probe, "stream", "-to", to, "-for", "30m", "-every", "10ms")...)
+		s := vm.Spawn(b, fmt.Sprintf("/var/log/stream-kill-%d.log", i), nil, inPod(p1, bn.probe, "tcpstream", "-to", to, "-for", "30m", "-every", "10ms")...)
 		if err := s.WaitLog("established", time.Minute); err != nil {
 			b.Fatal(err)
 		}
-		probeJSON(b, vm, bn, p1, 3*time.Minute, &nf, "newflow", "-to", to, "-kill", "/run/openvswitch/ovs-vswitchd.pid", "-within", "120s", "-attempt", "200ms")
+		probeJSON(b, vm, bn, fresh[i], 3*time.Minute, &nf, "newflow", "-to", to, "-kill", "/run/openvswitch/ovs-vswitchd.pid", "-within", "120s", "-attempt", "200ms")
 		// ovnhost restarts ovs-vswitchd, then ovn-controller: the flow
 		// is measured until both are ready again.
 		if err := n.proc.WaitLogCount("msg=ready child=ovn-controller", i+2, 3*time.Minute); err != nil {
@@ -49,11 +54,11 @@ func BenchmarkKernelVswitchdKill(b *testing.B) {
 		}
 		var r streamResult
 		readJSONLine(b, vm, s.Log, &r)
-		b.Logf("run %d: established flow lost %d of %d (longest gap %.0f ms); first new flow %.0f ms after the kill (%d attempts)",
-			i, r.Lost, r.Sent, r.MaxGapMS, nf.FirstMS, nf.Attempts)
-		lost, gap, first = append(lost, float64(r.Lost)), append(gap, r.MaxGapMS), append(first, nf.FirstMS)
+		b.Logf("run %d: established TCP flow: %d echoes, %d missing, longest wait %.0f ms; first new flow %.0f ms after the kill (%d attempts)",
+			i, r.Sent, r.Lost, r.MaxGapMS, nf.FirstMS, nf.Attempts)
+		gap, first = append(gap, r.MaxGapMS), append(first, nf.FirstMS)
 	}
-	b.ReportMetric(median(lost), "lost-pkts-established")
+	b.Logf("restarts on a kept datapath:\n%s", vm.Run(b, "sh", "-c", "grep -E 'flow-restore-wait|msg=ready child=ov' "+n.logFile+" | cut -c1-160"))
 	b.ReportMetric(median(gap), "gap-ms-established")
 	b.ReportMetric(median(first), "ms-to-new-flow")
 }

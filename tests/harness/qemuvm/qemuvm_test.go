@@ -12,7 +12,7 @@ import (
 // status, a command past its deadline is killed and says so, background
 // processes can be signalled and waited for, and the network is set up.
 func TestControlChannel(t *testing.T) {
-	vm := Boot(t, Config{Name: "vmtest", NICs: []NIC{UserNIC()}})
+	vm := Boot(t, Config{Name: "vmtest", Modules: []string{}, NICs: []NIC{UserNIC()}})
 	if got := strings.TrimSpace(vm.Run(t, "uname", "-r")); got != vm.Kernel.Release {
 		t.Fatalf("uname -r in the guest = %q, want %q", got, vm.Kernel.Release)
 	}
