@@ -226,7 +226,7 @@ func Teardown(hostIfName, netnsPath, ifName string) error {
 		target, err := netns.GetFromPath(netnsPath)
 		if err == nil {
 			defer target.Close()
-			h, err := netlink.NewHandleAt(target)
+			h, err := netlink.NewHandleAt(target, unix.NETLINK_ROUTE) // route only: the xfrm and netfilter families may be absent
 			if err == nil {
 				defer h.Close()
 				if l, err := h.LinkByName(ifName); err == nil {
@@ -281,7 +281,7 @@ func Check(cfg Config) error {
 		return fmt.Errorf("network namespace %s: %w", cfg.NetNS, err)
 	}
 	defer target.Close()
-	h, err := netlink.NewHandleAt(target)
+	h, err := netlink.NewHandleAt(target, unix.NETLINK_ROUTE) // route only: the xfrm and netfilter families may be absent
 	if err != nil {
 		return fmt.Errorf("netlink in %s: %w", cfg.NetNS, err)
 	}

@@ -21,7 +21,7 @@ func SetEgressLimit(netnsPath, ifName string, mbps int) error {
 		return stepErr("open netns "+netnsPath, err)
 	}
 	defer target.Close()
-	h, err := netlink.NewHandleAt(target)
+	h, err := netlink.NewHandleAt(target, unix.NETLINK_ROUTE) // route only: the xfrm and netfilter families may be absent
 	if err != nil {
 		return stepErr("netlink in "+netnsPath, err)
 	}

@@ -39,22 +39,25 @@ func (s *Server) nodePortLoop(ctx context.Context) {
 		s.log.Warn("no link events: "+NodePortName+" will not be reconfigured after an ovs-vswitchd restart", "err", err)
 		links = nil
 	}
-	retryDelay := s.nodePortRetry
+	backoff := s.nodePortRetry
 	for {
-		idx := 0
-		var retry <-chan time.Time
 		applied, err := s.ensureNodePort(ctx)
+		// The device just configured (or tried): only ovn0 with another
+		// ifindex is a recreated one. Our own address and route changes,
+		// carrier and MTU changes also come as RTM_NEWLINK for it.
+		idx := 0
+		if l, lerr := netlink.LinkByName(NodePortName); lerr == nil {
+			idx = l.Attrs().Index
+		}
+		var retry <-chan time.Time
 		if err != nil && ctx.Err() == nil {
 			// Standalone mode has no event that would bring a retry: try
 			// again after a growing delay.
-			s.log.Error("node port "+NodePortName+" not configured; the host cannot reach pods; retrying", "err", err, "retry_in", retryDelay)
-			retry = time.After(retryDelay)
-			retryDelay = min(2*retryDelay, 30*time.Second)
+			s.log.Error("node port "+NodePortName+" not configured; the host cannot reach pods; retrying", "err", err, "retry_in", backoff)
+			retry = time.After(backoff)
+			backoff = min(2*backoff, retryMax)
 		} else {
-			retryDelay = s.nodePortRetry
-			if l, err := netlink.LinkByName(NodePortName); err == nil {
-				idx = l.Attrs().Index
-			}
+			backoff = s.nodePortRetry
 		}
 	wait:
 		for {
@@ -78,14 +81,23 @@ func (s *Server) nodePortLoop(ctx context.Context) {
 					links = nil
 					continue
 				}
-				if u.Attrs().Name == NodePortName && u.Header.Type == unix.RTM_NEWLINK && u.Attrs().Index != idx {
-					s.log.Info(NodePortName+" was recreated (ovs-vswitchd restart?); configuring it again", "ifindex", u.Attrs().Index)
-					break wait
+				if u.Attrs().Name != NodePortName || u.Header.Type != unix.RTM_NEWLINK || u.Attrs().Index == idx {
+					continue
 				}
+				if idx == 0 {
+					s.log.Info(NodePortName+" appeared; configuring it", "ifindex", u.Attrs().Index)
+				} else {
+					s.log.Info(NodePortName+" was recreated (ovs-vswitchd restart?); configuring it again", "ifindex", u.Attrs().Index, "was", idx)
+				}
+				break wait
 			}
 		}
 	}
 }
+
+// A failed node port set-up is retried after Server.nodePortRetry,
+// doubling up to retryMax, besides any event that calls for it.
+const retryMax = 30 * time.Second
 
 func sameNodePort(a, b *NodeNetwork) bool {
 	return a.PortName == b.PortName && a.Addr == b.Addr && a.Gateway == b.Gateway && a.MAC.String() == b.MAC.String()

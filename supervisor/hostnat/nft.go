@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
 )
 
 // nftBackend keeps two tables, `ip ovnhost` and `ip6 ovnhost` (separate
@@ -36,6 +37,13 @@ func (b *nftBackend) name() string            { return BackendNFT }
 func (b *nftBackend) interval() time.Duration { return NFTCheckInterval }
 
 func (b *nftBackend) conn() (*nftables.Conn, error) {
+	// mdlayher/socket v0.5.1 loses the error of a socket opened in another
+	// namespace (WithNetNSFd) and hands back a nil connection that panics
+	// on first use. Open one ourselves first: with no nf_tables support
+	// (nfnetlink neither loaded nor loadable) this is the clear error.
+	if err := b.ns.do(probeNetfilterSocket); err != nil {
+		return nil, nftErr("open an nftables netlink connection", err)
+	}
 	var opts []nftables.ConnOption
 	if fd := b.ns.fd(); fd != 0 {
 		opts = append(opts, nftables.WithNetNSFd(fd))
@@ -45,6 +53,14 @@ func (b *nftBackend) conn() (*nftables.Conn, error) {
 		return nil, nftErr("open an nftables netlink connection", err)
 	}
 	return c, nil
+}
+
+func probeNetfilterSocket() error {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+	if err != nil {
+		return fmt.Errorf("netlink NETLINK_NETFILTER socket: %w", err)
+	}
+	return unix.Close(fd)
 }
 
 func nftTable(f family) *nftables.Table {

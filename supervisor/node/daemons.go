@@ -258,6 +258,15 @@ func (n *Node) vswitchdDaemon() *daemon {
 		if err := ClearStale(staleFiles{Prog: "ovs-vswitchd", Pidfile: l.VSwitchdPid, Others: []string{l.VSwitchdCtl}}); err != nil {
 			return err
 		}
+		if n.keptKernelDatapath() {
+			if err := setFlowRestoreWait(ctx, n.OVS(), true); err != nil {
+				return err
+			}
+			n.mu.Lock()
+			n.restoreWait = true
+			n.mu.Unlock()
+			n.log.Info("kernel datapath kept: ovs-vswitchd starts with flow-restore-wait until ovn-controller's flows are back")
+		}
 		// A fresh next_cfg makes cur_cfg == next_cfg mean "this process
 		// has applied the configuration", not "nothing happened yet".
 		var err error
@@ -369,7 +378,13 @@ func (n *Node) controllerDaemon() *daemon {
 		}
 		what = "flows on br-int (br-int external_ids:ovn-nb-cfg-ts)"
 		n.health.Waiting("ovn-controller", what)
-		return n.waitFlows(ctx, sb, c)
+		err = n.waitFlows(ctx, sb, c)
+		// Flows are back (or the wait failed): ovs-vswitchd must not keep
+		// the kept datapath frozen either way.
+		if rerr := n.endFlowRestoreWait(ctx); err == nil {
+			err = rerr
+		}
+		return err
 	}
 	d.graceful = func(ctx context.Context, c *process.Child, final bool) error {
 		// "exit" removes our Chassis row and releases the ports bound to
@@ -465,6 +480,23 @@ func (n *Node) clearBrIntKeys(ctx context.Context, keys ...string) error {
 		return err
 	}
 	return transact(ctx, ovs, ops...)
+}
+
+// endFlowRestoreWait removes flow-restore-wait if ovs-vswitchd was started
+// with it.
+func (n *Node) endFlowRestoreWait(ctx context.Context) error {
+	n.mu.Lock()
+	on := n.restoreWait
+	n.restoreWait = false
+	n.mu.Unlock()
+	if !on {
+		return nil
+	}
+	if err := setFlowRestoreWait(ctx, n.OVS(), false); err != nil {
+		return err
+	}
+	n.log.Info("ovn-controller's flows are on br-int: flow-restore-wait removed")
+	return nil
 }
 
 func fixedCtl(path string) func(*process.Child) string {

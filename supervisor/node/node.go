@@ -47,6 +47,9 @@ type Node struct {
 	mu     sync.Mutex
 	ovs    *ovsdbconn.Conn // conf.db, long-lived
 	nb, sb *ovsdbconn.Conn // NB (all-in-one), SB
+	// restoreWait: ovs-vswitchd was started with flow-restore-wait on a
+	// kept kernel datapath; ovn-controller's flows end it.
+	restoreWait bool
 
 	group   lifecycle.Group
 	daemons map[string]*daemon

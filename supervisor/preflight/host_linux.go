@@ -71,7 +71,12 @@ func (Host) LinkKind(kind string) (bool, error) {
 		return false, err
 	}
 	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
+	// Only the route family: without a family list the handle also opens
+	// NETLINK_XFRM and NETLINK_NETFILTER sockets, which fail with
+	// EPROTONOSUPPORT where xfrm_user or nfnetlink is not loaded and cannot
+	// be (no module tree: Talos, a container), and the probe then reported
+	// that error instead of the geneve answer.
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
 		return false, err
 	}
@@ -315,7 +320,7 @@ type NetnsHost struct {
 
 // Links lists the interfaces of the namespace.
 func (n NetnsHost) Links() ([]Link, error) {
-	h, err := netlink.NewHandleAt(n.NS)
+	h, err := netlink.NewHandleAt(n.NS, unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, err
 	}
@@ -325,7 +330,7 @@ func (n NetnsHost) Links() ([]Link, error) {
 
 // DefaultRouteIfaces names the default-route interfaces of the namespace.
 func (n NetnsHost) DefaultRouteIfaces() ([]string, error) {
-	h, err := netlink.NewHandleAt(n.NS)
+	h, err := netlink.NewHandleAt(n.NS, unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, err
 	}
