@@ -83,14 +83,24 @@ func TestThreeMembersFormAClusterThatNodesAndTheControllerUse(t *testing.T) {
 			return snap.Central.Northd == "active" || snap.Central.Northd == "standby"
 		})
 	}
-	active := 0
-	for _, m := range c.members {
-		if s, err := m.snapshot(); err == nil && s.Central.Northd == "active" {
-			active++
+	// Right after start two instances may both have reported "active"
+	// (each member re-reads its northd's status every interval): wait for
+	// the lock to settle on one.
+	var active int
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		active = 0
+		for _, m := range c.members {
+			if s, err := m.snapshot(); err == nil && s.Central.Northd == "active" {
+				active++
+			}
 		}
+		if active == 1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // paces re-reading /status; the deadline bounds it
 	}
 	if active != 1 {
-		t.Fatalf("%d active ovn-northd, want 1", active)
+		t.Fatalf("%d active ovn-northd for 20 s, want 1", active)
 	}
 	code, metrics, err := httpGet(c.members[0].ns, "/metrics")
 	if err != nil || code != 200 {
