@@ -1,0 +1,117 @@
+// Package debtool gives tests one program out of a Debian package of the
+// host's own suite without installing the package (no service started, no
+// files outside the cache): `apt-get download` and `dpkg-deb -x` of just
+// that file, once per machine, into $OVNHOST_KUBE_CACHE (else
+// ~/.cache/ovnhost) under deb/<package>. Debian's promtool (package
+// prometheus) is seconds to fetch where building it from the module proxy
+// takes many minutes of CPU.
+package debtool
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/ovnhost/ovnhost/tests/testenv"
+)
+
+var (
+	mu  sync.Mutex
+	got = map[string]string{}
+)
+
+// Program returns the path of file (as the package ships it, e.g.
+// "usr/bin/promtool") from Debian package pkg. It fails under strict mode,
+// else skips, when apt cannot fetch the package.
+func Program(t testing.TB, pkg, file string) string {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	key := pkg + ":" + file
+	if p, ok := got[key]; ok {
+		return p
+	}
+	p, err := fetch(pkg, file)
+	if err != nil {
+		if testenv.Strict() {
+			t.Fatalf("debtool: %s from Debian package %s: %v", file, pkg, err)
+		}
+		t.Skipf("debtool: %s from Debian package %s: %v", file, pkg, err)
+	}
+	got[key] = p
+	return p
+}
+
+func cacheRoot() string {
+	if d := os.Getenv("OVNHOST_KUBE_CACHE"); d != "" {
+		return d
+	}
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "ovnhost")
+	}
+	return "/var/cache/ovnhost"
+}
+
+func fetch(pkg, file string) (string, error) {
+	dir := filepath.Join(cacheRoot(), "deb", pkg)
+	bin := filepath.Join(dir, filepath.Base(file))
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", err
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	work, err := os.MkdirTemp(dir, "work-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(work)
+	run := func(name string, args ...string) error {
+		cmd := exec.Command(name, args...)
+		cmd.Dir = work
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("%s %v: %v\n%s", name, args, err, out.String())
+		}
+		return nil
+	}
+	// A machine whose packages were installed long ago may have no lists.
+	if err := run("apt-get", "-q", "-o", "APT::Sandbox::User=root", "download", pkg); err != nil {
+		if err2 := run("apt-get", "-q", "update"); err2 != nil {
+			return "", fmt.Errorf("%v; apt-get update: %v", err, err2)
+		}
+		if err := run("apt-get", "-q", "-o", "APT::Sandbox::User=root", "download", pkg); err != nil {
+			return "", err
+		}
+	}
+	debs, _ := filepath.Glob(filepath.Join(work, pkg+"_*.deb"))
+	if len(debs) != 1 {
+		return "", fmt.Errorf("apt-get download %s left %d packages", pkg, len(debs))
+	}
+	if err := run("sh", "-c", `dpkg-deb --fsys-tarfile "$1" | tar -x "./$2"`, "sh", debs[0], file); err != nil {
+		return "", err
+	}
+	if err := os.Rename(filepath.Join(work, file), bin); err != nil {
+		return "", err
+	}
+	_ = os.WriteFile(filepath.Join(dir, "from"), []byte(filepath.Base(debs[0])+"\n"), 0o644)
+	return bin, nil
+}
