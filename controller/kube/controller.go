@@ -117,6 +117,11 @@ type Controller struct {
 	gateways map[string]*kubeovnv1.Condition
 	// deleting: Subnet marked for deletion -> why it still waits (its users).
 	deleting map[string]string
+	// statusWritten: Subnet -> fingerprint of the status this process last
+	// patched. The informer may still show the status before that patch; a
+	// status computed right after would look unchanged against the cache and
+	// be skipped, leaving the older patch on the server.
+	statusWritten map[string]string
 	// gwRank: centralized subnet -> the HA group order last programmed.
 	gwRank map[string]gatewayRanking
 
@@ -156,7 +161,7 @@ func New(cfg Config, nb *ovnnb.Client) (*Controller, error) {
 	}
 	c := &Controller{cfg: cfg, log: cfg.Logger, kc: kc, dc: dc, net: ovnnet.New(nb, ovnnet.Config{ServiceCIDRs: cfg.ServiceCIDRs}),
 		valid: map[string]*kubeovnv1.Subnet{}, problems: map[string]*kubeovnv1.Problem{}, waiting: map[string]map[string]ipam.Kind{},
-		notApplied: map[string]string{}, gateways: map[string]*kubeovnv1.Condition{}, deleting: map[string]string{}, gwRank: map[string]gatewayRanking{}}
+		notApplied: map[string]string{}, gateways: map[string]*kubeovnv1.Condition{}, deleting: map[string]string{}, statusWritten: map[string]string{}, gwRank: map[string]gatewayRanking{}}
 	c.m = newMetrics(cfg.Registry, nb)
 	rl := func() workqueue.TypedRateLimiter[string] {
 		return workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second)
@@ -1009,6 +1014,7 @@ func (c *Controller) syncSubnet(ctx context.Context, name string) error {
 		delete(c.notApplied, name)
 		delete(c.gateways, name)
 		delete(c.deleting, name)
+		delete(c.statusWritten, name)
 		delete(c.gwRank, name)
 		c.mu.Unlock()
 		if err := c.removeGateway(ctx, name, nil); err != nil {
@@ -1089,6 +1095,17 @@ func (c *Controller) syncSubnet(ctx context.Context, name string) error {
 	}
 	c.statusQ.Add(name)
 	return nil
+}
+
+// statusFingerprint is what syncStatus compares between writes: counts and
+// conditions without their times.
+func statusFingerprint(st kubeovnv1.SubnetStatus, conds []kubeovnv1.Condition) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%v/%v/%s/%s/%v/%v", st.V4AvailableIPs, st.V4UsingIPs, st.V4AvailableIPRange, st.V4UsingIPRange, st.V6AvailableIPs, st.V6UsingIPs)
+	for _, c := range conds {
+		fmt.Fprintf(&b, "|%s=%s/%s/%s/%d", c.Type, c.Status, c.Reason, c.Message, c.ObservedGeneration)
+	}
+	return b.String()
 }
 
 // isolation is what a valid Subnet asks of its switch's ACLs (private,
@@ -1190,12 +1207,21 @@ func (c *Controller) syncStatus(ctx context.Context, name string) error {
 			}
 		}
 	}
-	if same {
+	fp := statusFingerprint(st, conds)
+	c.mu.Lock()
+	written, wrote := c.statusWritten[name]
+	c.mu.Unlock()
+	if same && (!wrote || written == fp) {
 		return nil
 	}
 	st.Conditions = conds
 	patch, _ := json.Marshal(map[string]any{"status": st})
 	_, err = c.dc.Resource(kubeovnv1.SubnetGVR).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err == nil {
+		c.mu.Lock()
+		c.statusWritten[name] = fp
+		c.mu.Unlock()
+	}
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

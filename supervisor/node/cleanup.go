@@ -19,7 +19,8 @@ import (
 // Cleanup removes what ovnhost put on this host, for an uninstall or a
 // switch to another CNI: the installed plugin and conflist (only if they
 // are ours), the CNI socket, the datapath devices a killed ovs-vswitchd can
-// leave (br-int, ovs-netdev, ovn0, the mirror port, pods' host veths), and
+// leave (br-int, ovs-netdev, ovn0, the mirror port, pods' host veths, a
+// centralized gateway's policy rules), and
 // with purge the state it created (databases, system-id, logs). It refuses
 // while any daemon of this node still runs. It returns what it removed.
 func Cleanup(cfg *config.Config, purge bool) ([]string, error) {
@@ -76,6 +77,14 @@ func Cleanup(cfg *config.Config, purge bool) ([]string, error) {
 			continue
 		}
 		removed = append(removed, "link "+name)
+	}
+
+	// Centralized gateway return path (egwroute.go): rules are not bound
+	// to a link, so they outlive br-egw.
+	gone, err := RemoveGatewayReturnRoutes()
+	removed = append(removed, gone...)
+	if err != nil {
+		errs = append(errs, err)
 	}
 
 	if purge {

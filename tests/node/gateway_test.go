@@ -76,6 +76,9 @@ func TestCentralizedGatewayFailsOverWithoutTheController(t *testing.T) {
 	if out, err := exec.Command("ip", "-n", c.nodes[1].ns, "link", "show", "br-egw").CombinedOutput(); err == nil {
 		t.Errorf("node-b's daemon stopped, but its gateway bridge is still there: %s", out)
 	}
+	if out, _ := exec.Command("ip", "-n", c.nodes[1].ns, "rule", "show").CombinedOutput(); strings.Contains(string(out), "10.80.0.0/16") {
+		t.Errorf("node-b's daemon stopped, but its return-path rules for 10.80.0.0/16 are still there:\n%s", out)
+	}
 	src, err := c.sourceUntil(p, nodeC, 30*time.Second)
 	if err != nil {
 		t.Fatalf("after node-b's daemon stopped (controller down): outside saw %q (%v), want node-c's %s\n%s", src, err, nodeC, c.diag())
@@ -243,6 +246,10 @@ func (c *cluster) diag() string {
 	}
 	for i, n := range c.nodes {
 		b.WriteString(fmt.Sprintf("=== %s ===\n%s\n", c.names[i], n.logTail()))
+		for _, cmd := range [][]string{{"ip", "-n", n.ns, "-br", "addr"}, {"ip", "-n", n.ns, "route"}, {"ip", "-n", n.ns, "rule"}, {"ip", "-n", n.ns, "route", "show", "table", "all", "type", "unicast"}, {"ip", "netns", "exec", n.ns, "nft", "list", "ruleset"}} {
+			o, _ := exec.Command(cmd[0], cmd[1:]...).CombinedOutput()
+			b.WriteString("$ " + strings.Join(cmd, " ") + "\n" + string(o))
+		}
 	}
 	return b.String()
 }

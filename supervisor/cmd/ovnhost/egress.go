@@ -8,8 +8,6 @@ import (
 	"os"
 	"sync"
 
-	"github.com/vishvananda/netlink"
-
 	"github.com/ovnhost/ovnhost/cni/server"
 	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 	"github.com/ovnhost/ovnhost/internal/ovnnet"
@@ -32,12 +30,12 @@ type egressUnit struct {
 	kubeconfig string
 	sb         nodeconfig.Remote
 
-	mu       sync.Mutex
-	mgr      *hostnat.Manager
-	cancel   context.CancelFunc
-	done     chan struct{}
-	agent    chan struct{}
-	gwRoutes []netlink.Route // return routes through br-egw now
+	mu        sync.Mutex
+	mgr       *hostnat.Manager
+	cancel    context.CancelFunc
+	done      chan struct{}
+	agent     chan struct{}
+	gwApplied bool // br-egw and its return routes are in place
 }
 
 func (u *egressUnit) Name() string { return "host-nat" }
@@ -107,7 +105,8 @@ func (u *egressUnit) Stop(ctx context.Context) error {
 	}
 	var errs []error
 	if u.n != nil {
-		errs = append(errs, u.n.RemoveGatewayBridge(ctx, ovnnet.GatewayNetwork))
+		_, err := node.RemoveGatewayReturnRoutes()
+		errs = append(errs, err, u.n.RemoveGatewayBridge(ctx, ovnnet.GatewayNetwork))
 	}
 	return errors.Join(append(errs, m.Remove(ctx))...)
 }

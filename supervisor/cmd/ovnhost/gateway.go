@@ -5,15 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
-	"slices"
 	"time"
 
 	"github.com/ovn-kubernetes/libovsdb/model"
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
-	"github.com/vishvananda/netlink"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -43,10 +40,6 @@ import (
 // subnetGVR is Kube-OVN's Subnet (the node daemon does not import the controller's API package).
 var subnetGVR = schema.GroupVersionResource{Group: "kubeovn.io", Version: "v1", Resource: "subnets"}
 
-// gatewayRouteMetric keeps the return routes through br-egw apart from
-// ovn0's routes to the same subnet (metric 0), which win when both exist.
-const gatewayRouteMetric = 100
-
 // applyGateways converges the host to plan's gateways (none: br-egw goes).
 func (u *egressUnit) applyGateways(ctx context.Context, plan server.EgressPlan) error {
 	if u.n == nil {
@@ -54,13 +47,14 @@ func (u *egressUnit) applyGateways(ctx context.Context, plan server.EgressPlan) 
 	}
 	if len(plan.Gateways) == 0 {
 		u.mu.Lock()
-		had := u.gwRoutes != nil
-		u.gwRoutes = nil
+		had := u.gwApplied
+		u.gwApplied = false
 		u.mu.Unlock()
 		if !had {
 			return nil
 		}
-		return u.n.RemoveGatewayBridge(ctx, ovnnet.GatewayNetwork)
+		_, err := node.RemoveGatewayReturnRoutes()
+		return errors.Join(err, u.n.RemoveGatewayBridge(ctx, ovnnet.GatewayNetwork))
 	}
 	if err := u.n.EnsureGatewayBridge(ctx, ovnnet.GatewayNetwork, ovnnet.GatewayMAC); err != nil {
 		return fmt.Errorf("centralized gateway: %w", err)
@@ -71,52 +65,36 @@ func (u *egressUnit) applyGateways(ctx context.Context, plan server.EgressPlan) 
 		return fmt.Errorf("centralized gateway: ovs-vswitchd did not create %s: %w", node.GatewayBridge, err)
 	}
 	var addrs []netip.Prefix
-	var routes []netlink.Route
-	l, err := netlink.LinkByName(node.GatewayBridge)
-	if err != nil {
-		return err
-	}
+	var back []node.GatewayReturn
 	for _, g := range plan.Gateways {
 		addrs = append(addrs, ovnnet.TransitHost(g.Transit))
 		for _, c := range g.CIDRs {
-			routes = append(routes, netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipNet(c), Gw: net.IP(g.Transit.Addr().AsSlice()), Priority: gatewayRouteMetric})
+			back = append(back, node.GatewayReturn{CIDR: c, Transit: g.Transit.Addr()})
 		}
 	}
 	if err := podnet.ConfigureHostPort(podnet.HostPort{Name: node.GatewayBridge, MAC: ovnnet.GatewayHardwareAddr(), Addrs: addrs}); err != nil {
 		return fmt.Errorf("centralized gateway: %w", err)
 	}
-	// Pod packets come in on br-egw but the subnet may also be routed via
-	// ovn0 (pods of it on this node): loose reverse-path filtering.
+	// Pod packets come in on br-egw but the subnet is also routed via ovn0
+	// for the node's own traffic: loose reverse-path filtering.
 	if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+node.GatewayBridge+"/rp_filter", []byte("2"), 0o644); err != nil {
 		return fmt.Errorf("centralized gateway: loose rp_filter on %s: %w", node.GatewayBridge, err)
 	}
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
 		return fmt.Errorf("centralized gateway: enable IPv4 forwarding: %w", err)
 	}
-	for i := range routes {
-		if err := netlink.RouteReplace(&routes[i]); err != nil {
-			return fmt.Errorf("centralized gateway: route %s via %s dev %s: %w", routes[i].Dst, routes[i].Gw, node.GatewayBridge, err)
-		}
+	if err := node.SetGatewayReturnRoutes(node.GatewayBridge, back); err != nil {
+		return err
 	}
 	u.mu.Lock()
-	old := u.gwRoutes
-	u.gwRoutes = routes
+	u.gwApplied = true
 	u.mu.Unlock()
-	for _, r := range old {
-		if !slices.ContainsFunc(routes, func(n netlink.Route) bool { return n.Dst.String() == r.Dst.String() && n.Gw.Equal(r.Gw) }) {
-			_ = netlink.RouteDel(&r)
-		}
-	}
 	var names []string
 	for _, g := range plan.Gateways {
 		names = append(names, g.Subnet)
 	}
 	u.log.Info("centralized gateway host side applied", "subnets", names, "bridge", node.GatewayBridge, "transit", addrs)
 	return nil
-}
-
-func ipNet(p netip.Prefix) *net.IPNet {
-	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
 // kubeConfig: the kubeconfig when given, else in-cluster, else nil.
