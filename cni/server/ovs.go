@@ -305,14 +305,20 @@ func (o *ovsOps) DeletePort(ctx context.Context, name string) error {
 	return err
 }
 
-// PortsByIfaceID lists the interface names carrying iface-id.
+// PortsByIfaceID lists the pod interfaces (veths: no type) carrying
+// iface-id. Internal ports are never a pod's, so a pod whose port name
+// equals the node port's (pod node-w1 in namespace example on node
+// w1.example) cannot make ADD remove ovn0, whatever let the name through.
 func (o *ovsOps) PortsByIfaceID(ctx context.Context, ifaceID string) ([]string, error) {
-	rows, err := o.selectRows(ctx, "Interface", []ovsdb.Condition{includes("external_ids", map[string]string{extIfaceID: ifaceID})}, "name")
+	rows, err := o.selectRows(ctx, "Interface", []ovsdb.Condition{includes("external_ids", map[string]string{extIfaceID: ifaceID})}, "name", "type")
 	if err != nil {
 		return nil, err
 	}
 	var out []string
 	for _, r := range rows {
+		if rowString(r, "type") != "" {
+			continue
+		}
 		out = append(out, rowString(r, "name"))
 	}
 	return out, nil

@@ -196,7 +196,24 @@ func (r *Reporter) Unresponsive(name, reason string) {
 	}
 }
 
-// Responsive records that the child answers its probe again.
+// Lacking records that a ready child lacks what it needs beyond answering
+// (reason: what it waits for, e.g. its SB connection): not ready, left
+// running.
+func (r *Reporter) Lacking(name, reason string) {
+	r.mu.Lock()
+	c := r.child(name)
+	c.Ready, c.Waiting = false, reason
+	r.ready.WithLabelValues(name).Set(0)
+	r.allReady.Set(0)
+	stopping := r.stopping
+	r.mu.Unlock()
+	if !stopping {
+		r.sendStatus(fmt.Sprintf("%s is not ready; waiting for %s", name, reason))
+	}
+}
+
+// Responsive records that the child answers its probe again (or reached
+// its upstream again).
 func (r *Reporter) Responsive(name string) {
 	r.mu.Lock()
 	c := r.child(name)

@@ -36,6 +36,12 @@ type daemon struct {
 	// probe checks that a ready child still answers on its own channel
 	// (nil: unixctl "version" on its control socket).
 	probe func(ctx context.Context, c *process.Child) error
+	// needs checks, after a probe the child answered, what it needs that a
+	// restart would not bring back (ovn-controller: its SB connection;
+	// ovsdb-server: free space for its database). A failure turns readiness
+	// false with the reason but never kills or restarts the child: the
+	// datapath keeps its flows, and the child resumes by itself.
+	needs func(ctx context.Context, c *process.Child) error
 	// dependants are restarted, in order, after this daemon restarts.
 	dependants []*daemon
 	// beforeStop and afterStop run around the final stop (not restarts).
@@ -122,6 +128,7 @@ func (d *daemon) probeLoop(c *process.Child) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	missed := 0
+	lacking := false // needs reported a failure
 	for {
 		select {
 		case <-c.Exited():
@@ -150,6 +157,9 @@ func (d *daemon) probeLoop(c *process.Child) {
 				d.n.health.Responsive(d.name)
 			}
 			missed = 0
+			if d.needs != nil {
+				lacking = d.checkNeeds(c, interval, lacking)
+			}
 			continue
 		}
 		missed++
@@ -170,6 +180,25 @@ func (d *daemon) probeLoop(c *process.Child) {
 		_ = c.Signal(syscall.SIGKILL)
 		return
 	}
+}
+
+// checkNeeds runs d.needs and reports a change of its verdict; it returns
+// whether something is lacking now.
+func (d *daemon) checkNeeds(c *process.Child, interval time.Duration, lacking bool) bool {
+	nctx, cancel := context.WithTimeout(d.n.ctx, interval)
+	err := d.needs(nctx, c)
+	cancel()
+	switch {
+	case err != nil && !lacking:
+		d.log.Warn("child lacks what it needs; not ready until it is back (the child is left running)", "child", d.name, "pid", c.Pid(), "err", err)
+		d.n.health.Lacking(d.name, err.Error())
+		return true
+	case err == nil && lacking:
+		d.log.Info("child has what it needs again", "child", d.name, "pid", c.Pid())
+		d.n.health.Responsive(d.name)
+		return false
+	}
+	return lacking
 }
 
 // watch waits for one process instance to die and, unless that was asked

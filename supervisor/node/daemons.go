@@ -58,6 +58,7 @@ func (n *Node) dbServerDaemon(s dbServer, slot **ovsdbconn.Conn, connect func(ct
 	}
 	// The database socket itself, where clients are served.
 	d.probe = func(ctx context.Context, _ *process.Child) error { return unixctl.Echo(ctx, s.sock) }
+	d.needs = func(context.Context, *process.Child) error { return dbSpace(s.db) }
 	return d
 }
 
@@ -385,6 +386,20 @@ func (n *Node) controllerDaemon() *daemon {
 			err = rerr
 		}
 		return err
+	}
+	d.needs = func(ctx context.Context, c *process.Child) error {
+		out, err := unixctl.Call(ctx, l.ControllerCtl(c.Pid()), "connection-status")
+		if err != nil {
+			return nil // unanswered: the liveness probe's business
+		}
+		if st := strings.TrimSpace(out); st != "connected" {
+			remote := n.cfg.SBRemote
+			if remote == "" {
+				remote = "unix:" + l.SBSock
+			}
+			return fmt.Errorf("its OVN southbound database at %s (ovn-controller reports %q; pods keep their flows, new pods wait)", remote, st)
+		}
+		return nil
 	}
 	d.graceful = func(ctx context.Context, c *process.Child, final bool) error {
 		// "exit" removes our Chassis row and releases the ports bound to

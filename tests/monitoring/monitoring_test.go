@@ -22,7 +22,6 @@ import (
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
-
 func mon(p ...string) string {
 	return filepath.Join(append([]string{testenv.RepoRoot(), "packaging", "monitoring"}, p...)...)
 }

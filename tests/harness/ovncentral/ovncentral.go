@@ -200,6 +200,13 @@ func (c *Central) StopNB() { c.kill("nb") }
 // StartNB restarts the northbound ovsdb-server on the same socket and database file.
 func (c *Central) StartNB(t testing.TB) { c.startDB(t, "nb") }
 
+// StopSB kills the southbound ovsdb-server (the central unreachable for the
+// nodes); StartSB brings it back with its data.
+func (c *Central) StopSB() { c.kill("sb") }
+
+// StartSB restarts the southbound ovsdb-server on the same socket and database file.
+func (c *Central) StartSB(t testing.TB) { c.startDB(t, "sb") }
+
 func (c *Central) kill(name string) {
 	c.mu.Lock()
 	p := c.proc[name]
