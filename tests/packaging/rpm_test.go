@@ -160,6 +160,8 @@ var rpmFiles = map[string]fs.FileMode{
 	"/var/lib/ovn":                                    fs.ModeDir | 0o750,
 	"/var/log/openvswitch":                            fs.ModeDir | 0o750,
 	"/var/log/ovn":                                    fs.ModeDir | 0o750,
+	"/etc/cni":                                        fs.ModeDir | 0o755,
+	"/etc/cni/net.d":                                  fs.ModeDir | 0o755,
 }
 
 // TestRPMInstallUpgradeErase installs the RPM with rpm into a scratch root

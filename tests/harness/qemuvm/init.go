@@ -68,7 +68,8 @@ StandardOutput=journal+console
 WantedBy=multi-user.target
 EOF
 ln -sf ../vmagent.service $R/etc/systemd/system/multi-user.target.wants/vmagent.service
-: > $R/etc/machine-id
+{{range .Mask}}ln -sfn /dev/null $R/etc/systemd/system/{{.}} || fail "mask {{.}}"
+{{end}}: > $R/etc/machine-id
 exec switch_root $R /lib/systemd/systemd
 {{else}}exec switch_root $R /.vmagent
 {{end}}`))
@@ -77,7 +78,8 @@ func initScript(cfg Config) string {
 	data := struct {
 		Name, StateDirs, ModDir, Release string
 		Systemd                          bool
-	}{Name: cfg.Name, StateDirs: strings.Join(StateDirs, " "), Release: cfg.Kernel.Release, Systemd: cfg.Systemd}
+		Mask                             []string
+	}{Name: cfg.Name, StateDirs: strings.Join(StateDirs, " "), Release: cfg.Kernel.Release, Systemd: cfg.Systemd, Mask: cfg.Mask}
 	if !cfg.NoModuleTree {
 		data.ModDir = cfg.Kernel.ModDir
 	}

@@ -76,6 +76,10 @@ type Config struct {
 	// Systemd boots Debian's systemd (from the host root) as PID 1;
 	// vmagent then runs as a service. Otherwise vmagent is PID 1.
 	Systemd bool
+	// Mask are systemd units masked in the guest before boot (the host
+	// root's enabled services that must not run there, e.g. Debian's own
+	// OVS/OVN units).
+	Mask []string
 	// BootTimeout bounds qemu start to the agent's hello (default 4 min:
 	// software emulation on a loaded machine).
 	BootTimeout time.Duration
@@ -296,7 +300,7 @@ func boot(t testing.TB, cfg Config) (*VM, error) {
 		"-machine", "pc", "-bios", "qboot.rom", "-accel", "tcg,thread=multi", "-cpu", cpuModel(),
 		"-smp", fmt.Sprint(cfg.CPUs), "-m", fmt.Sprint(cfg.Memory),
 		"-kernel", k.Vmlinux, "-initrd", initrd,
-		"-append", "console=ttyS0 panic=-1 quiet mitigations=off cryptomgr.notests " + os.Getenv("OVNHOST_VM_APPEND"),
+		"-append", "console=ttyS0 panic=-1 quiet mitigations=off cryptomgr.notests " + systemdArgs(cfg) + os.Getenv("OVNHOST_VM_APPEND"),
 		"-chardev", "file,id=con,path=" + filepath.Join(dir, "console.log"), "-serial", "chardev:con",
 		"-device", "virtio-serial-pci",
 		"-chardev", "socket,id=ctl,path=" + ctlPath,
@@ -704,4 +708,13 @@ func GuestPath(hostPath string) string {
 		}
 	}
 	return p
+}
+
+// systemdArgs: a guest booting systemd goes to multi-user.target (not the
+// host's default target) and prints no unit status lines on the console.
+func systemdArgs(cfg Config) string {
+	if !cfg.Systemd {
+		return ""
+	}
+	return "systemd.unit=multi-user.target systemd.show_status=false "
 }
