@@ -184,22 +184,17 @@ func (r *Reporter) Exited(name, reason string, crashLoop bool) {
 // Unresponsive records that a ready child stopped answering its probe:
 // not ready, with the reason, until Responsive or its restart.
 func (r *Reporter) Unresponsive(name, reason string) {
-	r.mu.Lock()
-	c := r.child(name)
-	c.Ready, c.Waiting = false, reason
-	r.ready.WithLabelValues(name).Set(0)
-	r.allReady.Set(0)
-	stopping := r.stopping
-	r.mu.Unlock()
-	if !stopping {
-		r.sendStatus(fmt.Sprintf("%s is unresponsive; waiting for %s", name, reason))
-	}
+	r.notReady(name, reason, fmt.Sprintf("%s is unresponsive; waiting for %s", name, reason))
 }
 
 // Lacking records that a ready child lacks what it needs beyond answering
 // (reason: what it waits for, e.g. its SB connection): not ready, left
-// running.
+// running, until Responsive.
 func (r *Reporter) Lacking(name, reason string) {
+	r.notReady(name, reason, fmt.Sprintf("%s is not ready; waiting for %s", name, reason))
+}
+
+func (r *Reporter) notReady(name, reason, status string) {
 	r.mu.Lock()
 	c := r.child(name)
 	c.Ready, c.Waiting = false, reason
@@ -208,7 +203,7 @@ func (r *Reporter) Lacking(name, reason string) {
 	stopping := r.stopping
 	r.mu.Unlock()
 	if !stopping {
-		r.sendStatus(fmt.Sprintf("%s is not ready; waiting for %s", name, reason))
+		r.sendStatus(status)
 	}
 }
 

@@ -53,7 +53,7 @@ func (c *cluster) startNode(name string) *nodeDaemon {
 		c.t.Fatal(err)
 	}
 	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
-	n.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "NOTIFY_SOCKET=" + n.notify.path, "OVN_DB_IPS=" + c.ips(), "IFACE=eth0"}
+	n.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "NOTIFY_SOCKET=" + n.notify.Path(), "OVN_DB_IPS=" + c.ips(), "IFACE=eth0"}
 	if err := n.cmd.Start(); err != nil {
 		c.t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func (c *cluster) startNode(name string) *nodeDaemon {
 			<-n.exited
 		}
 	})
-	if _, err := n.notify.waitFor(0, "READY=1", 90*time.Second, n.exited); err != nil {
+	if _, err := n.notify.WaitFor(0, "READY=1", 90*time.Second, n.exited); err != nil {
 		raw, _ := os.ReadFile(p("ovnhost.log"))
 		c.t.Fatalf("node %s: %v\n%s", name, err, tail(string(raw), 40))
 	}

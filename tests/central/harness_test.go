@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -184,8 +183,8 @@ func (m *member) startNoWait(ips string, extra ...string) {
 		m.t.Fatal(err)
 	}
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "NOTIFY_SOCKET=" + m.notify.path}
-	m.mark = m.notify.mark()
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "NOTIFY_SOCKET=" + m.notify.Path()}
+	m.mark = m.notify.Mark()
 	if err := cmd.Start(); err != nil {
 		m.t.Fatal(err)
 	}
@@ -197,7 +196,7 @@ func (m *member) startNoWait(ips string, extra ...string) {
 
 func (m *member) waitReady(d time.Duration) {
 	m.t.Helper()
-	if _, err := m.notify.waitFor(m.mark, "READY=1", d, m.exited); err != nil {
+	if _, err := m.notify.WaitFor(m.mark, "READY=1", d, m.exited); err != nil {
 		m.t.Fatalf("%s: %v\n%s", m.name, err, m.logTail())
 	}
 }
@@ -430,71 +429,10 @@ func dial(t testing.TB, dbModel func() (model.ClientDBModel, error), endpoint st
 	return c
 }
 
-// notifyListener is the systemd side of sd_notify.
-type notifyListener struct {
-	path string
-	mu   sync.Mutex
-	msgs []string
-	cond chan struct{}
-}
+// notifyListener is testenv's sd_notify listener.
+type notifyListener = testenv.NotifyListener
 
-func listenNotify(t testing.TB, dir string) *notifyListener {
-	t.Helper()
-	p := filepath.Join(dir, "notify.sock")
-	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: p, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &notifyListener{path: p, cond: make(chan struct{})}
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := c.Read(buf)
-			if err != nil {
-				return
-			}
-			l.mu.Lock()
-			for _, line := range strings.Split(string(buf[:n]), "\n") {
-				if line != "" {
-					l.msgs = append(l.msgs, line)
-				}
-			}
-			close(l.cond)
-			l.cond = make(chan struct{})
-			l.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() { c.Close() })
-	return l
-}
-
-func (l *notifyListener) mark() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.msgs)
-}
-
-func (l *notifyListener) waitFor(from int, prefix string, timeout time.Duration, exited <-chan struct{}) (string, error) {
-	deadline := time.After(timeout)
-	for {
-		l.mu.Lock()
-		for _, msg := range l.msgs[min(from, len(l.msgs)):] {
-			if strings.HasPrefix(msg, prefix) {
-				l.mu.Unlock()
-				return msg, nil
-			}
-		}
-		ch := l.cond
-		l.mu.Unlock()
-		select {
-		case <-ch:
-		case <-exited:
-			return "", fmt.Errorf("ovnhost exited while waiting for sd_notify %q", prefix)
-		case <-deadline:
-			return "", fmt.Errorf("no sd_notify %q within %v", prefix, timeout)
-		}
-	}
-}
+func listenNotify(t testing.TB, dir string) *notifyListener { return testenv.ListenNotify(t, dir) }
 
 // waitLog returns once file contains sub, re-reading it on every write.
 func waitLog(file, sub string, timeout time.Duration) error {

@@ -61,7 +61,7 @@ func ovnhostColdStart(b *testing.B, sb string) time.Duration {
 	if err := n.startNoWait(); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := n.notify.waitFor(0, "READY=1", 60*time.Second, n.exited); err != nil {
+	if _, err := n.notify.WaitFor(0, "READY=1", 60*time.Second, n.exited); err != nil {
 		b.Fatalf("%v\n%s", err, n.logTail())
 	}
 	d := time.Since(t0)
@@ -317,11 +317,11 @@ func BenchmarkNodeDaemonRestartGap(b *testing.B) {
 			_ = n.cmd.Process.Signal(sig)
 			<-n.exited
 			n.log.Close()
-			mark := n.notify.mark()
+			mark := n.notify.Mark()
 			if err := n.startNoWait("--keep-datapath"); err != nil {
 				b.Fatal(err)
 			}
-			if _, err := n.notify.waitFor(mark, "READY=1", 60*time.Second, n.exited); err != nil {
+			if _, err := n.notify.WaitFor(mark, "READY=1", 60*time.Second, n.exited); err != nil {
 				b.Fatalf("not ready after the restart: %v\n%s", err, n.logTail())
 			}
 		}

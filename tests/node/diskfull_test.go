@@ -39,10 +39,10 @@ func TestConfDBDiskFullIsReportedAndRecovered(t *testing.T) {
 	}
 	dbPid := n.pid(n.path("ovs-run", "ovsdb-server.pid"))
 
-	mark := n.notify.mark()
+	mark := n.notify.Mark()
 	filler := filepath.Join(dbDir, "filler")
 	fillUp(t, filler)
-	if _, err := n.notify.waitFor(mark, "STATUS=ovsdb-server is not ready; waiting for free space under "+dbDir, 15*time.Second, n.exited); err != nil {
+	if _, err := n.notify.WaitFor(mark, "STATUS=ovsdb-server is not ready; waiting for free space under "+dbDir, 15*time.Second, n.exited); err != nil {
 		t.Fatalf("conf.db's filesystem full: %v\n%s", err, n.logTail())
 	}
 	code, body, err := n.httpGet("/readyz")
@@ -53,11 +53,11 @@ func TestConfDBDiskFullIsReportedAndRecovered(t *testing.T) {
 		t.Errorf("pods while the disk is full: %v", err)
 	}
 
-	mark = n.notify.mark()
+	mark = n.notify.Mark()
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.notify.waitFor(mark, "STATUS=ready", 15*time.Second, n.exited); err != nil {
+	if _, err := n.notify.WaitFor(mark, "STATUS=ready", 15*time.Second, n.exited); err != nil {
 		t.Fatalf("space freed: %v\n%s", err, n.logTail())
 	}
 	if now := n.pid(n.path("ovs-run", "ovsdb-server.pid")); now != dbPid {

@@ -13,7 +13,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -50,81 +49,10 @@ func run(t testing.TB, name string, args ...string) string {
 	return string(out)
 }
 
-// notifyListener is the systemd side of sd_notify: a unix datagram socket.
-type notifyListener struct {
-	path string
-	conn *net.UnixConn
-	mu   sync.Mutex
-	msgs []string
-	cond chan struct{}
-}
+// notifyListener is testenv's sd_notify listener.
+type notifyListener = testenv.NotifyListener
 
-func listenNotify(t testing.TB, dir string) *notifyListener {
-	t.Helper()
-	p := filepath.Join(dir, "notify.sock")
-	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: p, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &notifyListener{path: p, conn: c, cond: make(chan struct{})}
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := c.Read(buf)
-			if err != nil {
-				return
-			}
-			l.mu.Lock()
-			for _, line := range strings.Split(string(buf[:n]), "\n") {
-				if line != "" {
-					l.msgs = append(l.msgs, line)
-				}
-			}
-			close(l.cond)
-			l.cond = make(chan struct{})
-			l.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() { c.Close() })
-	return l
-}
-
-// mark returns the number of messages so far, to wait for later ones.
-func (l *notifyListener) mark() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.msgs)
-}
-
-// waitFor returns the first message at or after index from that starts
-// with prefix.
-func (l *notifyListener) waitFor(from int, prefix string, timeout time.Duration, exited <-chan struct{}) (string, error) {
-	deadline := time.After(timeout)
-	for {
-		l.mu.Lock()
-		for _, m := range l.msgs[min(from, len(l.msgs)):] {
-			if strings.HasPrefix(m, prefix) {
-				l.mu.Unlock()
-				return m, nil
-			}
-		}
-		ch := l.cond
-		l.mu.Unlock()
-		select {
-		case <-ch:
-		case <-exited:
-			return "", fmt.Errorf("ovnhost exited while waiting for sd_notify %q", prefix)
-		case <-deadline:
-			return "", fmt.Errorf("no sd_notify %q within %v; got %q", prefix, timeout, l.all())
-		}
-	}
-}
-
-func (l *notifyListener) all() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.msgs...)
-}
+func listenNotify(t testing.TB, dir string) *notifyListener { return testenv.ListenNotify(t, dir) }
 
 // node is one ovnhost process under test.
 type node struct {
@@ -173,7 +101,7 @@ func (n *node) start(extra ...string) {
 	if err := n.startNoWait(extra...); err != nil {
 		n.t.Fatal(err)
 	}
-	if _, err := n.notify.waitFor(0, "READY=1", 60*time.Second, n.exited); err != nil {
+	if _, err := n.notify.WaitFor(0, "READY=1", 60*time.Second, n.exited); err != nil {
 		n.t.Fatalf("%v\n%s", err, n.logTail())
 	}
 }
@@ -188,7 +116,7 @@ func (n *node) startNoWait(extra ...string) error {
 		return err
 	}
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "NOTIFY_SOCKET=" + n.notify.path}, n.env...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "NOTIFY_SOCKET=" + n.notify.Path()}, n.env...)
 	if err := cmd.Start(); err != nil {
 		return err
 	}

@@ -26,12 +26,12 @@ func TestHungChildIsDetectedKilledAndRestarted(t *testing.T) {
 		{"ovsdb-server", n.path("ovs-run", "ovsdb-server.pid")},
 	} {
 		old := n.pid(c.pidfile)
-		mark := n.notify.mark()
+		mark := n.notify.Mark()
 		if err := syscall.Kill(old, syscall.SIGSTOP); err != nil {
 			t.Fatalf("SIGSTOP %s: %v", c.name, err)
 		}
 		// Not ready, with the reason, while it does not answer.
-		if _, err := n.notify.waitFor(mark, "STATUS="+c.name+" is unresponsive", 15*time.Second, n.exited); err != nil {
+		if _, err := n.notify.WaitFor(mark, "STATUS="+c.name+" is unresponsive", 15*time.Second, n.exited); err != nil {
 			_ = syscall.Kill(old, syscall.SIGCONT)
 			t.Fatalf("%s stopped: no unresponsive status: %v\n%s", c.name, err, n.logTail())
 		}
@@ -40,11 +40,11 @@ func TestHungChildIsDetectedKilledAndRestarted(t *testing.T) {
 			t.Errorf("/readyz while %s hangs: %d %v\n%s", c.name, code, err, body)
 		}
 		// Killed (not merely waited for) and restarted.
-		if _, err := n.notify.waitFor(mark, "STATUS="+c.name+" died (hung: killed after 2 missed probes", 15*time.Second, n.exited); err != nil {
+		if _, err := n.notify.WaitFor(mark, "STATUS="+c.name+" died (hung: killed after 2 missed probes", 15*time.Second, n.exited); err != nil {
 			_ = syscall.Kill(old, syscall.SIGCONT)
 			t.Fatalf("%s was not killed as hung: %v\n%s", c.name, err, n.logTail())
 		}
-		if _, err := n.notify.waitFor(mark, "STATUS=ready", 30*time.Second, n.exited); err != nil {
+		if _, err := n.notify.WaitFor(mark, "STATUS=ready", 30*time.Second, n.exited); err != nil {
 			t.Fatalf("%s not ready again: %v\n%s", c.name, err, n.logTail())
 		}
 		if now := n.pid(c.pidfile); now == old {

@@ -89,16 +89,16 @@ func TestKillEachChildRestartsItAndPodsKeepConnectivity(t *testing.T) {
 	}
 	for _, c := range children {
 		old := n.pid(c.pidfile)
-		mark := n.notify.mark()
+		mark := n.notify.Mark()
 		if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
 			t.Fatalf("kill %s: %v", c.name, err)
 		}
 		// The supervisor reports the death, then "ready" once the child
 		// and whatever depends on it passed their gates again.
-		if _, err := n.notify.waitFor(mark, "STATUS="+c.name+" died", 20*time.Second, n.exited); err != nil {
+		if _, err := n.notify.WaitFor(mark, "STATUS="+c.name+" died", 20*time.Second, n.exited); err != nil {
 			t.Fatalf("%s: %v\n%s", c.name, err, n.logTail())
 		}
-		if _, err := n.notify.waitFor(mark, "STATUS=ready", 30*time.Second, n.exited); err != nil {
+		if _, err := n.notify.WaitFor(mark, "STATUS=ready", 30*time.Second, n.exited); err != nil {
 			t.Fatalf("%s not ready again: %v\n%s", c.name, err, n.logTail())
 		}
 		if now := n.pid(c.pidfile); now == old {
@@ -123,11 +123,11 @@ func TestKillEachChildRestartsItAndPodsKeepConnectivity(t *testing.T) {
 func TestSIGTERMLeavesNothingBehind(t *testing.T) {
 	n := newNode(t)
 	n.start()
-	mark := n.notify.mark()
+	mark := n.notify.Mark()
 	if code := n.stop(); code != 0 {
 		t.Fatalf("exit %d\n%s", code, n.logTail())
 	}
-	if _, err := n.notify.waitFor(mark, "STOPPING=1", time.Second, nil); err != nil {
+	if _, err := n.notify.WaitFor(mark, "STOPPING=1", time.Second, nil); err != nil {
 		t.Fatal(err)
 	}
 	if left := processesUnder(n.dir); len(left) > 0 {
@@ -230,8 +230,8 @@ func TestSystemIDSurvivesRestart(t *testing.T) {
 
 // listenNotifyAgain replaces the notify socket for a second run.
 func listenNotifyAgain(t *testing.T, n *node) *notifyListener {
-	os.Remove(n.notify.path)
-	n.notify.conn.Close()
+	os.Remove(n.notify.Path())
+	n.notify.Close()
 	return listenNotify(t, n.dir)
 }
 
@@ -283,14 +283,14 @@ func TestSDNotifyReadyStatusWatchdogStopping(t *testing.T) {
 	n := newNode(t)
 	n.env = []string{"WATCHDOG_USEC=200000"}
 	n.start()
-	if _, err := n.notify.waitFor(0, "STATUS=waiting for ovs-vswitchd", time.Second, nil); err != nil {
+	if _, err := n.notify.WaitFor(0, "STATUS=waiting for ovs-vswitchd", time.Second, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.notify.waitFor(0, "WATCHDOG=1", 5*time.Second, n.exited); err != nil {
+	if _, err := n.notify.WaitFor(0, "WATCHDOG=1", 5*time.Second, n.exited); err != nil {
 		t.Fatal(err)
 	}
-	ready, _ := n.notify.waitFor(0, "READY=1", time.Second, nil)
-	all := n.notify.all()
+	ready, _ := n.notify.WaitFor(0, "READY=1", time.Second, nil)
+	all := n.notify.All()
 	readyAt := -1
 	for i, m := range all {
 		if m == ready {
@@ -300,9 +300,9 @@ func TestSDNotifyReadyStatusWatchdogStopping(t *testing.T) {
 	if readyAt < 0 || readyAt+1 >= len(all) || !strings.HasPrefix(all[readyAt+1], "STATUS=ready") {
 		t.Fatalf("READY=1 should come with STATUS=ready...; got %q", all)
 	}
-	mark := n.notify.mark()
+	mark := n.notify.Mark()
 	n.stop()
-	if _, err := n.notify.waitFor(mark, "STOPPING=1", time.Second, nil); err != nil {
+	if _, err := n.notify.WaitFor(mark, "STOPPING=1", time.Second, nil); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -42,7 +42,7 @@ func TestCentralUnreachableKeepsPodsAndRecovers(t *testing.T) {
 		}
 	}
 	before := []pids{childPids(c.nodes[0]), childPids(c.nodes[1])}
-	marks := []int{c.nodes[0].notify.mark(), c.nodes[1].notify.mark()}
+	marks := []int{c.nodes[0].notify.Mark(), c.nodes[1].notify.Mark()}
 
 	t0 := time.Now()
 	c.cp.central.StopSB()
@@ -53,7 +53,7 @@ func TestCentralUnreachableKeepsPodsAndRecovers(t *testing.T) {
 		}
 	}()
 	for i, n := range c.nodes {
-		if _, err := n.notify.waitFor(marks[i], "STATUS=ovn-controller is not ready; waiting for its OVN southbound database", 30*time.Second, n.exited); err != nil {
+		if _, err := n.notify.WaitFor(marks[i], "STATUS=ovn-controller is not ready; waiting for its OVN southbound database", 30*time.Second, n.exited); err != nil {
 			t.Fatalf("%s with the SB stopped: %v\n%s", c.names[i], err, n.logTail())
 		}
 		code, body, err := n.httpGet("/readyz")
@@ -62,7 +62,7 @@ func TestCentralUnreachableKeepsPodsAndRecovers(t *testing.T) {
 		}
 	}
 	t.Logf("both nodes not ready %s after the SB stopped", time.Since(t0).Round(time.Millisecond))
-	marks = []int{c.nodes[0].notify.mark(), c.nodes[1].notify.mark()}
+	marks = []int{c.nodes[0].notify.Mark(), c.nodes[1].notify.Mark()}
 
 	// Traffic across the nodes for the rest of the outage.
 	rest := outage - time.Since(t0)
@@ -90,7 +90,7 @@ func TestCentralUnreachableKeepsPodsAndRecovers(t *testing.T) {
 	c.cp.central.StartSB(t)
 	sbBack = true
 	for i, n := range c.nodes {
-		if _, err := n.notify.waitFor(marks[i], "STATUS=ready", 60*time.Second, n.exited); err != nil {
+		if _, err := n.notify.WaitFor(marks[i], "STATUS=ready", 60*time.Second, n.exited); err != nil {
 			t.Fatalf("%s after the SB came back: %v\n%s", c.names[i], err, n.logTail())
 		}
 		if code, body, err := n.httpGet("/readyz"); err != nil || code != 200 {

@@ -199,15 +199,11 @@ func buildGoTool(t testing.TB, name, module, pkg, version string, pins []string)
 	if ok() {
 		return bin, nil
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	unlock, err := testenv.LockDir(dir)
 	if err != nil {
 		return "", err
 	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", err
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	defer unlock()
 	if ok() {
 		return bin, nil
 	}

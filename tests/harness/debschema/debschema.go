@@ -17,7 +17,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/ovnhost/ovnhost/tests/testenv"
@@ -129,18 +128,11 @@ func fetch(r Release) (string, error) {
 	if _, err := os.Stat(stamp); err == nil {
 		return dir, nil
 	}
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return "", err
-	}
-	lock, err := os.OpenFile(filepath.Join(root, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	unlock, err := testenv.LockDir(root)
 	if err != nil {
 		return "", err
 	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", err
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	defer unlock()
 	if _, err := os.Stat(stamp); err == nil {
 		return dir, nil
 	}

@@ -35,7 +35,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -117,15 +116,11 @@ func build() (string, error) {
 		return dir, nil
 	}
 	// Serialise concurrent test binaries building the same cache.
-	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	unlock, err := testenv.LockDir(dir)
 	if err != nil {
 		return "", err
 	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", err
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	defer unlock()
 	if ok() {
 		return dir, nil
 	}
@@ -327,15 +322,11 @@ func buildTool(dir, name string) (string, error) {
 	if ok() {
 		return bin, nil
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	unlock, err := testenv.LockDir(dir)
 	if err != nil {
 		return "", err
 	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", err
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	defer unlock()
 	if ok() {
 		return bin, nil
 	}

@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 
 	"github.com/ovnhost/ovnhost/tests/testenv"
@@ -53,15 +52,11 @@ func buildKubectl(kubeBin string) (string, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "mod"), 0o755); err != nil {
 		return "", err
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	unlock, err := testenv.LockDir(dir)
 	if err != nil {
 		return "", err
 	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", err
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	defer unlock()
 	if fileExists(out) {
 		return out, nil
 	}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"text/template"
+
+	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
 // initTemplate is the initramfs /init (busybox sh as PID 1). Any failure
@@ -145,7 +147,7 @@ func GoBinary(t testing.TB, pkg string) string {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
 	dir := filepath.Join(CacheRoot(), "bin")
-	unlock, err := lockDir(dir)
+	unlock, err := testenv.LockDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -79,22 +78,6 @@ func CacheRoot() string {
 	return "/var/cache/ovnhost/vm"
 }
 
-// lockDir takes an exclusive flock on dir/.lock; the returned func drops it.
-func lockDir(dir string) (func(), error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
-}
-
 const kernelRecipe = "recipe=2"
 
 func fetchKernel(suite string) (*Kernel, error) {
@@ -104,7 +87,7 @@ func fetchKernel(suite string) (*Kernel, error) {
 		return nil, fmt.Errorf("the VM cache %s is under /tmp, which the guest shadows; set OVNHOST_VM_CACHE elsewhere", CacheRoot())
 	}
 	dir := filepath.Join(CacheRoot(), suite)
-	unlock, err := lockDir(dir)
+	unlock, err := testenv.LockDir(dir)
 	if err != nil {
 		return nil, err
 	}
