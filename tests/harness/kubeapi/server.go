@@ -24,6 +24,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
 // Server is a running etcd + kube-apiserver.
@@ -47,7 +49,7 @@ type child struct {
 // ports, waits for /readyz, and registers their shutdown with t.Cleanup.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	if testing.Short() {
+	if testing.Short() && !testenv.Strict() { // make test-unit only; make test never passes -short
 		t.Skip("real daemons are not started under -short (make test-unit)")
 	}
 	bin := Binaries(t)
