@@ -83,8 +83,12 @@ type Config struct {
 	// pinned by netctl through a Node annotation).
 	NodeAPIAddr, NodeAPICert, NodeAPIKey string
 	KeepDatapath                         bool
-	StartTimeout                         time.Duration
-	StopTimeout                          time.Duration
+	// AdoptChildren lets the OVS/OVN daemons outlive a crash of ovnhost
+	// and be taken over by the next one (homes whose service manager
+	// leaves them running: systemd with KillMode=process).
+	AdoptChildren bool
+	StartTimeout  time.Duration
+	StopTimeout   time.Duration
 
 	OVSSchema string // vswitch.ovsschema of the installed OVS
 	OVNSchema string // directory holding ovn-nb/ovn-sb.ovsschema

@@ -280,6 +280,7 @@ func baseSettings() []setting {
 		{Name: "node-api-key", Env: nil, Help: "PEM private key of --node-api-cert",
 			Set: func(c *Config, v string) error { return optAbsPath(&c.NodeAPIKey)(c, v) }},
 		{Name: "keep-datapath", Bool: true, Env: nil, Default: "false", Help: "on stop, leave the datapath and its ports in place (for an upgrade)", Set: func(c *Config, v string) error { return parseBool(&c.KeepDatapath)(c, v) }},
+		{Name: "adopt-children", Bool: true, Env: nil, Default: "false", Help: "let ovsdb-server, ovs-vswitchd and ovn-controller outlive a crash of ovnhost, and take over the running ones at start (their pidfiles and output FIFOs in the run directories) instead of restarting them: no data-plane gap after a crash. Only where the service manager leaves children running (systemd: KillMode=process, as the shipped unit sets); never in a container, whose processes die with it", Set: func(c *Config, v string) error { return parseBool(&c.AdoptChildren)(c, v) }},
 		{Name: "start-timeout", Env: nil, Default: "60s", Help: "deadline for each readiness gate",
 			Set: func(c *Config, v string) error {
 				return positiveDuration(&c.StartTimeout, time.Second, "seconds")(c, v)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/vishvananda/netlink"
@@ -25,17 +24,14 @@ import (
 // while any daemon of this node still runs. It returns what it removed.
 func Cleanup(cfg *config.Config, purge bool) ([]string, error) {
 	l := layout.New(cfg.Paths)
-	for _, p := range []struct{ prog, pidfile string }{
+	pidfiles := []struct{ prog, pidfile string }{
 		{"ovsdb-server", l.OVSDBPid}, {"ovs-vswitchd", l.VSwitchdPid}, {"ovn-controller", l.ControllerPid},
 		{"ovsdb-server", l.NBPid}, {"ovsdb-server", l.SBPid}, {"ovn-northd", l.NorthdPid},
-	} {
-		raw, err := os.ReadFile(p.pidfile)
-		if err != nil {
-			continue
-		}
-		pid, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
-		if ProcessAlive(pid, p.prog) {
-			return nil, fmt.Errorf("%s is still running as pid %d (%s): stop ovnhost first (systemctl stop ovnhost, or SIGTERM)", p.prog, pid, p.pidfile)
+	}
+	for _, p := range pidfiles {
+		if pid, ok := livePid(p.pidfile, p.prog); ok {
+			return nil, fmt.Errorf("%s is still running as pid %d (%s): stop ovnhost first (systemctl stop ovnhost, or SIGTERM); "+
+				"if no ovnhost runs, it outlived a crash (adopt-children): `ovnhost run` takes it over, or kill %d", p.prog, pid, p.pidfile, pid)
 		}
 	}
 	var removed []string
@@ -58,6 +54,9 @@ func Cleanup(cfg *config.Config, purge bool) ([]string, error) {
 		rm(conflist)
 	}
 	rm(cfg.CNISocket)
+	for _, p := range pidfiles {
+		rm(outputFIFO(p.pidfile))
+	}
 
 	links, err := netlink.LinkList()
 	if err != nil {

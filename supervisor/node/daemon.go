@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -42,6 +45,9 @@ type daemon struct {
 	// false with the reason but never kills or restarts the child: the
 	// datapath keeps its flows, and the child resumes by itself.
 	needs func(ctx context.Context, c *process.Child) error
+	// pidfile is where the program writes its pid: with adopt-children, a
+	// live process there is taken over at the first start.
+	pidfile string
 	// dependants are restarted, in order, after this daemon restarts.
 	dependants []*daemon
 	// beforeStop and afterStop run around the final stop (not restarts).
@@ -70,18 +76,28 @@ func (d *daemon) Start(ctx context.Context) error {
 }
 
 func (d *daemon) startAndGate(ctx context.Context, restart bool) error {
-	if d.prepare != nil {
-		if err := d.prepare(ctx, restart); err != nil {
-			return err
-		}
-	}
 	spec, err := d.spec()
 	if err != nil {
 		return err
 	}
-	c, err := process.Start(spec, d.n.log)
-	if err != nil {
-		return d.n.explainExec(spec.Path, err)
+	if d.n.cfg.AdoptChildren && d.pidfile != "" {
+		spec.OutputFIFO = outputFIFO(d.pidfile)
+	}
+	var c *process.Child
+	if !restart {
+		if c, err = d.adopt(spec); err != nil {
+			return err
+		}
+	}
+	if c == nil {
+		if d.prepare != nil {
+			if err := d.prepare(ctx, restart); err != nil {
+				return err
+			}
+		}
+		if c, err = process.Start(spec, d.n.log); err != nil {
+			return d.n.explainExec(spec.Path, err)
+		}
 	}
 	d.mu.Lock()
 	d.child = c
@@ -104,6 +120,33 @@ func (d *daemon) startAndGate(ctx context.Context, restart bool) error {
 	d.log.Info("ready", "child", d.name, "pid", c.Pid(), "gate", time.Since(t0).Round(time.Millisecond), "since_start", time.Since(c.Started()).Round(time.Millisecond))
 	go d.probeLoop(c)
 	return nil
+}
+
+// adopt takes over the daemon's running process, left by an ovnhost that
+// crashed, when adopt-children is on and the pidfile names a live instance
+// of the program; nil when there is none to adopt. Its preparation (stale
+// files, configuration bumps, flow-restore-wait) is skipped: the process
+// already runs with it, and its gate then passes at once.
+func (d *daemon) adopt(spec process.Spec) (*process.Child, error) {
+	if spec.OutputFIFO == "" {
+		return nil, nil
+	}
+	pid, ok := livePid(d.pidfile, filepath.Base(spec.Path))
+	if !ok {
+		return nil, nil
+	}
+	c, err := process.Adopt(spec, pid, d.n.log)
+	if err != nil {
+		return nil, fmt.Errorf("%s from an earlier ovnhost is still running as pid %d (pidfile %s) but cannot be adopted: %w; stop it (kill %d) and start ovnhost again", d.name, pid, d.pidfile, err, pid)
+	}
+	d.log.Info("adopted the running child of an earlier ovnhost", "child", d.name, "pid", pid, "running_since", c.Started().Format(time.RFC3339))
+	return c, nil
+}
+
+// outputFIFO is the named pipe beside a daemon's pidfile that carries its
+// output when it may outlive ovnhost.
+func outputFIFO(pidfile string) string {
+	return strings.TrimSuffix(pidfile, ".pid") + ".output"
 }
 
 // probeLoop probes a ready child every ChildProbeInterval until it exits.
@@ -330,6 +373,11 @@ func (d *daemon) Stop(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 		d.log.Info("stopped", "child", d.name, "pid", c.Pid())
+	}
+	if d.pidfile != "" {
+		if err := os.Remove(outputFIFO(d.pidfile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
 	}
 	if d.afterStop != nil {
 		errs = append(errs, d.afterStop(ctx))

@@ -32,7 +32,7 @@ type dbServer struct {
 
 func (n *Node) dbServerDaemon(s dbServer, slot **ovsdbconn.Conn, connect func(ctx context.Context, c *process.Child) error) *daemon {
 	d := n.newDaemon(s.name)
-	d.logFile, d.ctl = s.log, fixedCtl(s.ctl)
+	d.logFile, d.ctl, d.pidfile = s.log, fixedCtl(s.ctl), s.pid
 	// Our client goes first, or it logs reconnect failures as the server leaves.
 	d.beforeStop = func() { n.closeConn(slot) }
 	d.graceful = func(ctx context.Context, _ *process.Child, _ bool) error {
@@ -211,7 +211,7 @@ func bumpCfg(ctx context.Context, c *ovsdbconn.Conn, table, column string) (int,
 func (n *Node) northdDaemon() *daemon {
 	d := n.newDaemon("ovn-northd")
 	l := n.nc.Layout
-	d.logFile, d.ctl = l.NorthdLog, fixedCtl(l.NorthdCtl)
+	d.logFile, d.ctl, d.pidfile = l.NorthdLog, fixedCtl(l.NorthdCtl), l.NorthdPid
 	d.prepare = func(context.Context, bool) error {
 		return ClearStale(staleFiles{Prog: "ovn-northd", Pidfile: l.NorthdPid, Others: []string{l.NorthdCtl}})
 	}
@@ -253,7 +253,7 @@ func (n *Node) ovsdbDaemon() *daemon {
 func (n *Node) vswitchdDaemon() *daemon {
 	d := n.newDaemon("ovs-vswitchd")
 	l := n.nc.Layout
-	d.logFile, d.ctl = l.VSwitchdLog, fixedCtl(l.VSwitchdCtl)
+	d.logFile, d.ctl, d.pidfile = l.VSwitchdLog, fixedCtl(l.VSwitchdCtl), l.VSwitchdPid
 	var target int
 	d.prepare = func(ctx context.Context, _ bool) error {
 		if err := ClearStale(staleFiles{Prog: "ovs-vswitchd", Pidfile: l.VSwitchdPid, Others: []string{l.VSwitchdCtl}}); err != nil {
@@ -346,7 +346,7 @@ func (n *Node) removeTaps(ctx context.Context) error {
 func (n *Node) controllerDaemon() *daemon {
 	d := n.newDaemon("ovn-controller")
 	l := n.nc.Layout
-	d.logFile = l.ControllerLog
+	d.logFile, d.pidfile = l.ControllerLog, l.ControllerPid
 	d.ctl = func(c *process.Child) string { return l.ControllerCtl(c.Pid()) }
 	d.prepare = func(ctx context.Context, _ bool) error {
 		if err := ClearStale(staleFiles{Prog: "ovn-controller", Pidfile: l.ControllerPid}); err != nil {

@@ -4,13 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/ovnhost/ovnhost/internal/layout"
 	"github.com/ovnhost/ovnhost/supervisor/config"
+	"github.com/ovnhost/ovnhost/supervisor/process"
 )
 
 // PrepareDirs creates the node's directories; runtime ones are (re)owned
@@ -36,26 +36,17 @@ func PrepareDirs(p layout.Paths, allInOne bool, owner config.Owner) error {
 	return errors.Join(errs...)
 }
 
-// ProcessAlive reports whether pid is running prog (matched on the basename
-// of argv[0] in /proc/PID/cmdline): PIDs are reused fast, so a pidfile alone
-// proves nothing.
-func ProcessAlive(pid int, prog string) bool {
-	if pid <= 0 {
-		return false
+// ProcessAlive reports whether pid is running prog (see process.Alive).
+func ProcessAlive(pid int, prog string) bool { return process.Alive(pid, prog) }
+
+// livePid reads pidfile and reports its pid if that is a running prog.
+func livePid(pidfile, prog string) (int, bool) {
+	raw, err := os.ReadFile(pidfile)
+	if err != nil {
+		return 0, false
 	}
-	raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
-	if err != nil || len(raw) == 0 {
-		return false
-	}
-	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err == nil {
-		// A zombie is gone for our purposes; PID 1 here reaps lazily.
-		if i := strings.LastIndexByte(string(stat), ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
-			return false
-		}
-	}
-	argv0 := strings.SplitN(string(raw), "\x00", 2)[0]
-	return filepath.Base(argv0) == prog
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
+	return pid, ProcessAlive(pid, prog)
 }
 
 // staleFiles are what a daemon leaves after a crash: pidfile, control

@@ -8,12 +8,15 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
@@ -40,6 +43,7 @@ type Node struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	lock     *os.File // the instance lock, held from Start to Stop
 	bins     map[string]string
 	systemID string
 	tls      *ovsdbconn.TLSFiles
@@ -192,6 +196,9 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := PrepareDirs(n.nc.Layout.Paths, n.nc.AllInOne, n.cfg.RunOwner); err != nil {
 		return err
 	}
+	if err := n.lockInstance(); err != nil {
+		return err
+	}
 	if n.tls != nil {
 		if err := n.tls.Watch(n.ctx); err != nil {
 			return err
@@ -226,7 +233,37 @@ func (n *Node) Stop(ctx context.Context) error {
 	}
 	n.ovs, n.nb, n.sb = nil, nil, nil
 	n.mu.Unlock()
+	n.unlockInstance()
 	return err
+}
+
+// lockInstance takes the node's instance lock for as long as ovnhost
+// runs: a second ovnhost on the same directories would otherwise fight the
+// first over its daemons (or, with adopt-children, take them over).
+func (n *Node) lockInstance() error {
+	path := filepath.Join(n.nc.Layout.Paths.OVSRunDir, "ovnhost.lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("instance lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return fmt.Errorf("another ovnhost already runs on these directories (it holds %s); stop it first, or give this one its own --ovs-run-dir", path)
+		}
+		return fmt.Errorf("instance lock %s: %w", path, err)
+	}
+	n.lock = f
+	return nil
+}
+
+func (n *Node) unlockInstance() {
+	if n.lock != nil {
+		// A stop leaves nothing in the run directory.
+		os.Remove(n.lock.Name())
+		n.lock.Close()
+		n.lock = nil
+	}
 }
 
 func (n *Node) newDaemon(name string) *daemon {

@@ -29,12 +29,20 @@ type Spec struct {
 	Dir  string
 	// OnLine, when set, sees every output line (after logging).
 	OnLine func(line string)
+	// OutputFIFO, when set, makes the child able to outlive the daemon
+	// (no PR_SET_PDEATHSIG) so that a later daemon can Adopt it: its output
+	// goes to this named pipe instead of an anonymous one, and whoever
+	// opens the pipe next reads on where the last reader stopped.
+	OutputFIFO string
 }
 
 // Child is one running instance of a Spec.
 type Child struct {
 	Spec    Spec
-	cmd     *exec.Cmd
+	cmd     *exec.Cmd // nil for an adopted child
+	pid     int
+	adopted bool
+	pidfd   int // an adopted child's pidfd (0: none)
 	started time.Time
 	exited  chan struct{}
 	err     error // the exit status, valid once exited is closed
@@ -55,30 +63,56 @@ type ExecError struct {
 func (e *ExecError) Error() string { return fmt.Sprintf("exec %s: %v", e.Path, e.Err) }
 func (e *ExecError) Unwrap() error { return e.Err }
 
-// Start runs spec. The child dies with the daemon (PR_SET_PDEATHSIG) so a
-// killed supervisor never leaves orphans for a slow PID 1 to reap.
+// Start runs spec. Unless spec.OutputFIFO is set, the child dies with the
+// daemon (PR_SET_PDEATHSIG) so a killed supervisor never leaves orphans for
+// a slow PID 1 to reap.
 func Start(spec Spec, log *slog.Logger) (*Child, error) {
 	cmd := exec.Command(spec.Path, spec.Args...)
 	cmd.Env = append(baseEnv(), spec.Env...)
 	cmd.Dir = spec.Dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, err
-	}
 	c := &Child{Spec: spec, cmd: cmd, exited: make(chan struct{})}
+	var outputs []io.Reader
+	if spec.OutputFIFO != "" {
+		// Its own process group keeps it out of a terminal's Ctrl-C and
+		// out of a kill of ours.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		r, w, err := createFIFO(spec.OutputFIFO)
+		if err != nil {
+			return nil, err
+		}
+		cmd.Stdout, cmd.Stderr = w, w
+		defer w.Close() // the child has its own copy once started
+		outputs = []io.Reader{r}
+		c.outDone.Add(1)
+		defer func() {
+			if c.pid == 0 {
+				r.Close()
+			}
+		}()
+	} else {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			return nil, err
+		}
+		outputs = []io.Reader{stdout, stderr}
+		c.outDone.Add(2)
+	}
 	if err := startOnSpawner(cmd); err != nil {
 		return nil, &ExecError{Path: spec.Path, Err: unwrapExec(err)}
 	}
+	c.pid = cmd.Process.Pid
 	c.started = time.Now()
-	l := log.With("child", spec.Name, "pid", cmd.Process.Pid)
-	c.outDone.Add(2)
-	go c.pump(stdout, l, false)
-	go c.pump(stderr, l, true)
+	l := log.With("child", spec.Name, "pid", c.pid)
+	for i, r := range outputs {
+		// One FIFO carries both streams: treat it as standard error,
+		// where OVS programs write their log.
+		go c.pump(r, l, i == 1 || spec.OutputFIFO != "")
+	}
 	go func() {
 		// Drain output before Wait so the last lines (often the reason of
 		// a crash) are logged and remembered.
@@ -161,7 +195,10 @@ func parseOVSLine(line string) (slog.Level, string, string) {
 }
 
 // Pid of the child.
-func (c *Child) Pid() int { return c.cmd.Process.Pid }
+func (c *Child) Pid() int { return c.pid }
+
+// Adopted reports whether the child was started by an earlier daemon.
+func (c *Child) Adopted() bool { return c.adopted }
 
 // Started is when the child was started.
 func (c *Child) Started() time.Time { return c.started }
@@ -201,6 +238,9 @@ func (c *Child) Signal(sig syscall.Signal) error {
 	case <-c.exited:
 		return nil
 	default:
+	}
+	if c.cmd == nil {
+		return c.signalAdopted(sig)
 	}
 	return c.cmd.Process.Signal(sig)
 }

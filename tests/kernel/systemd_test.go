@@ -38,7 +38,7 @@ const unitCapBnd = 1<<12 | 1<<13 | 1<<14 | 1<<21 | 1<<23
 //   - `systemctl status` shows the STATUS= line;
 //   - the node runs on the unit's capability bounding set alone;
 //   - a hung ovnhost (SIGSTOP) is killed by the watchdog and restarted,
-//     ready again (a drop-in shortens WatchdogSec and TimeoutAbortSec so
+//     ready again, and has adopted the datapath daemons (same pids) (a drop-in shortens WatchdogSec and TimeoutAbortSec so
 //     the test does not wait out the shipped 30 s + 45 s);
 //   - `systemctl stop` leaves no process, datapath device or socket.
 func TestSystemdHome(t *testing.T) {
@@ -98,7 +98,13 @@ func TestSystemdHome(t *testing.T) {
 		t.Errorf("not on the kernel datapath under systemd:\n%s", dp)
 	}
 
-	// The watchdog: a stopped ovnhost feeds it no more.
+	// The watchdog: a stopped ovnhost feeds it no more. systemd kills it
+	// alone (KillMode=process); the datapath daemons keep running and the
+	// restarted ovnhost adopts them.
+	childPids := map[string]string{}
+	for _, child := range []string{"ovsdb-server", "ovs-vswitchd", "ovn-controller"} {
+		childPids[child] = strings.TrimSpace(vm.Run(t, "pgrep", "-o", "-x", child))
+	}
 	vm.Run(t, "kill", "-STOP", mainPid)
 	t1 := time.Now()
 	res, err := vm.ShResult(`until [ "$(systemctl show -p NRestarts --value ovnhost)" -ge 1 ] && systemctl is-active -q ovnhost; do sleep 0.5; done`, 3*time.Minute)
@@ -118,6 +124,14 @@ func TestSystemdHome(t *testing.T) {
 	if code := vm.Run(t, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "http://127.0.0.1:10665/readyz"); code != "200" {
 		t.Errorf("/readyz after the watchdog restart: %s", code)
 	}
+	for child, before := range childPids {
+		if now := strings.TrimSpace(vm.Run(t, "pgrep", "-o", "-x", child)); now != before {
+			t.Errorf("%s: pid %s after the watchdog restart, want %s adopted (KillMode=process, OVNHOST_ADOPT_CHILDREN)", child, now, before)
+		}
+	}
+	if j := journal(t, vm); !strings.Contains(j, "adopted the running child of an earlier ovnhost") {
+		t.Errorf("the journal does not show the adoption:\n%s", tailLines(j, 30))
+	}
 
 	// Stop leaves nothing.
 	vm.MustExec(t, qemuvm.Cmd{Argv: []string{"systemctl", "stop", "ovnhost"}, Timeout: 2 * time.Minute})
@@ -126,7 +140,7 @@ func TestSystemdHome(t *testing.T) {
 	}
 	left := vm.Sh(t, `pgrep -l -x 'ovnhost|ovsdb-server|ovs-vswitchd|ovn-controller|ovn-northd' || true
 for l in br-int ovn0 genev_sys_6081; do ip link show "$l" >/dev/null 2>&1 && echo "link $l"; done
-ls /run/ovnhost /run/openvswitch /run/ovn 2>/dev/null || true`)
+find /run/ovnhost /run/openvswitch /run/ovn -mindepth 1 2>/dev/null || true`)
 	if strings.TrimSpace(left) != "" {
 		t.Errorf("systemctl stop left behind:\n%s", left)
 	}

@@ -312,13 +312,14 @@ func BenchmarkNodeDaemonRestartGap(b *testing.B) {
 		{hostIf: "veth-d2", lsp: "d2.default", mac: "0a:58:0a:10:00:42", ip: "10.16.0.42"},
 	}
 	wirePods(b, "unix:"+n.path("ovn-run", "ovnnb_db.sock"), "unix:"+n.path("ovs-run", "db.sock"), n.ns, n.logTail, pods)
-	restart := func(sig syscall.Signal) func() {
+	b.Cleanup(func() { killProcessesUnder(n.dir) })
+	restart := func(sig syscall.Signal, args ...string) func() {
 		return func() {
 			_ = n.cmd.Process.Signal(sig)
 			<-n.exited
 			n.log.Close()
 			mark := n.notify.Mark()
-			if err := n.startNoWait("--keep-datapath"); err != nil {
+			if err := n.startNoWait(args...); err != nil {
 				b.Fatal(err)
 			}
 			if _, err := n.notify.WaitFor(mark, "READY=1", 60*time.Second, n.exited); err != nil {
@@ -326,9 +327,13 @@ func BenchmarkNodeDaemonRestartGap(b *testing.B) {
 			}
 		}
 	}
-	term := pingGap(b, "SIGTERM+start", pods, restart(syscall.SIGTERM))
-	kill := pingGap(b, "kill -9+start", pods, restart(syscall.SIGKILL))
+	term := pingGap(b, "SIGTERM+start", pods, restart(syscall.SIGTERM, "--keep-datapath"))
+	kill := pingGap(b, "kill -9+start", pods, restart(syscall.SIGKILL, "--keep-datapath"))
+	// The systemd home: the children outlive the crash and are adopted.
+	restart(syscall.SIGTERM, "--keep-datapath", "--adopt-children")()
+	adopt := pingGap(b, "kill -9+start, adopt-children", pods, restart(syscall.SIGKILL, "--keep-datapath", "--adopt-children"))
 	b.ReportMetric(ms(term), "sigterm-restart-gap-ms")
 	b.ReportMetric(ms(kill), "kill9-restart-gap-ms")
-	b.Logf("data-plane gap across a node-daemon restart with --keep-datapath (userspace datapath): SIGTERM then start %.0f ms, kill -9 then start %.0f ms", ms(term), ms(kill))
+	b.ReportMetric(ms(adopt), "kill9-adopt-gap-ms")
+	b.Logf("data-plane gap across a node-daemon restart with --keep-datapath (userspace datapath): SIGTERM then start %.0f ms, kill -9 then start %.0f ms, kill -9 then start with --adopt-children %.0f ms (ping interval 10 ms)", ms(term), ms(kill), ms(adopt))
 }
