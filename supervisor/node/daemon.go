@@ -360,6 +360,12 @@ func (d *daemon) Stop(ctx context.Context) error {
 	d.stopping = true
 	c := d.child
 	d.mu.Unlock()
+	if d.n.handover.Load() {
+		if c != nil {
+			d.log.Info("left running for the next ovnhost to adopt", "child", d.name, "pid", c.Pid())
+		}
+		return nil
+	}
 	if d.beforeStop != nil {
 		d.beforeStop()
 	}

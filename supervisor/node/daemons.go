@@ -297,14 +297,14 @@ func (n *Node) vswitchdDaemon() *daemon {
 	}
 	d.graceful = func(ctx context.Context, _ *process.Child, final bool) error {
 		args := []string{"--cleanup"}
-		if n.cfg.KeepDatapath || !final {
+		if n.KeepingDatapath() || !final {
 			args = nil
 		}
 		_, err := unixctl.Call(ctx, l.VSwitchdCtl, "exit", args...)
 		return err
 	}
 	d.afterStop = func(ctx context.Context) error {
-		if n.cfg.KeepDatapath || !n.nc.Datapath.IsUserspace() {
+		if n.KeepingDatapath() || !n.nc.Datapath.IsUserspace() {
 			return nil
 		}
 		return n.removeTaps(ctx)
@@ -405,7 +405,7 @@ func (n *Node) controllerDaemon() *daemon {
 		// "exit" removes our Chassis row and releases the ports bound to
 		// it; "--restart" keeps them, for a restart or an upgrade.
 		var args []string
-		if n.cfg.KeepDatapath || !final {
+		if n.KeepingDatapath() || !final {
 			args = []string{"--restart"}
 		}
 		_, err := unixctl.Call(ctx, l.ControllerCtl(c.Pid()), "exit", args...)

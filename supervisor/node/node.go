@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -44,6 +45,9 @@ type Node struct {
 	cancel context.CancelFunc
 
 	lock     *os.File // the instance lock, held from Start to Stop
+	// handover: Stop leaves the children running for the next ovnhost;
+	// upgrading: Stop keeps the datapath (as --keep-datapath).
+	handover, upgrading atomic.Bool
 	bins     map[string]string
 	systemID string
 	tls      *ovsdbconn.TLSFiles
@@ -236,6 +240,22 @@ func (n *Node) Stop(ctx context.Context) error {
 	n.unlockInstance()
 	return err
 }
+
+// StopForUpgrade stops for the next ovnhost (an upgrade of ovnhost itself:
+// SIGUSR2) and keeps the datapath. With adopt-children the OVS/OVN daemons
+// are left running for the next ovnhost to adopt (handedOver); without,
+// they stop as with --keep-datapath (they would die with us anyway).
+func (n *Node) StopForUpgrade(ctx context.Context) (handedOver bool, err error) {
+	n.upgrading.Store(true)
+	if n.cfg.AdoptChildren {
+		n.handover.Store(true)
+	}
+	return n.cfg.AdoptChildren, n.Stop(ctx)
+}
+
+// KeepingDatapath reports whether a stop leaves the datapath in place:
+// --keep-datapath, or an upgrade.
+func (n *Node) KeepingDatapath() bool { return n.cfg.KeepDatapath || n.upgrading.Load() }
 
 // lockInstance takes the node's instance lock for as long as ovnhost
 // runs: a second ovnhost on the same directories would otherwise fight the

@@ -99,7 +99,7 @@ func (u *tunnelBridgeUnit) Start(context.Context) error {
 }
 
 func (u *tunnelBridgeUnit) Stop(context.Context) error {
-	if u.n.cfg.KeepDatapath {
+	if u.n.KeepingDatapath() {
 		return nil
 	}
 	moved, err := moveAddresses(nodeconfig.PhysBridge, u.n.nc.TunnelIface)

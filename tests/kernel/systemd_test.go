@@ -40,6 +40,8 @@ const unitCapBnd = 1<<12 | 1<<13 | 1<<14 | 1<<21 | 1<<23
 //   - a hung ovnhost (SIGSTOP) is killed by the watchdog and restarted,
 //     ready again, and has adopted the datapath daemons (same pids) (a drop-in shortens WatchdogSec and TimeoutAbortSec so
 //     the test does not wait out the shipped 30 s + 45 s);
+//   - an upgrade's SIGUSR2 (the RPM's %postun) restarts ovnhost, which
+//     adopts the daemons again;
 //   - `systemctl stop` leaves no process, datapath device or socket.
 func TestSystemdHome(t *testing.T) {
 	b := programs(t)
@@ -131,6 +133,30 @@ func TestSystemdHome(t *testing.T) {
 	}
 	if j := journal(t, vm); !strings.Contains(j, "adopted the running child of an earlier ovnhost") {
 		t.Errorf("the journal does not show the adoption:\n%s", tailLines(j, 30))
+	}
+
+	// An upgrade of ovnhost as the RPM does it: SIGUSR2 to the main
+	// process, exit 75, restarted by systemd (RestartForceExitStatus), the
+	// daemons adopted again.
+	mainPid = unitProps(t, vm)["MainPID"]
+	vm.Run(t, "systemctl", "kill", "--signal=SIGUSR2", "--kill-who=main", "ovnhost")
+	res, err = vm.ShResult(`until [ "$(systemctl show -p NRestarts --value ovnhost)" -ge 2 ] && systemctl is-active -q ovnhost; do sleep 0.5; done`, 3*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.TimedOut {
+		t.Fatalf("ovnhost was not restarted after SIGUSR2 within 3 min\n%s", tailLines(journal(t, vm), 60))
+	}
+	if now := unitProps(t, vm)["MainPID"]; now == mainPid || now == "0" {
+		t.Errorf("MainPID %s after the SIGUSR2 hand-over (was %s)", now, mainPid)
+	}
+	for child, before := range childPids {
+		if now := strings.TrimSpace(vm.Run(t, "pgrep", "-o", "-x", child)); now != before {
+			t.Errorf("%s: pid %s after the SIGUSR2 hand-over, want %s adopted", child, now, before)
+		}
+	}
+	if code := vm.Run(t, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "http://127.0.0.1:10665/readyz"); code != "200" {
+		t.Errorf("/readyz after the hand-over: %s", code)
 	}
 
 	// Stop leaves nothing.

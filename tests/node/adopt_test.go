@@ -23,8 +23,8 @@ import (
 // leaves ovsdb-server, ovs-vswitchd and ovn-controller (and the all-in-one
 // central) running, and the next ovnhost takes them over: the same pids,
 // no packet lost between two pods, their output in the new ovnhost's log,
-// a later crash of an adopted child restarted as usual, and a normal stop
-// leaves nothing.
+// an upgrade hand-over (SIGUSR2) that leaves them again, a later crash of
+// an adopted child restarted as usual, and a normal stop leaves nothing.
 func TestSupervisorCrashLeavesChildrenToBeAdopted(t *testing.T) {
 	n := newNode(t)
 	// Whatever happens, no orphan outlives the test.
@@ -98,6 +98,36 @@ func TestSupervisorCrashLeavesChildrenToBeAdopted(t *testing.T) {
 	addInternalPort(t, ovs, "adopted0")
 	if err := n.waitLog("adopted0", 20*time.Second); err != nil {
 		t.Fatalf("no output of the adopted ovs-vswitchd in the log: %v\n%s", err, n.logTail())
+	}
+
+	// An upgrade of ovnhost (the RPM sends SIGUSR2): exit 75 with the
+	// daemons left running, and the next ovnhost adopts them again.
+	_ = n.cmd.Process.Signal(syscall.SIGUSR2)
+	select {
+	case <-n.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("ovnhost did not exit within 60s of SIGUSR2\n%s", n.logTail())
+	}
+	n.log.Close()
+	if code := n.cmd.ProcessState.ExitCode(); code != 75 {
+		t.Fatalf("exit %d after SIGUSR2, want 75 (stopped for an upgrade)\n%s", code, n.logTail())
+	}
+	for name, pid := range before {
+		if !alive(pid) {
+			t.Fatalf("%s (pid %d) was stopped by the hand-over\n%s", name, pid, n.logTail())
+		}
+	}
+	mark = n.notify.Mark()
+	if err := n.startNoWait("--adopt-children"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.notify.WaitFor(mark, "READY=1", 60*time.Second, n.exited); err != nil {
+		t.Fatalf("not ready after the hand-over: %v\n%s", err, n.logTail())
+	}
+	for name, pf := range children {
+		if now := n.pid(pf); now != before[name] {
+			t.Errorf("after the hand-over %s is pid %d, want the adopted %d", name, now, before[name])
+		}
 	}
 	_ = pinger.Process.Signal(syscall.SIGINT)
 	_ = pinger.Wait()

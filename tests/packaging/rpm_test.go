@@ -248,8 +248,10 @@ func TestRPMInstallUpgradeErase(t *testing.T) {
 		t.Errorf("package owns %d paths, the test knows %d:\n%s", len(listed), len(rpmFiles), strings.Join(listed, "\n"))
 	}
 
-	// Upgrade: a local edit of the sysconfig file survives, the service is
-	// restarted if running, nothing is preset again.
+	// Upgrade: a local edit of the sysconfig file survives, a running
+	// ovnhost is told to make way for the new binary (SIGUSR2: it exits
+	// leaving the daemons to be adopted) instead of being restarted, the
+	// central is restarted, nothing is preset again.
 	sysconfig := filepath.Join(root, "etc/sysconfig/ovnhost")
 	if err := os.WriteFile(sysconfig, []byte("NODE_NAME=edited\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -262,8 +264,9 @@ func TestRPMInstallUpgradeErase(t *testing.T) {
 	if b, _ := os.ReadFile(sysconfig); string(b) != "NODE_NAME=edited\n" {
 		t.Errorf("upgrade replaced the edited /etc/sysconfig/ovnhost: %q", b)
 	}
-	if c := calls(); !strings.Contains(c, "systemctl try-restart ovnhost.service") || strings.Contains(c, "preset") || strings.Contains(c, "stop ovnhost") {
-		t.Errorf("upgrade scriptlets called:\n%s\nwant try-restart only", c)
+	if c := calls(); !strings.Contains(c, "systemctl kill --signal=SIGUSR2 --kill-who=main ovnhost.service") || strings.Contains(c, "try-restart ovnhost.service") ||
+		!strings.Contains(c, "systemctl try-restart ovnhost-central.service") || strings.Contains(c, "preset") || strings.Contains(c, "stop ovnhost") {
+		t.Errorf("upgrade scriptlets called:\n%s\nwant SIGUSR2 to ovnhost.service and try-restart of ovnhost-central.service only", c)
 	}
 
 	rpmRoot("-e", "ovnhost")

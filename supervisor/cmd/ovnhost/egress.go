@@ -99,7 +99,7 @@ func (u *egressUnit) Stop(ctx context.Context) error {
 		<-agent
 	}
 	defer m.Close()
-	if u.keepDatapath {
+	if u.keepDatapath || (u.n != nil && u.n.KeepingDatapath()) {
 		// An upgrade: pods keep leaving while the next ovnhost starts.
 		return nil
 	}

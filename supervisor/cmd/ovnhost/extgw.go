@@ -81,7 +81,7 @@ func (u *externalGatewayUnit) Stop(ctx context.Context) error {
 	}
 	u.cancel()
 	<-u.done
-	if u.keepDatapath {
+	if u.keepDatapath || u.n.KeepingDatapath() {
 		return nil // an upgrade: EIP traffic keeps flowing
 	}
 	if !u.n.HasExternalBridge(ctx) {

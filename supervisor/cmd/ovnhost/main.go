@@ -43,6 +43,10 @@ const (
 	exitFailure   = 1
 	exitConfig    = 2
 	exitPreflight = 3
+	// exitUpgrade: stopped on SIGUSR2 for the next ovnhost, the datapath
+	// (and with adopt-children the daemons) left running; the systemd unit
+	// restarts on it (RestartForceExitStatus).
+	exitUpgrade = 75
 )
 
 func main() {
@@ -164,6 +168,11 @@ func newLogger(cfg *config.Config, level *slog.LevelVar, w io.Writer) *slog.Logg
 }
 
 func runNode(ctx context.Context, cfg *config.Config, nc *nodeconfig.NodeConfig, tlsFiles *ovsdbconn.TLSFiles, log *slog.Logger, environ []string) int {
+	// SIGUSR2: hand over to the next ovnhost (an upgrade of ovnhost
+	// itself); registered first, since its default action kills us.
+	usr2 := make(chan os.Signal, 1)
+	signal.Notify(usr2, syscall.SIGUSR2)
+	defer signal.Stop(usr2)
 	h := health.New()
 	log.Info("starting", "version", version.Version, "node", nc.Name, "mode", cfg.Mode, "datapath", nc.Datapath,
 		"tunnel_iface", nc.TunnelIface, "encap_ip", nc.EncapIP, "pod_mtu", nc.PodMTU, "sb", nc.SB)
@@ -222,17 +231,42 @@ func runNode(ctx context.Context, cfg *config.Config, nc *nodeconfig.NodeConfig,
 	// Start-up garbage (schemas, initial monitor contents) is the bulk of
 	// the heap: hand it back now rather than at the next GC cycles.
 	debug.FreeOSMemory()
-	<-ctx.Done()
-	log.Info("stopping")
+	upgrade := waitForStop(ctx, usr2, log)
 	h.Stopping()
 	sctx, cancel := context.WithTimeout(context.Background(), 6*cfg.StopTimeout)
 	defer cancel()
+	if upgrade {
+		handedOver, err := n.StopForUpgrade(sctx)
+		if err != nil {
+			log.Error("stop for an upgrade", "err", err)
+			return exitFailure
+		}
+		if handedOver {
+			log.Info("handed over: ovsdb-server, ovs-vswitchd and ovn-controller keep running for the next ovnhost to adopt")
+		} else {
+			log.Info("stopped for an upgrade, the datapath kept (without adopt-children the daemons cannot outlive ovnhost)")
+		}
+		return exitUpgrade
+	}
 	if err := n.Stop(sctx); err != nil {
 		log.Error("stop", "err", err)
 		return exitFailure
 	}
 	log.Info("stopped")
 	return exitOK
+}
+
+// waitForStop returns when ovnhost should stop: true for an upgrade
+// (SIGUSR2), false for SIGTERM/SIGINT.
+func waitForStop(ctx context.Context, usr2 <-chan os.Signal, log *slog.Logger) bool {
+	select {
+	case <-ctx.Done():
+		log.Info("stopping")
+		return false
+	case <-usr2:
+		log.Info("SIGUSR2: stopping for the next ovnhost (an upgrade)")
+		return true
+	}
 }
 
 // cleanup is `ovnhost cleanup [--purge] [flags]`: the same settings as run,
