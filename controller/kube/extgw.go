@@ -653,6 +653,10 @@ func (x *externalGateway) syncPod(ctx context.Context, key string) error {
 			centralWhy = "its node " + node + " is unknown to the controller"
 		}
 		x.mu.Unlock()
+		if centralWhy != "" {
+			// Also when the rule is already so (switching to distributed changes nothing for it).
+			x.reportNotDistributed(pod, ref, want.EIP, centralWhy, cfg.NIC)
+		}
 	}
 	// One EIP, one pod: the holder keeps it. An EIP is not also anyone's SNAT.
 	x.mu.Lock()
@@ -703,8 +707,7 @@ func (x *externalGateway) syncPod(ctx context.Context, key string) error {
 		parts = append(parts, fmt.Sprintf("reached at and leaving from EIP %s", want.EIP))
 	}
 	if centralWhy != "" {
-		x.report(pod, ref, corev1.EventTypeWarning, "EIPNotDistributed", fmt.Sprintf("EIP %s is NATed on the active gateway node, not on this pod's node: %s; it moves to the pod's node once that node has bridged %s",
-			want.EIP, centralWhy, cfg.NIC))
+		x.reportNotDistributed(pod, ref, want.EIP, centralWhy, cfg.NIC)
 	}
 	if want.SNAT.IsValid() {
 		parts = append(parts, fmt.Sprintf("leaving from SNAT address %s", want.SNAT))
@@ -714,6 +717,11 @@ func (x *externalGateway) syncPod(ctx context.Context, key string) error {
 		x.wakeAll()
 	}
 	return nil
+}
+
+func (x *externalGateway) reportNotDistributed(pod *corev1.Pod, ref string, eip netip.Addr, why, nic string) {
+	x.report(pod, ref, corev1.EventTypeWarning, "EIPNotDistributed", fmt.Sprintf("EIP %s is NATed on the active gateway node, not on this pod's node: %s; it moves to the pod's node once that node has bridged %s",
+		eip, why, nic))
 }
 
 func otherPods(m map[string]bool, self string) []string {
