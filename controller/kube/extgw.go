@@ -653,10 +653,6 @@ func (x *externalGateway) syncPod(ctx context.Context, key string) error {
 			centralWhy = "its node " + node + " is unknown to the controller"
 		}
 		x.mu.Unlock()
-		if centralWhy != "" {
-			// Also when the rule is already so (switching to distributed changes nothing for it).
-			x.reportNotDistributed(pod, ref, want.EIP, centralWhy, cfg.NIC)
-		}
 	}
 	// One EIP, one pod: the holder keeps it. An EIP is not also anyone's SNAT.
 	x.mu.Lock()
@@ -682,6 +678,10 @@ func (x *externalGateway) syncPod(ctx context.Context, key string) error {
 	old, had := x.held[key]
 	if had && old == want && x.via[key] == cfg.GatewayIP {
 		x.mu.Unlock()
+		if centralWhy != "" {
+			// Also when the rule is already so (switching to distributed changes nothing for it).
+			x.reportNotDistributed(pod, ref, want.EIP, centralWhy, cfg.NIC)
+		}
 		return nil
 	}
 	x.claim(want) // before the NB write: a concurrent pod asking for it is refused
