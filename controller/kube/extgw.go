@@ -32,7 +32,10 @@ import (
 // and ovn.kubernetes.io/snat program each pod's NAT rules and policy. One
 // EIP belongs to one pod: the pod that holds it keeps it, a second pod is
 // refused with an event and gets it once the first lets go. A bad
-// ConfigMap or annotation gets an event and changes nothing else.
+// ConfigMap or annotation gets an event and changes nothing else. With
+// type: distributed an EIP's rule names its pod's port, so the NAT happens
+// on the pod's node, when that node has bridged the NIC; otherwise the
+// rule stays centralized and a Warning EIPNotDistributed says why.
 type externalGateway struct {
 	c       *Controller
 	factory informers.SharedInformerFactory // the one ConfigMap
@@ -43,6 +46,8 @@ type externalGateway struct {
 	mu       sync.Mutex
 	cfg      *ovnnet.ExternalGatewayConfig // programmed (nil: none)
 	why      string                        // why pods cannot get NAT now ("" when cfg is programmed)
+	bridged  map[string]bool               // nodes with a chassis that bridged cfg.NIC (distributed EIPs go there)
+	unusable map[string]string             // other nodes -> why not (for the pods' events)
 	held     map[string]ovnnet.PodNAT      // pod key -> what is programmed for it
 	via      map[string]netip.Addr         // pod key -> the next hop its policy was written with
 	eips     map[netip.Addr]string         // EIP -> the pod holding it
@@ -283,11 +288,23 @@ func (x *externalGateway) syncConfig(ctx context.Context) error {
 	}
 	var unknown []string
 	var listed []*corev1.Node
+	all, err := x.c.nodes.List(everything)
+	if err != nil {
+		return err
+	}
 	for _, name := range cfg.Nodes {
+		if _, err := x.c.nodes.Get(name); apierrors.IsNotFound(err) {
+			unknown = append(unknown, name)
+		}
+	}
+	var allNames []string
+	for _, n := range all {
+		allNames = append(allNames, n.Name)
+	}
+	for _, name := range cfg.GatewayOrder(allNames) {
 		nd, err := x.c.nodes.Get(name)
 		if apierrors.IsNotFound(err) {
-			unknown = append(unknown, name)
-			continue
+			continue // gone since the List
 		}
 		if err != nil {
 			return err
@@ -295,11 +312,7 @@ func (x *externalGateway) syncConfig(ctx context.Context) error {
 		listed = append(listed, nd)
 	}
 	if len(unknown) > 0 {
-		all, _ := x.c.nodes.List(everything)
-		var names []string
-		for _, n := range all {
-			names = append(names, n.Name)
-		}
+		names := slices.Clone(allNames)
 		sort.Strings(names)
 		msg := fmt.Sprintf("%s: external-gw-nodes names node(s) %s that do not exist; list existing nodes (%s) (nothing was changed)",
 			cmName(), strings.Join(unknown, ", "), strings.Join(names, ", "))
@@ -311,7 +324,11 @@ func (x *externalGateway) syncConfig(ctx context.Context) error {
 		x.report(cm, ref, corev1.EventTypeWarning, "ExternalGatewayKeyIgnored",
 			fmt.Sprintf("%s: key(s) %s mean nothing to ovnhost and are ignored; remove them", cmName(), strings.Join(cfg.Ignored, ", ")))
 	}
-	if err := x.labelNodes(ctx, cfg.Nodes); err != nil {
+	var gwNames []string
+	for _, nd := range listed {
+		gwNames = append(gwNames, nd.Name)
+	}
+	if err := x.labelNodes(ctx, gwNames); err != nil {
 		return err
 	}
 	if err := x.confirm(ctx, cm); err != nil {
@@ -320,9 +337,21 @@ func (x *externalGateway) syncConfig(ctx context.Context) error {
 	// A gateway node counts once its daemon has bridged the NIC (and has a chassis, and is Ready).
 	var ready []ovnnet.GatewayNode
 	var names, waiting []string
+	bridged, unusable := map[string]bool{}, map[string]string{}
 	for _, nd := range listed {
 		ch := nd.Annotations[annotations.Chassis]
 		nic := nd.Annotations[annotations.ExternalGatewayNIC]
+		// A distributed EIP needs the pod's node to have the NIC in
+		// br-external (its localnet port), not the node to be Ready: a
+		// node whose kubelet is down still forwards its pods' packets.
+		switch {
+		case ch == "":
+			unusable[nd.Name] = "has no chassis annotation (is ovnhost running there?)"
+		case nic != cfg.NIC:
+			unusable[nd.Name] = fmt.Sprintf("has not bridged %s (its daemon reports why in the events of %s)", cfg.NIC, cmName())
+		default:
+			bridged[nd.Name] = true
+		}
 		switch {
 		case ch == "" || nic != cfg.NIC || !nodeReady(nd):
 			why := "not Ready"
@@ -353,10 +382,14 @@ func (x *externalGateway) syncConfig(ctx context.Context) error {
 		return err
 	}
 	x.mu.Lock()
-	x.cfg, x.why = &cfg, ""
+	x.cfg, x.why, x.bridged, x.unusable = &cfg, "", bridged, unusable
 	x.mu.Unlock()
-	msg := fmt.Sprintf("external gateway %s (%s, MAC %s, next hop %s) on gateway nodes in priority order: %s", ovnnet.ExternalRouterPort(ovnnet.DefaultRouter),
-		cfg.PortIP, cfg.PortMAC, cfg.GatewayIP, strings.Join(names, ", "))
+	where := "on gateway nodes"
+	if cfg.Distributed {
+		where = "distributed (each EIP NATed on its pod's node); SNAT and the router's own address on gateway nodes"
+	}
+	msg := fmt.Sprintf("external gateway %s (%s, MAC %s, next hop %s) %s in priority order: %s", ovnnet.ExternalRouterPort(ovnnet.DefaultRouter),
+		cfg.PortIP, cfg.PortMAC, cfg.GatewayIP, where, strings.Join(names, ", "))
 	if len(waiting) > 0 {
 		msg += "; left out: " + strings.Join(waiting, "; ")
 	}
@@ -438,7 +471,7 @@ func (x *externalGateway) disable(ctx context.Context, cm *corev1.ConfigMap, why
 		return err
 	}
 	x.mu.Lock()
-	x.cfg, x.why = nil, why
+	x.cfg, x.why, x.bridged, x.unusable = nil, why, nil, nil
 	x.held, x.via, x.eips, x.snats = map[string]ovnnet.PodNAT{}, map[string]netip.Addr{}, map[netip.Addr]string{}, map[netip.Addr]map[string]bool{}
 	x.mu.Unlock()
 	if had {
@@ -604,6 +637,23 @@ func (x *externalGateway) syncPod(ctx context.Context, key string) error {
 		x.report(pod, ref, corev1.EventTypeWarning, "InvalidEIP", "EIP/SNAT needs an IPv4 pod address; this pod has "+pod.Annotations[annotations.IPAddress])
 		return x.release(ctx, key)
 	}
+	// Distributed: the EIP is NATed on the pod's node when that node can.
+	centralWhy := ""
+	if cfg.Distributed && want.EIP.IsValid() {
+		x.mu.Lock()
+		node := pod.Spec.NodeName
+		switch {
+		case node == "":
+			centralWhy = "the pod is not on a node yet"
+		case x.bridged[node]:
+			want.Port = ovnnet.PortName(pod.Namespace, pod.Name)
+		case x.unusable[node] != "":
+			centralWhy = "its node " + node + " " + x.unusable[node]
+		default:
+			centralWhy = "its node " + node + " is unknown to the controller"
+		}
+		x.mu.Unlock()
+	}
 	// One EIP, one pod: the holder keeps it. An EIP is not also anyone's SNAT.
 	x.mu.Lock()
 	var conflict string
@@ -628,6 +678,10 @@ func (x *externalGateway) syncPod(ctx context.Context, key string) error {
 	old, had := x.held[key]
 	if had && old == want && x.via[key] == cfg.GatewayIP {
 		x.mu.Unlock()
+		if centralWhy != "" {
+			// Also when the rule is already so (switching to distributed changes nothing for it).
+			x.reportNotDistributed(pod, ref, want.EIP, centralWhy, cfg.NIC)
+		}
 		return nil
 	}
 	x.claim(want) // before the NB write: a concurrent pod asking for it is refused
@@ -646,8 +700,14 @@ func (x *externalGateway) syncPod(ctx context.Context, key string) error {
 	x.mu.Unlock()
 	x.forget(ref)
 	var parts []string
-	if want.EIP.IsValid() {
+	switch {
+	case want.Port != "":
+		parts = append(parts, fmt.Sprintf("reached at and leaving from EIP %s on its node %s (distributed, MAC %s)", want.EIP, pod.Spec.NodeName, ovnnet.EIPMAC(want.EIP)))
+	case want.EIP.IsValid():
 		parts = append(parts, fmt.Sprintf("reached at and leaving from EIP %s", want.EIP))
+	}
+	if centralWhy != "" {
+		x.reportNotDistributed(pod, ref, want.EIP, centralWhy, cfg.NIC)
 	}
 	if want.SNAT.IsValid() {
 		parts = append(parts, fmt.Sprintf("leaving from SNAT address %s", want.SNAT))
@@ -657,6 +717,11 @@ func (x *externalGateway) syncPod(ctx context.Context, key string) error {
 		x.wakeAll()
 	}
 	return nil
+}
+
+func (x *externalGateway) reportNotDistributed(pod *corev1.Pod, ref string, eip netip.Addr, why, nic string) {
+	x.report(pod, ref, corev1.EventTypeWarning, "EIPNotDistributed", fmt.Sprintf("EIP %s is NATed on the active gateway node, not on this pod's node: %s; it moves to the pod's node once that node has bridged %s",
+		eip, why, nic))
 }
 
 func otherPods(m map[string]bool, self string) []string {

@@ -16,13 +16,32 @@ import (
 // NAT is a logical router NAT rule. On a router with a distributed gateway
 // port OVN applies it on the chassis where that port is active;
 // GatewayPort names the port when the router has more than one (northd
-// ignores rules it cannot place otherwise).
+// ignores rules it cannot place otherwise). A dnat_and_snat rule with
+// LogicalPort and ExternalMAC is distributed instead: OVN applies it on the
+// chassis where LogicalPort is bound, and the packets use that chassis's
+// localnet port with ExternalMAC as their MAC on the external switch.
 type NAT struct {
 	Type        string // nbdb.NATTypeSNAT, nbdb.NATTypeDNATAndSNAT
 	ExternalIP  string
 	LogicalIP   string
 	GatewayPort string // router port name; "" = none
+	LogicalPort string // logical switch port of LogicalIP; "" = centralized
+	ExternalMAC string // with LogicalPort: the address's MAC on the external switch
 	ExternalIDs map[string]string
+}
+
+func optString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func derefString(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }
 
 func natKey(typ, ext, logical string) string { return typ + " " + ext + " " + logical }
@@ -69,12 +88,13 @@ func (c *Client) SetRouterNAT(ctx context.Context, router string, match map[stri
 		}
 		ids := vendorIDs(want.ExternalIDs)
 		k := natKey(want.Type, want.ExternalIP, want.LogicalIP)
-		if x, ok := have[k]; ok && !keep[k] && maps.Equal(x.ExternalIDs, ids) && equalRef(x.GatewayPort, gwp) {
+		if x, ok := have[k]; ok && !keep[k] && maps.Equal(x.ExternalIDs, ids) && equalRef(x.GatewayPort, gwp) &&
+			derefString(x.LogicalPort) == want.LogicalPort && derefString(x.ExternalMAC) == want.ExternalMAC {
 			keep[k] = true
 			continue
 		}
 		row := &nbdb.NAT{UUID: "newnat" + strconv.Itoa(i), Type: want.Type, ExternalIP: want.ExternalIP, LogicalIP: want.LogicalIP,
-			GatewayPort: gwp, ExternalIDs: ids}
+			GatewayPort: gwp, LogicalPort: optString(want.LogicalPort), ExternalMAC: optString(want.ExternalMAC), ExternalIDs: ids}
 		o, err := c.cl.Create(row)
 		if err != nil {
 			return err
@@ -166,7 +186,8 @@ func (c *Client) NATs(ctx context.Context, router string, match map[string]strin
 	}
 	out := make([]NAT, 0, len(cur))
 	for _, x := range cur {
-		n := NAT{Type: x.Type, ExternalIP: x.ExternalIP, LogicalIP: x.LogicalIP, ExternalIDs: x.ExternalIDs}
+		n := NAT{Type: x.Type, ExternalIP: x.ExternalIP, LogicalIP: x.LogicalIP, LogicalPort: derefString(x.LogicalPort),
+			ExternalMAC: derefString(x.ExternalMAC), ExternalIDs: x.ExternalIDs}
 		if x.GatewayPort != nil {
 			lrp := &nbdb.LogicalRouterPort{UUID: *x.GatewayPort}
 			if c.cl.Get(ctx, lrp) == nil {

@@ -29,6 +29,16 @@ import (
 // from, the EIP); ovn.kubernetes.io/snat an snat rule. A router policy
 // (EIPPriority) sends such a pod's traffic to outside the cluster to
 // external-gw-addr, through the gateway port, instead of its node.
+//
+// With type: distributed every node bridges the NIC and every such node is
+// in the HA chassis group (external-gw-nodes first, when given, then the
+// others by name). A pod's dnat_and_snat rule then names the pod's logical
+// switch port and a MAC of its own (EIPMAC), so OVN does that NAT on the
+// pod's node and the packets enter and leave through that node's NIC. snat
+// rules cannot be distributed in OVN (they have no logical port): as in
+// Kube-OVN they stay on the active gateway chassis. A pod whose node has
+// not bridged the NIC gets a centralized dnat_and_snat rule instead (the
+// controller says so in an event), so its EIP still works.
 
 // Names of Kube-OVN's default-VPC external gateway.
 const (
@@ -64,12 +74,13 @@ const (
 
 // ExternalGatewayConfig is a validated ovn-external-gw-config.
 type ExternalGatewayConfig struct {
-	Enabled   bool
-	Nodes     []string     // external-gw-nodes, in priority order
-	NIC       string       // external-gw-nic
-	GatewayIP netip.Addr   // external-gw-addr: the next hop outside
-	PortIP    netip.Prefix // nic-ip: the router's address and the external subnet
-	PortMAC   string       // nic-mac, else derived from the port name
+	Enabled     bool
+	Distributed bool         // type: distributed (EIPs NATed on their pod's node)
+	Nodes       []string     // external-gw-nodes, in priority order (optional when Distributed)
+	NIC         string       // external-gw-nic
+	GatewayIP   netip.Addr   // external-gw-addr: the next hop outside
+	PortIP      netip.Prefix // nic-ip: the router's address and the external subnet
+	PortMAC     string       // nic-mac, else derived from the port name
 	// Ignored lists keys that are present but mean nothing here.
 	Ignored []string
 }
@@ -105,7 +116,7 @@ func ParseExternalGatewayConfig(data map[string]string) (ExternalGatewayConfig, 
 	switch v := strings.TrimSpace(data[KeyType]); v {
 	case "", "centralized":
 	case "distributed":
-		bad(KeyType, "distributed EIP/SNAT (NAT on every node) is not supported by ovnhost; remove the key or write centralized and list gateway nodes in "+KeyNodes)
+		c.Distributed = true
 	default:
 		bad(KeyType, "not centralized or distributed; remove the key or write centralized")
 	}
@@ -124,13 +135,13 @@ func ParseExternalGatewayConfig(data map[string]string) (ExternalGatewayConfig, 
 		seen[n] = true
 		c.Nodes = append(c.Nodes, n)
 	}
-	if len(c.Nodes) == 0 {
+	if len(c.Nodes) == 0 && !c.Distributed {
 		bad(KeyNodes, `names no node; list the gateway nodes, comma-separated ("node1,node2"), first = preferred`)
 	}
 	c.NIC = strings.TrimSpace(data[KeyNIC])
 	switch {
 	case c.NIC == "":
-		bad(KeyNIC, "missing; name the gateway nodes' NIC on the external network (it is moved into "+ExternalBridge+")")
+		bad(KeyNIC, "missing; name the gateway nodes' NIC on the external network (it is moved into "+ExternalBridge+"; with type distributed every node needs it)")
 	case !validIfName(c.NIC):
 		bad(KeyNIC, "not an interface name (1-15 characters, no '/', ':' or white space)")
 	case slices.Contains(reservedDevices, c.NIC):
@@ -288,9 +299,10 @@ const (
 
 // ExternalBridgePlan is a node's decision about br-external.
 type ExternalBridgePlan struct {
-	Action BridgeAction
-	NIC    string
-	Why    string
+	Action      BridgeAction
+	NIC         string
+	Why         string
+	Distributed bool // type: distributed (every node bridges NIC)
 }
 
 // PlanExternalBridge decides for node from the ConfigMap (found false: there
@@ -308,6 +320,8 @@ func PlanExternalBridge(node string, found bool, data, ann map[string]string) Ex
 		return ExternalBridgePlan{Action: BridgeKeep, Why: err.Error()}
 	case !cfg.Enabled:
 		return ExternalBridgePlan{Action: BridgeRemove, Why: KeyEnable + " is false"}
+	case cfg.Distributed:
+		return ExternalBridgePlan{Action: BridgeEnsure, NIC: cfg.NIC, Why: KeyType + " is distributed: every node bridges " + KeyNIC, Distributed: true}
 	case !slices.Contains(cfg.Nodes, node):
 		return ExternalBridgePlan{Action: BridgeRemove, Why: "not listed in " + KeyNodes}
 	}
@@ -326,13 +340,53 @@ func (n *Network) EnsureExternalGateway(ctx context.Context, cfg ExternalGateway
 	}
 	var chassis []ovnnb.HAChassis
 	for i, g := range nodes {
-		chassis = append(chassis, ovnnb.HAChassis{Name: g.Chassis, Priority: 100 - 10*i})
+		chassis = append(chassis, ovnnb.HAChassis{Name: g.Chassis, Priority: haPriority(i, len(nodes))})
 	}
 	if err := n.NB.EnsureGatewayPort(ctx, ovnnb.GatewayPort{Router: n.cfg.Router, Switch: ExternalSwitch, Network: ExternalNetwork,
 		Address: cfg.PortIP, Chassis: chassis, IDs: map[string]string{keyEgress: "external"}}); err != nil {
 		return err
 	}
 	return n.NB.SetGatewayPortAddressing(ctx, n.cfg.Router, ExternalSwitch, cfg.PortMAC)
+}
+
+// haPriority is the HA chassis priority of the i-th of n gateway nodes:
+// 100, 90, ... as before for up to ten (centralized lists are short), one
+// step apart from n down to 1 for more (type distributed ranks every node;
+// OVN's priorities are 0 to 32767).
+func haPriority(i, n int) int {
+	if n <= 10 {
+		return 100 - 10*i
+	}
+	return min(n, 32767) - i
+}
+
+// GatewayOrder ranks the candidate gateway nodes: external-gw-nodes in
+// their order, then (type distributed only) every other node of all by
+// name. Listed nodes that are not in all are left out.
+func (c ExternalGatewayConfig) GatewayOrder(all []string) []string {
+	var out []string
+	for _, n := range c.Nodes {
+		if slices.Contains(all, n) {
+			out = append(out, n)
+		}
+	}
+	if !c.Distributed {
+		return out
+	}
+	rest := slices.DeleteFunc(slices.Clone(all), func(n string) bool { return slices.Contains(c.Nodes, n) })
+	slices.Sort(rest)
+	return append(out, slices.Compact(rest)...)
+}
+
+// EIPMAC is the MAC of a distributed EIP on the external network: 02:e1
+// (unicast, locally administered) followed by the address's four bytes, so
+// 172.56.0.10 is 02:e1:ac:38:00:0a. It depends on the EIP alone: when the
+// EIP moves to a pod on another node, the outside's ARP caches stay right
+// and only its switches relearn the port (from the new node's gratuitous
+// ARP or its first packet). OVN wants it unique on ovn-external: EIPs are.
+func EIPMAC(eip netip.Addr) string {
+	b := eip.As4()
+	return net.HardwareAddr{0x02, 0xe1, b[0], b[1], b[2], b[3]}.String()
 }
 
 // ExternalGatewayProgrammed reports whether the external gateway port exists.
@@ -360,25 +414,37 @@ type PodNAT struct {
 	IP   netip.Addr // the pod's IPv4 address
 	EIP  netip.Addr // invalid: none
 	SNAT netip.Addr // invalid: none
+	// Port is the pod's logical switch port when its EIP is distributed
+	// (NATed on the pod's node); "" keeps it on the gateway chassis.
+	Port string
+}
+
+// PodNATRows are the NAT rules and policy of p on router (nil, nil: none).
+func PodNATRows(router string, cfg ExternalGatewayConfig, p PodNAT) ([]ovnnb.NAT, []ovnnb.Policy) {
+	ids := map[string]string{keyEgress: "eip", ovnnb.KeyPod: p.Pod}
+	var nats []ovnnb.NAT
+	gw := ExternalRouterPort(router)
+	if p.EIP.IsValid() {
+		r := ovnnb.NAT{Type: nbdb.NATTypeDNATAndSNAT, ExternalIP: p.EIP.String(), LogicalIP: p.IP.String(), GatewayPort: gw, ExternalIDs: ids}
+		if p.Port != "" {
+			r.LogicalPort, r.ExternalMAC = p.Port, EIPMAC(p.EIP)
+		}
+		nats = append(nats, r)
+	}
+	if p.SNAT.IsValid() {
+		nats = append(nats, ovnnb.NAT{Type: nbdb.NATTypeSNAT, ExternalIP: p.SNAT.String(), LogicalIP: p.IP.String(), GatewayPort: gw, ExternalIDs: ids})
+	}
+	if len(nats) == 0 {
+		return nil, nil
+	}
+	return nats, []ovnnb.Policy{{Router: router, Priority: EIPPriority, Match: "ip4.src == " + p.IP.String(), Nexthop: cfg.GatewayIP, ExternalIDs: ids}}
 }
 
 // EnsurePodNAT makes the pod's NAT rules and policy be p's (one
 // transaction); a PodNAT without EIP and SNAT removes them.
 func (n *Network) EnsurePodNAT(ctx context.Context, cfg ExternalGatewayConfig, p PodNAT) error {
-	ids := map[string]string{keyEgress: "eip", ovnnb.KeyPod: p.Pod}
-	var nats []ovnnb.NAT
-	gw := ExternalRouterPort(n.cfg.Router)
-	if p.EIP.IsValid() {
-		nats = append(nats, ovnnb.NAT{Type: nbdb.NATTypeDNATAndSNAT, ExternalIP: p.EIP.String(), LogicalIP: p.IP.String(), GatewayPort: gw, ExternalIDs: ids})
-	}
-	if p.SNAT.IsValid() {
-		nats = append(nats, ovnnb.NAT{Type: nbdb.NATTypeSNAT, ExternalIP: p.SNAT.String(), LogicalIP: p.IP.String(), GatewayPort: gw, ExternalIDs: ids})
-	}
-	var pols []ovnnb.Policy
-	if len(nats) > 0 {
-		pols = []ovnnb.Policy{{Router: n.cfg.Router, Priority: EIPPriority, Match: "ip4.src == " + p.IP.String(), Nexthop: cfg.GatewayIP, ExternalIDs: ids}}
-	}
-	return n.NB.SetRouterNAT(ctx, n.cfg.Router, ids, nats, pols)
+	nats, pols := PodNATRows(n.cfg.Router, cfg, p)
+	return n.NB.SetRouterNAT(ctx, n.cfg.Router, map[string]string{keyEgress: "eip", ovnnb.KeyPod: p.Pod}, nats, pols)
 }
 
 // RemovePodNAT removes a pod's EIP/SNAT rules and policy.
@@ -409,6 +475,11 @@ func (n *Network) PodNATs(ctx context.Context) ([]PodNAT, error) {
 		switch r.Type {
 		case nbdb.NATTypeDNATAndSNAT:
 			p.EIP = ext
+			// A distributed rule written by hand with another MAC reads
+			// back as not distributed: the next sync rewrites it.
+			if r.LogicalPort != "" && ext.IsValid() && r.ExternalMAC == EIPMAC(ext) {
+				p.Port = r.LogicalPort
+			}
 		case nbdb.NATTypeSNAT:
 			p.SNAT = ext
 		}

@@ -27,7 +27,8 @@ import (
 )
 
 // externalGatewayUnit is the node side of EIP/SNAT (Kube-OVN's
-// br-external): on a node listed in external-gw-nodes it puts the NIC
+// br-external): on a node listed in external-gw-nodes (on every node with
+// type: distributed, where the node's own pods' EIPs are NATed) it puts the NIC
 // named by external-gw-nic into br-external, maps the external network to
 // it, and says so in its Node annotation ovn.kubernetes.io/external-gw-nic
 // (the controller ranks only such nodes). It reads the ConfigMap only for
@@ -181,6 +182,9 @@ func (u *externalGatewayUnit) apply(ctx context.Context, kc kubernetes.Interface
 	nic := plan.NIC
 	if problem := u.checkNIC(nic); problem != "" {
 		msg := fmt.Sprintf("node %s: %s=%s: %s; nothing was changed on this node, and it carries no EIP/SNAT until this is fixed", u.nodeName, ovnnet.KeyNIC, nic, problem)
+		if plan.Distributed {
+			msg += " (meanwhile the EIPs of its pods are NATed on the active gateway node)"
+		}
 		u.log.Error("EIP/SNAT: external NIC unusable", "nic", nic, "problem", problem, "fix", "correct "+ovnnet.KeyNIC+" in "+ovnnet.ExternalGatewayNamespace+"/"+ovnnet.ExternalGatewayConfigMap+" or add the NIC")
 		u.event(ctx, kc, cm, "ExternalGatewayNICNotFound", msg)
 		return u.annotate(ctx, kc, "")
