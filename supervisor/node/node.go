@@ -44,13 +44,14 @@ type Node struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	lock     *os.File // the instance lock, held from Start to Stop
-	// handover: Stop leaves the children running for the next ovnhost;
-	// upgrading: Stop keeps the datapath (as --keep-datapath).
-	handover, upgrading atomic.Bool
 	bins     map[string]string
 	systemID string
 	tls      *ovsdbconn.TLSFiles
+
+	lock *os.File // the instance lock, held from Start to Stop
+	// handover: Stop leaves the children running for the next ovnhost;
+	// upgrading: Stop keeps the datapath (as --keep-datapath).
+	handover, upgrading atomic.Bool
 
 	mu     sync.Mutex
 	ovs    *ovsdbconn.Conn // conf.db, long-lived
