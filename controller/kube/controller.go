@@ -689,6 +689,25 @@ func (c *Controller) subnetForPod(p *corev1.Pod) string {
 			def = n
 		}
 	}
+	// A Subnet that lists the namespace but is not programmed yet (created
+	// with the namespace and its pods in one apply): the pod waits for it
+	// (woken when it is valid) instead of taking a default address for good.
+	for _, obj := range c.subnetInf.GetIndexer().List() {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok || u.GetDeletionTimestamp() != nil {
+			continue
+		}
+		n := u.GetName()
+		if _, valid := c.valid[n]; valid {
+			continue
+		}
+		if _, invalid := c.problems[n]; invalid {
+			continue
+		}
+		if nss, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "namespaces"); slices.Contains(nss, p.Namespace) {
+			return n
+		}
+	}
 	return def
 }
 
