@@ -17,12 +17,7 @@ import (
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
-// HelmVersion is the helm.sh/helm/v3 module version helm is built from.
-const HelmVersion = "v3.22.0"
-
-func helm(t *testing.T) string {
-	return gotool.Install(t, "helm.sh/helm/v3/cmd/helm", HelmVersion)
-}
+func helm(t *testing.T) string { return gotool.Helm(t) }
 
 func chartDir() string { return filepath.Join(testenv.RepoRoot(), "packaging", "helm", "ovnhost") }
 

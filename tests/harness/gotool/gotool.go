@@ -24,6 +24,12 @@ var (
 	built = map[string]string{}
 )
 
+// HelmVersion is the helm.sh/helm/v3 module version helm is built from.
+const HelmVersion = "v3.22.0"
+
+// Helm returns the path of helm, built on first use.
+func Helm(t testing.TB) string { return Install(t, "helm.sh/helm/v3/cmd/helm", HelmVersion) }
+
 // Install returns the path of program name (the last element of pkg),
 // building pkg@version (with the build tags, if any) on first use. It
 // fails under OVNHOST_TEST_STRICT, else skips, when the build is impossible.
