@@ -441,6 +441,7 @@ func (n *node) stop() {
 			}
 			n.t.Logf("%s:\n%s", f, strings.Join(lines, "\n"))
 		}
+		n.t.Logf("CNI server (warnings and errors):\n%s", n.logs.String())
 	}
 	os.RemoveAll(n.dir)
 }

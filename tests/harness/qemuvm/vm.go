@@ -185,6 +185,13 @@ func BootAll(t testing.TB, cfgs ...Config) []*VM {
 	t.Helper()
 	vms := make([]*VM, len(cfgs))
 	errs := make([]error, len(cfgs))
+	// What may Fatal or Skip happens here, not in the boot goroutines
+	// (FailNow from another goroutine would leave a nil VM behind).
+	for i := range cfgs {
+		if cfgs[i].Kernel == nil {
+			cfgs[i].Kernel = DebianKernel(t, Bookworm)
+		}
+	}
 	var wg sync.WaitGroup
 	for i := range cfgs {
 		wg.Add(1)
@@ -197,6 +204,9 @@ func BootAll(t testing.TB, cfgs ...Config) []*VM {
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("boot VM %s: %v", cfgs[i].Name, err)
+		}
+		if vms[i] == nil {
+			t.Fatalf("boot VM %s: no VM (the boot stopped the test from its goroutine; see the log above)", cfgs[i].Name)
 		}
 	}
 	return vms
