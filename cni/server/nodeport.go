@@ -96,8 +96,10 @@ func (s *Server) nodePortLoop(ctx context.Context) {
 }
 
 // A failed node port set-up is retried after Server.nodePortRetry,
-// doubling up to retryMax, besides any event that calls for it.
-const retryMax = 30 * time.Second
+// doubling up to retryMax, besides any event that calls for it. The cap
+// is short: without ovn0 the host cannot reach its pods, and a retry is a
+// few netlink and OVSDB calls.
+const retryMax = 5 * time.Second
 
 func sameNodePort(a, b *NodeNetwork) bool {
 	return a.PortName == b.PortName && a.Addr == b.Addr && a.Gateway == b.Gateway && a.MAC.String() == b.MAC.String()
