@@ -48,6 +48,9 @@ type daemon struct {
 	// pidfile is where the program writes its pid: with adopt-children, a
 	// live process there is taken over at the first start.
 	pidfile string
+	// adoptWith: adopt this daemon's process only if adoptWith's was
+	// adopted too (else it is stopped and started fresh).
+	adoptWith *daemon
 	// dependants are restarted, in order, after this daemon restarts.
 	dependants []*daemon
 	// beforeStop and afterStop run around the final stop (not restarts).
@@ -138,6 +141,13 @@ func (d *daemon) adopt(spec process.Spec) (*process.Child, error) {
 	c, err := process.Adopt(spec, pid, d.n.log)
 	if err != nil {
 		return nil, fmt.Errorf("%s from an earlier ovnhost is still running as pid %d (pidfile %s) but cannot be adopted: %w; stop it (kill %d) and start ovnhost again", d.name, pid, d.pidfile, err, pid)
+	}
+	if w := d.adoptWith; w != nil {
+		if wc := w.Child(); wc == nil || !wc.Adopted() {
+			d.log.Info("stopping the running child of an earlier ovnhost: "+w.name+" was started afresh", "child", d.name, "pid", pid)
+			d.stopChild(d.n.ctx, c)
+			return nil, nil
+		}
 	}
 	d.log.Info("adopted the running child of an earlier ovnhost", "child", d.name, "pid", pid, "running_since", c.Started().Format(time.RFC3339))
 	return c, nil

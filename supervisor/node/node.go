@@ -118,6 +118,10 @@ func (n *Node) plan() []lifecycle.Unit {
 	vswitchd := n.vswitchdDaemon()
 	controller := n.controllerDaemon()
 	vswitchd.dependants = []*daemon{controller}
+	// An ovn-controller that outlived ovnhost is kept only with the
+	// ovs-vswitchd it was connected to: a fresh ovs-vswitchd needs a fresh
+	// one, as after any ovs-vswitchd restart.
+	controller.adoptWith = vswitchd
 	// One recovery at a time within the chain, so ovn-controller restarted
 	// by ovs-vswitchd's recovery is not also recovered as a crash of its own.
 	controller.restarts = vswitchd.restarts

@@ -231,3 +231,49 @@ func killProcessesUnder(dir string) {
 		}
 	}
 }
+
+// ovs-vswitchd died while ovnhost was down: ovsdb-server is adopted, but
+// ovn-controller is restarted with the new ovs-vswitchd (as after any
+// ovs-vswitchd restart) instead of being adopted with a dead OpenFlow
+// connection, and the pods are reachable again.
+func TestAdoptionRestartsOVNControllerWithAFreshVswitchd(t *testing.T) {
+	n := newNode(t)
+	t.Cleanup(func() { killProcessesUnder(n.dir) })
+	n.start("--adopt-children")
+	pods := []pod{
+		{hostIf: "veth-b1", lsp: "b1.default", mac: "0a:58:0a:10:00:61", ip: "10.16.0.61"},
+		{hostIf: "veth-b2", lsp: "b2.default", mac: "0a:58:0a:10:00:62", ip: "10.16.0.62"},
+	}
+	addPods(t, n, pods...)
+	dbPid := n.pid(n.path("ovs-run", "ovsdb-server.pid"))
+	vsPid := n.pid(n.path("ovs-run", "ovs-vswitchd.pid"))
+	ctlPid := n.pid(n.path("ovn-run", "ovn-controller.pid"))
+	_ = n.cmd.Process.Signal(syscall.SIGKILL)
+	<-n.exited
+	n.log.Close()
+	if err := syscall.Kill(vsPid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	mark := n.notify.Mark()
+	if err := n.startNoWait("--adopt-children"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.notify.WaitFor(mark, "READY=1", 60*time.Second, n.exited); err != nil {
+		t.Fatalf("not ready: %v\n%s", err, n.logTail())
+	}
+	if now := n.pid(n.path("ovs-run", "ovsdb-server.pid")); now != dbPid {
+		t.Errorf("ovsdb-server pid %d, want %d adopted", now, dbPid)
+	}
+	if now := n.pid(n.path("ovn-run", "ovn-controller.pid")); now == ctlPid || alive(ctlPid) {
+		t.Errorf("ovn-controller %d was kept with a fresh ovs-vswitchd (pid now %d)", ctlPid, now)
+	}
+	if err := ping(pods[0].ns, pods[1].ip, 3); err != nil {
+		t.Fatalf("pods after the restart: %v\n%s", err, n.logTail())
+	}
+	if code := n.stop(); code != 0 {
+		t.Fatalf("exit %d\n%s", code, n.logTail())
+	}
+	if left := processesUnder(n.dir); len(left) > 0 {
+		t.Fatalf("processes left running:\n%s", strings.Join(left, "\n"))
+	}
+}
