@@ -81,10 +81,19 @@ func (s *Server) nodePortLoop(ctx context.Context) {
 					links = nil
 					continue
 				}
-				if u.Attrs().Name != NodePortName || u.Header.Type != unix.RTM_NEWLINK || u.Attrs().Index == idx {
+				if u.Attrs().Name != NodePortName || u.Header.Type != unix.RTM_NEWLINK {
 					continue
 				}
-				if idx == 0 {
+				// The same device brought down (ovs-vswitchd may set
+				// a fresh tap's flags after we configured it) lost its
+				// routes: configure it again.
+				down := u.IfInfomsg.Flags&unix.IFF_UP == 0
+				if u.Attrs().Index == idx && !down {
+					continue
+				}
+				if u.Attrs().Index == idx {
+					s.log.Info(NodePortName+" went down and lost its routes; configuring it again", "ifindex", idx)
+				} else if idx == 0 {
 					s.log.Info(NodePortName+" appeared; configuring it", "ifindex", u.Attrs().Index)
 				} else {
 					s.log.Info(NodePortName+" was recreated (ovs-vswitchd restart?); configuring it again", "ifindex", u.Attrs().Index, "was", idx)

@@ -141,6 +141,16 @@ func TestStandaloneOverSSLCentralWiresAPod(t *testing.T) {
 	if !slices.ContainsFunc(sw, func(s nbdb.LogicalSwitch) bool { return s.Name == "ovn-default" }) {
 		t.Fatalf("no ovn-default logical switch in the central's NB: %+v\n%s", sw, n.logTail())
 	}
+	// The node's own port (ovn0) comes up right after READY: the "before"
+	// snapshot is taken once it is installed.
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	if err := ovs.WaitUntil(wctx, "ovn0 installed by ovn-controller", func() bool {
+		i := &vswitch.Interface{Name: "ovn0"}
+		return ovs.Get(wctx, i) == nil && i.ExternalIDs["ovn-installed"] == "true"
+	}, nil); err != nil {
+		t.Fatalf("%v\n%s", err, n.logTail())
+	}
+	wcancel()
 	lspBefore, portsBefore, linksBefore := lspNames(), ovsPorts(), links()
 
 	// kubelet's ADD through the installed plugin.
@@ -177,7 +187,9 @@ func TestStandaloneOverSSLCentralWiresAPod(t *testing.T) {
 	}
 	// kubelet's probes: the node reaches its pod through ovn0.
 	if err := ping(n.ns, podIP.String(), 10); err != nil {
-		t.Fatalf("node to its pod through ovn0: %v\n%s", err, n.logTail())
+		routes, _ := exec.Command("ip", "-n", n.ns, "route").CombinedOutput()
+		links, _ := exec.Command("ip", "-n", n.ns, "-o", "link", "show", "ovn0").CombinedOutput()
+		t.Fatalf("node to its pod through ovn0: %v\nroutes:\n%s\novn0: %s\n%s", err, routes, links, n.logTail())
 	}
 
 	if out, err := cni(n, "DEL", podNS, "web"); err != nil {
