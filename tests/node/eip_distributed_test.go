@@ -52,13 +52,7 @@ func natRowsFull(ctx context.Context, nb *ovsdbconn.Conn) []string {
 
 func (c *cluster) waitNATFull(t testing.TB, nb *ovsdbconn.Conn, want []string, limit time.Duration) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	slices.Sort(want)
-	var got []string
-	if err := nb.WaitUntil(ctx, "the NAT rules", func() bool { got = natRowsFull(ctx, nb); return slices.Equal(got, want) }, nil); err != nil {
-		t.Fatalf("ovn-cluster NAT rules\n  %q\nwant\n  %q\n%s", got, want, c.diag())
-	}
+	c.waitNATRows(t, nb, natRowsFull, want, limit)
 }
 
 // linkPackets is what node i's external NIC ext0 has received and sent.

@@ -195,12 +195,18 @@ func natRows(ctx context.Context, nb *ovsdbconn.Conn) []string {
 // waitNAT waits until the router's NAT rules are exactly want.
 func (c *cluster) waitNAT(t testing.TB, nb *ovsdbconn.Conn, want []string, limit time.Duration) {
 	t.Helper()
+	c.waitNATRows(t, nb, natRows, want, limit)
+}
+
+// waitNATRows waits until rows (natRows or natRowsFull) reads exactly want.
+func (c *cluster) waitNATRows(t testing.TB, nb *ovsdbconn.Conn, rows func(context.Context, *ovsdbconn.Conn) []string, want []string, limit time.Duration) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	slices.Sort(want)
 	var got []string
-	if err := nb.WaitUntil(ctx, "the NAT rules", func() bool { got = natRows(ctx, nb); return slices.Equal(got, want) }, nil); err != nil {
-		t.Fatalf("ovn-cluster NAT rules %q, want %q\n%s", got, want, c.diag())
+	if err := nb.WaitUntil(ctx, "the NAT rules", func() bool { got = rows(ctx, nb); return slices.Equal(got, want) }, nil); err != nil {
+		t.Fatalf("ovn-cluster NAT rules\n  %q\nwant\n  %q\n%s", got, want, c.diag())
 	}
 }
 
