@@ -6,7 +6,10 @@
 // Runtimes load the files of the CNI conf dir whose names end in .conf,
 // .conflist or .json, in lexical order, and use the first one (containerd
 // stops with an error at the first file it cannot parse). Scan and Analyze
-// only read; the node daemon's installer and netctl doctor both use them.
+// only read; the installer (install.go) and netctl doctor both use them.
+//
+// The Installer, run by the CNI server, writes ovnhost's plugin binary and
+// conflist (Render) and keeps them in place while the daemon runs.
 package cniconf
 
 import (

@@ -168,7 +168,7 @@ func goTool(t *testing.T) string {
 	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
 	if _, err := os.Stat(gobin); err != nil {
 		if gobin, err = exec.LookPath("go"); err != nil {
-			t.Skip("no go tool")
+			t.Fatalf("no go tool at %s or on PATH: the test builds programs", filepath.Join(runtime.GOROOT(), "bin", "go"))
 		}
 	}
 	return gobin

@@ -9,6 +9,8 @@ import (
 	"slices"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/ovnhost/ovnhost/internal/nldump"
 )
 
 // WaitLink waits, event-driven through an RTNLGRP_LINK subscription, until
@@ -77,7 +79,7 @@ func ConfigureHostPort(p HostPort) error {
 	// The port is ours alone: global addresses it should no longer have go
 	// first (removing a primary address also removes the secondaries of its
 	// subnet, so the wanted ones are added after).
-	if have, err := netlink.AddrList(l, netlink.FAMILY_ALL); err == nil {
+	if have, err := nldump.Retry(func() ([]netlink.Addr, error) { return netlink.AddrList(l, netlink.FAMILY_ALL) }); err == nil {
 		for _, h := range have {
 			ip, ok := netip.AddrFromSlice(h.IP)
 			if !ok || ip.IsLinkLocalUnicast() {
@@ -109,7 +111,7 @@ func ConfigureHostPort(p HostPort) error {
 		}
 	}
 	if p.PruneRoutes {
-		have, err := netlink.RouteList(l, netlink.FAMILY_ALL)
+		have, err := nldump.Retry(func() ([]netlink.Route, error) { return netlink.RouteList(l, netlink.FAMILY_ALL) })
 		if err != nil {
 			return stepErr("list routes via "+p.Name, err)
 		}

@@ -27,6 +27,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/ovnhost/ovnhost/internal/nldump"
 )
 
 // Route is one route in the pod: Dst via GW (GW invalid: on-link).
@@ -308,7 +310,7 @@ func Check(cfg Config) error {
 	} else {
 		problems = append(problems, "not a veth")
 	}
-	addrs, err := h.AddrList(link, netlink.FAMILY_ALL)
+	addrs, err := nldump.Retry(func() ([]netlink.Addr, error) { return h.AddrList(link, netlink.FAMILY_ALL) })
 	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
 		return fmt.Errorf("list addresses of %s: %w", cfg.IfName, err)
 	}
@@ -324,7 +326,7 @@ func Check(cfg Config) error {
 			problems = append(problems, fmt.Sprintf("address %s missing", p))
 		}
 	}
-	routes, err := h.RouteList(link, netlink.FAMILY_ALL)
+	routes, err := nldump.Retry(func() ([]netlink.Route, error) { return h.RouteList(link, netlink.FAMILY_ALL) })
 	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
 		return fmt.Errorf("list routes of %s: %w", cfg.IfName, err)
 	}

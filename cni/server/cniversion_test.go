@@ -9,10 +9,10 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/types/create"
-	"github.com/containernetworking/cni/pkg/version"
 	"github.com/ovn-kubernetes/libovsdb/client"
 
-	"github.com/ovnhost/ovnhost/cni/podnet"
+	"github.com/ovnhost/ovnhost/cni/podsource"
+	"github.com/ovnhost/ovnhost/cni/podwire"
 	"github.com/ovnhost/ovnhost/cni/protocol"
 	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 )
@@ -27,20 +27,20 @@ func sampleResult(t *testing.T, cniVersion string) *request {
 	return q
 }
 
-func samplePodNetwork() (*PodNetwork, *podnet.Result) {
+func samplePodNetwork() (*podsource.PodNetwork, *podwire.Result) {
 	mac, _ := net.ParseMAC("0a:58:0a:10:00:05")
 	hmac, _ := net.ParseMAC("aa:bb:cc:00:00:01")
-	n := &PodNetwork{MAC: mac, MTU: 1350,
+	n := &podsource.PodNetwork{MAC: mac, MTU: 1350,
 		Addrs:    []netip.Prefix{netip.MustParsePrefix("10.16.0.5/16"), netip.MustParsePrefix("fd00:10:16::5/64")},
 		Gateways: []netip.Addr{netip.MustParseAddr("10.16.0.1"), netip.MustParseAddr("fd00:10:16::1")}}
-	return n, &podnet.Result{HostIfName: "ovh1234", HostMAC: hmac}
+	return n, &podwire.Result{HostIfName: "ovh1234", HostMAC: hmac}
 }
 
 // Every version a runtime may ask for gets a result its libcni parses
 // (create.CreateFromBytes is what libcni runs on the plugin's stdout) in
 // exactly that version, with the addresses, gateways and interfaces.
 func TestResultInEveryVersion(t *testing.T) {
-	s := &Server{mtu: 1400}
+	s := &Server{cfg: Config{PodMTU: 1400}}
 	for _, v := range []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"} {
 		q := sampleResult(t, v)
 		n, res := samplePodNetwork()
@@ -89,7 +89,7 @@ func TestResultInEveryVersion(t *testing.T) {
 // converts its cached result to it): 0.4.0, 1.0.0 and 1.1.0 forms parse to
 // the same addresses, routes and interfaces.
 func TestPrevResultInEveryCheckVersion(t *testing.T) {
-	s := &Server{mtu: 1400}
+	s := &Server{cfg: Config{PodMTU: 1400}}
 	for _, v := range []string{"0.4.0", "1.0.0", "1.1.0"} {
 		q := sampleResult(t, v)
 		n, res := samplePodNetwork()
@@ -122,25 +122,6 @@ func TestPrevResultInEveryCheckVersion(t *testing.T) {
 	_ = json.Unmarshal(b, &conf.RawPrevResult)
 	if _, err := prevResult(&conf); err == nil {
 		t.Error("a 0.4.0 prevResult in a 1.0.0 configuration was accepted")
-	}
-}
-
-func TestConflistVersion(t *testing.T) {
-	for in, want := range map[string]string{"": "0.4.0", "1.0.0": "1.0.0", "0.3.1": "0.3.1"} {
-		var c struct {
-			CNIVersion string `json:"cniVersion"`
-		}
-		if err := json.Unmarshal(Conflist("/run/x.sock", in), &c); err != nil || c.CNIVersion != want {
-			t.Errorf("Conflist(%q): cniVersion %q %v, want %s", in, c.CNIVersion, err, want)
-		}
-	}
-	// Every runtime of the support table parses the default.
-	if ok, _ := version.GreaterThan(protocol.DefaultConfVersion, "0.4.0"); ok {
-		t.Errorf("default %s is newer than libcni 0.8 (dockershim) accepts", protocol.DefaultConfVersion)
-	}
-	in := newInstaller(Options{ConfVersion: "1.0.0"}, "/x", nil)
-	if in.version != "1.0.0" {
-		t.Errorf("installer version %q", in.version)
 	}
 }
 
@@ -184,7 +165,7 @@ func TestMissingKubernetesArgs(t *testing.T) {
 	req := func(cmd, args string) *protocol.Request {
 		return &protocol.Request{Command: cmd, ContainerID: "4f9a0c2d5a6b7c8d", Netns: "/run/netns/x", IfName: "eth0", Args: args, Config: conf}
 	}
-	kube := &Server{src: &kubeSource{}}
+	kube := &Server{src: &fakeSource{kube: true}}
 	for _, cmd := range []string{"ADD", "CHECK"} {
 		_, cerr := kube.decode(req(cmd, "IgnoreUnknown=1;K8S_POD_NAME=p"))
 		if cerr == nil || cerr.code != types.ErrInvalidEnvironmentVariables || !strings.Contains(cerr.msg, "no K8S_POD_NAMESPACE") || !strings.Contains(cerr.msg, "Kubernetes mode") {
@@ -196,10 +177,10 @@ func TestMissingKubernetesArgs(t *testing.T) {
 		}
 	}
 	// DEL still cleans up what the container ID names.
-	if q, cerr := kube.decode(req("DEL", "")); cerr != nil || q.host != podnet.HostIfName("4f9a0c2d5a6b7c8d", "eth0") {
+	if q, cerr := kube.decode(req("DEL", "")); cerr != nil || q.host != podwire.PortName("4f9a0c2d5a6b7c8d", "eth0") {
 		t.Errorf("Kubernetes mode, DEL without K8S args: %+v", cerr)
 	}
-	alone := &Server{src: &standaloneSource{}}
+	alone := &Server{src: &fakeSource{}}
 	for _, cmd := range []string{"ADD", "CHECK", "DEL"} {
 		q, cerr := alone.decode(req(cmd, ""))
 		if cerr != nil || q.pod.Name != "4f9a0c2d5a6b" || q.pod.Namespace != "default" || q.pod.LSP() != "4f9a0c2d5a6b.default" {
@@ -209,7 +190,7 @@ func TestMissingKubernetesArgs(t *testing.T) {
 }
 
 func TestStatusAndGCNeedVersion110(t *testing.T) {
-	s := &Server{src: &standaloneSource{}}
+	s := &Server{src: &fakeSource{}}
 	for _, cmd := range []string{"STATUS", "GC"} {
 		for _, v := range []string{"0.4.0", "1.0.0"} {
 			conf := []byte(`{"cniVersion":"` + v + `","name":"ovnhost","type":"ovnhost-cni"}`)

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ovnhost/ovnhost/cni/podnet/podnettest"
+	"github.com/ovnhost/ovnhost/cni/podsource"
 	"github.com/ovnhost/ovnhost/cni/protocol"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
@@ -28,33 +29,30 @@ type blockingSource struct {
 	entered          chan struct{}
 }
 
-func (b *blockingSource) PodNetwork(ctx context.Context, _ PodRef) (*PodNetwork, error) {
+func (b *blockingSource) PodNetwork(ctx context.Context, _ podsource.PodRef) (*podsource.PodNetwork, error) {
 	b.inside.Add(1)
 	b.entered <- struct{}{}
 	<-ctx.Done()
 	time.Sleep(50 * time.Millisecond) // a handler that takes a moment to unwind
 	b.returned.Add(1)
-	return nil, &annotationTimeout{"gave up: " + ctx.Err().Error()}
+	return nil, &podsource.AnnotationTimeout{Msg: "gave up: " + ctx.Err().Error()}
 }
-func (b *blockingSource) Release(context.Context, PodRef) error { return nil }
-func (b *blockingSource) NodeNetwork(context.Context) (*NodeNetwork, error) {
+func (b *blockingSource) Release(context.Context, podsource.PodRef) error { return nil }
+func (b *blockingSource) NodeNetwork(context.Context) (*podsource.NodeNetwork, error) {
 	return nil, errors.New("none")
 }
+func (b *blockingSource) Kubernetes() bool            { return false }
 func (b *blockingSource) Start(context.Context) error { return nil }
 func (b *blockingSource) Stop()                       {}
 
 func httpTestServer(t *testing.T, maxConcurrent int) (*Server, *blockingSource, func(body []byte) (*protocol.Response, error)) {
 	t.Helper()
 	testenv.RequireRoot(t)
-	m, err := newMetrics(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
 	src := &blockingSource{entered: make(chan struct{}, 16)}
 	sock := filepath.Join(t.TempDir(), "cni.sock")
-	s := &Server{cfg: Options{Socket: sock}, log: slog.Default(), src: src, metrics: m, annWait: time.Minute, installWait: time.Minute,
-		slots: make(chan struct{}, maxConcurrent), wired: map[string]wiredPod{}}
-	if s.ownNetns, err = ownNetns(); err != nil {
+	s, err := Assemble(Config{Socket: sock, AnnotationWait: time.Minute, InstallWait: time.Minute, MaxConcurrent: maxConcurrent,
+		Registerer: prometheus.NewRegistry(), Log: slog.Default()}, Parts{Source: src, Wiring: &fakeWiring{}})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.listen(); err != nil {

@@ -18,7 +18,7 @@ func TestSocketModeAndGroup(t *testing.T) {
 		gid   uint32
 	}{{"", 0o600, 0}, {"4242", 0o660, 4242}} {
 		sock := filepath.Join(t.TempDir(), "cni.sock")
-		s := &Server{cfg: Options{Socket: sock, SocketGroup: c.group}, log: slog.Default()}
+		s := &Server{cfg: Config{Socket: sock, SocketGroup: c.group}, log: slog.Default()}
 		if err := os.WriteFile(sock, []byte("stale"), 0o666); err != nil {
 			t.Fatal(err)
 		}

@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -26,32 +25,11 @@ import (
 	"github.com/ovnhost/ovnhost/internal/ovnnb"
 )
 
-var everything = labels.Everything()
-
-type metrics struct {
-	allocated prometheus.Counter
-	failures  *prometheus.CounterVec
-	podSync   prometheus.Histogram
-	rebuild   prometheus.Gauge
-	leader    prometheus.Gauge
-	subnetIPs *prometheus.GaugeVec
-}
-
-func newMetrics(r prometheus.Registerer, nb *ovnnb.Client) *metrics {
-	m := &metrics{
-		allocated: prometheus.NewCounter(prometheus.CounterOpts{Name: "ovnhost_controller_pod_addresses_assigned_total",
-			Help: "Pods annotated with an address and a logical switch port."}),
-		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ovnhost_controller_pod_address_failures_total",
-			Help: "Pods refused an address, by reason (SubnetExhausted, IPConflict, IPOutOfRange, UnknownSubnet, ...)."}, []string{"reason"}),
-		podSync: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ovnhost_controller_pod_sync_seconds",
-			Help: "Time to handle one pod change.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
-		rebuild: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovnhost_controller_ipam_rebuild_seconds",
-			Help: "Time the last IPAM rebuild from annotations took."}),
-		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovnhost_controller_leader", Help: "1 while this replica leads."}),
-		subnetIPs: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ovnhost_controller_subnet_ips",
-			Help: "Addresses of a subnet by family and state (available, using), as in the Subnet status."}, []string{"subnet", "family", "state"}),
-	}
-	cs := []prometheus.Collector{m.allocated, m.failures, m.podSync, m.rebuild, m.leader, m.subnetIPs}
+// registerMetrics registers the assembly's own metrics (the reconcilers
+// register theirs) and returns the leader gauge.
+func registerMetrics(r prometheus.Registerer, nb *ovnnb.Client) prometheus.Gauge {
+	leader := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovnhost_controller_leader", Help: "1 while this replica leads."})
+	cs := []prometheus.Collector{leader}
 	if nb != nil {
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ovnhost_controller_nb_connected",
 			Help: "1 while the OVN northbound connection is up."}, func() float64 {
@@ -64,7 +42,7 @@ func newMetrics(r prometheus.Registerer, nb *ovnnb.Client) *metrics {
 	for _, c := range cs {
 		_ = r.Register(c)
 	}
-	return m
+	return leader
 }
 
 // Options are what main passes to Run.
@@ -72,7 +50,14 @@ type Options struct {
 	Config
 	HealthAddr string // ":10660"; "" = no HTTP server
 	Profiling  bool   // serve /debug/pprof on HealthAddr
-	NBTLS      *tls.Config
+	// MetricsAuth protects /metrics and pprof (metricsauth.go): "auto"
+	// (default: "kubernetes" unless HealthAddr is a loopback address),
+	// "kubernetes" (HTTPS, TokenReview, SubjectAccessReview) or "none".
+	MetricsAuth string
+	// MetricsCert, MetricsKey: the HTTPS key pair (re-read when changed);
+	// both empty: a self-signed certificate made at start.
+	MetricsCert, MetricsKey string
+	NBTLS                   *tls.Config
 	// NBUnhealthyAfter: /healthz fails once the NB connection has been down
 	// (or never up) this long; 0 = DefaultNBUnhealthyAfter.
 	NBUnhealthyAfter time.Duration
@@ -136,49 +121,22 @@ func Run(ctx context.Context, o Options) error {
 		o.NBUnhealthyAfter = DefaultNBUnhealthyAfter
 	}
 	health := &nbHealth{after: o.NBUnhealthyAfter, downSince: time.Now()}
-	ready := func() error {
-		ctl := ctlp.Load()
-		if ctl == nil {
-			return errors.New("not started (standby replica or still connecting)")
-		}
-		if !ctl.ready.Load() {
-			return errors.New("start-up not finished (syncing caches, rebuilding IPAM)")
-		}
-		if !ctl.net.NB.Connected() {
-			return errors.New("OVN northbound database not connected")
-		}
-		return nil
-	}
 	if o.HealthAddr != "" {
-		ln, err := net.Listen("tcp", o.HealthAddr)
+		secure, err := metricsAuthFor(o.MetricsAuth, o.HealthAddr)
 		if err != nil {
-			return fmt.Errorf("health/metrics address %s: %w (set --health-addr)", o.HealthAddr, err)
+			return err
 		}
-		mux := http.NewServeMux()
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-			// Alive unless the NB has been unreachable for long: a restart
-			// then starts over (fresh connection, certificates re-read).
-			if err := health.check(); err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
+		var kc kubernetes.Interface
+		if secure {
+			if kc, err = kubernetes.NewForConfig(o.Rest); err != nil {
+				return err
 			}
-			_, _ = w.Write([]byte("ok\n"))
-		})
-		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-			if err := ready(); err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
-			}
-			_, _ = w.Write([]byte("ok\n"))
-		})
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		if o.Profiling {
-			mux.HandleFunc("/debug/pprof/", pprof.Index)
-			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		}
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		defer srv.Close()
+		_, stop, err := serveHealth(o, reg, health, &ctlp, kc)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	tNB := time.Now()
 	// Port_Group and ACL always: NetworkPolicy, and Subnet isolation
@@ -196,9 +154,75 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if o.LeaseName == "" {
 		ctlp.Store(c)
-		c.m.leader.Set(1)
+		c.leader.Set(1)
 		return c.Run(ctx)
 	}
+	return lead(ctx, o, c, &ctlp)
+}
+
+// serveHealth serves /healthz, /readyz, /metrics (and pprof) on
+// o.HealthAddr until the returned stop. With kc, the listener is HTTPS and
+// /metrics and pprof need a token the API server accepts and authorizes
+// (metricsauth.go); /healthz and /readyz stay open to the probes.
+func serveHealth(o Options, reg *prometheus.Registry, health *nbHealth, ctlp *atomic.Pointer[Controller], kc kubernetes.Interface) (addr string, stop func(), err error) {
+	ready := func() error {
+		ctl := ctlp.Load()
+		if ctl == nil {
+			return errors.New("not started (standby replica or still connecting)")
+		}
+		if !ctl.ready.Load() {
+			return errors.New("start-up not finished (syncing caches, rebuilding IPAM)")
+		}
+		if !ctl.net.NB.Connected() {
+			return errors.New("OVN northbound database not connected")
+		}
+		return nil
+	}
+	ln, err := net.Listen("tcp", o.HealthAddr)
+	if err != nil {
+		return "", nil, fmt.Errorf("health/metrics address %s: %w (set --health-addr)", o.HealthAddr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		// Alive unless the NB has been unreachable for long: a restart
+		// then starts over (fresh connection, certificates re-read).
+		if err := health.check(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	protect := func(h http.Handler) http.Handler { return h }
+	if kc != nil {
+		tlsCfg, err := metricsTLS(o.MetricsCert, o.MetricsKey)
+		if err != nil {
+			_ = ln.Close()
+			return "", nil, err
+		}
+		ln = tls.NewListener(ln, tlsCfg)
+		protect = newMetricsAuthorizer(kc).wrap
+	} else if !loopbackAddr(o.HealthAddr) && o.Logger != nil {
+		o.Logger.Warn("/metrics (and pprof) are served without authentication on a non-loopback address (--metrics-auth=none); anyone who reaches the port reads them", "addr", o.HealthAddr)
+	}
+	mux.Handle("/metrics", protect(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+	if o.Profiling {
+		mux.Handle("/debug/pprof/", protect(http.HandlerFunc(pprof.Index)))
+		mux.Handle("/debug/pprof/profile", protect(http.HandlerFunc(pprof.Profile)))
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	go func() { _ = srv.Serve(ln) }()
+	return ln.Addr().String(), func() { _ = srv.Close() }, nil
+}
+
+// lead runs c while this replica holds the lease o names.
+func lead(ctx context.Context, o Options, c *Controller, ctlp *atomic.Pointer[Controller]) error {
 	if o.Identity == "" {
 		h, _ := os.Hostname()
 		o.Identity = h
@@ -223,12 +247,12 @@ func Run(ctx context.Context, o Options) error {
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(lctx context.Context) {
 				o.Logger.Info("leading", "lease", o.LeaseNamespace+"/"+o.LeaseName, "identity", o.Identity)
-				c.m.leader.Set(1)
+				c.leader.Set(1)
 				ctlp.Store(c)
 				runErr <- c.Run(lctx)
 			},
 			OnStoppedLeading: func() {
-				c.m.leader.Set(0)
+				c.leader.Set(0)
 				if ctx.Err() == nil {
 					lost = true
 				}

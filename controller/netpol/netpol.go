@@ -16,11 +16,12 @@
 // rules of several policies selecting one pod add up, as Kubernetes wants.
 // No match negates an address set (`!= $set` expands into many OpenFlow
 // flows): ipBlock excepts are subtracted here into plain CIDRs.
+//
+// The translation (this file) does no I/O; the reconciler (reconciler.go)
+// watches policies, pods and namespaces and writes through internal/ovnnb.
 package netpol
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -31,6 +32,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/ovnhost/ovnhost/internal/ovnnb"
 )
 
 // Kube-OVN's annotations on a NetworkPolicy.
@@ -112,26 +115,11 @@ func (e *InvalidError) Error() string { return e.Msg }
 
 func invalid(format string, a ...any) error { return &InvalidError{Msg: fmt.Sprintf(format, a...)} }
 
-// PortGroupName is the port group of a policy. OVN names must match
-// [a-zA-Z_.][a-zA-Z_.0-9]*; a hash of the key keeps sanitised names apart.
-func PortGroupName(namespace, name string) string {
-	h := sha256.Sum256([]byte(namespace + "/" + name))
-	s := sanitize(namespace + "_" + name)
-	if len(s) > 40 {
-		s = s[:40]
-	}
-	return "np_" + s + "_" + hex.EncodeToString(h[:4])
-}
+// PortGroupName is the port group of a policy (internal/ovnnb names it, so
+// netctl reads the same name without linking the controller).
+func PortGroupName(namespace, name string) string { return ovnnb.PolicyPortGroup(namespace, name) }
 
-func sanitize(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
-			b[i] = '_'
-		}
-	}
-	return string(b)
-}
+func sanitize(s string) string { return ovnnb.SanitizeName(s) }
 
 // PolicyTypes are the directions a policy isolates, with Kubernetes'
 // defaulting when policyTypes is empty.
@@ -448,7 +436,7 @@ func Translate(np *networkingv1.NetworkPolicy, pods []Pod, namespaces []Namespac
 					dests = append(dests, p)
 				}
 			}
-			for _, m := range egressPortMatches(r, fmt.Sprintf("%s_eg%d", pg, i), dests, sets) {
+			for _, m := range portMatches(r, fmt.Sprintf("%s_eg%d", pg, i), dests, sets) {
 				d.ACLs = append(d.ACLs, acl(FromLport, PriorityAllow, port+" && ip4"+dst+m, ActionAllowRelated))
 			}
 		}
@@ -537,10 +525,11 @@ func numericMatch(proto string, p networkingv1.NetworkPolicyPort) string {
 	}
 }
 
-// portMatches are the port parts of an ingress rule's ACLs ("" = all ports).
-// A named port resolves on the selected (destination) pods: one set of
-// those pods per number the name stands for.
-func portMatches(r rule, pg string, selected []*Pod, sets map[string][]string) []string {
+// portMatches are the port parts of a rule's ACLs ("" = all ports). A
+// named port resolves on the destination pods (an ingress rule's selected
+// pods, an egress rule's peers): one set of those pods per number the name
+// stands for, named <prefix>_<proto>_<name>_<number> and added to sets.
+func portMatches(r rule, prefix string, pods []*Pod, sets map[string][]string) []string {
 	if r.noPort {
 		return []string{""}
 	}
@@ -551,28 +540,7 @@ func portMatches(r rule, pg string, selected []*Pod, sets map[string][]string) [
 			out = append(out, numericMatch(proto, p))
 			continue
 		}
-		byNum := resolve(selected, p.Port.StrVal, protoOf(p.Protocol))
-		for _, n := range sortedKeys(byNum) {
-			as := fmt.Sprintf("%s_%s_%s_%d", pg, proto, sanitize(p.Port.StrVal), n)
-			sets[as] = append(sets[as], byNum[n]...)
-			out = append(out, fmt.Sprintf(" && ip4.dst == $%s && %s.dst == %d", as, proto, n))
-		}
-	}
-	return out
-}
-
-func egressPortMatches(r rule, prefix string, dests []*Pod, sets map[string][]string) []string {
-	if r.noPort {
-		return []string{""}
-	}
-	var out []string
-	for _, p := range r.ports {
-		proto, _ := l4(p.Protocol)
-		if p.Port == nil || p.Port.Type == 0 {
-			out = append(out, numericMatch(proto, p))
-			continue
-		}
-		byNum := resolve(dests, p.Port.StrVal, protoOf(p.Protocol))
+		byNum := resolve(pods, p.Port.StrVal, protoOf(p.Protocol))
 		for _, n := range sortedKeys(byNum) {
 			as := fmt.Sprintf("%s_%s_%s_%d", prefix, proto, sanitize(p.Port.StrVal), n)
 			sets[as] = append(sets[as], byNum[n]...)

@@ -1,7 +1,8 @@
-// Package services translates a Kubernetes Service and its EndpointSlices
-// into the OVN load balancers that implement it. It is pure: Kubernetes
-// objects in, desired Load_Balancer rows out, no I/O; controller/kube does
-// the watching and internal/ovnnb the writing.
+// Package services turns Services into OVN load balancers. The translation
+// (this file) is pure: a Kubernetes Service and its EndpointSlices in,
+// desired Load_Balancer rows out, no I/O. The reconciler (reconciler.go)
+// watches Services, EndpointSlices and nodes' chassis and writes the rows
+// through internal/ovnnb.
 //
 // One load balancer per (Service, protocol), named like ovn-kubernetes'
 // ("Service_<namespace>/<name>_TCP"), so an endpoint change rewrites one
@@ -100,137 +101,170 @@ func (e *InputError) Error() string {
 // that are terminating are used instead. NodePorts are not translated (see
 // the controller README: they stay with kube-proxy).
 func Translate(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]LB, error) {
-	key := svc.Namespace + "/" + svc.Name
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return nil, nil
 	}
-	var problems []string
-	var vips []netip.Addr
-	addVIP := func(what, s string) {
-		if s == "" || s == corev1.ClusterIPNone {
-			return
-		}
-		a, err := netip.ParseAddr(s)
-		if err != nil || a.Zone() != "" || !a.IsValid() || a.IsUnspecified() {
-			problems = append(problems, fmt.Sprintf("%s %q is not an IP address a load balancer can serve", what, s))
-			return
-		}
-		a = a.Unmap()
-		if !slices.Contains(vips, a) {
-			vips = append(vips, a)
-		}
+	t := translation{svc: svc, byProto: map[corev1.Protocol]map[string]string{}, byLocal: map[localKey]*LB{}}
+	t.addVIPs()
+	affinity := t.affinity()
+	for _, sp := range svc.Spec.Ports {
+		t.addPort(sp, eps)
 	}
+	if len(t.problems) > 0 {
+		return nil, &InputError{Service: svc.Namespace + "/" + svc.Name, Problems: t.problems}
+	}
+	return t.balancers(affinity), nil
+}
+
+// translation is one Service's load balancers as Translate builds them.
+type translation struct {
+	svc      *corev1.Service
+	problems []string
+	vips     []netip.Addr
+	// local: VIPs that reach only the node's own endpoints (internalTrafficPolicy Local).
+	local   map[netip.Addr]bool
+	byProto map[corev1.Protocol]map[string]string // protocol -> VIP -> backends
+	byLocal map[localKey]*LB                      // template load balancers of the local VIPs
+	nvars   int
+}
+
+type localKey struct {
+	proto corev1.Protocol
+	v4    bool
+}
+
+// addVIPs collects the ClusterIPs, externalIPs and LoadBalancer ingress IPs.
+func (t *translation) addVIPs() {
+	svc := t.svc
 	cips := svc.Spec.ClusterIPs
 	if len(cips) == 0 && svc.Spec.ClusterIP != "" {
 		cips = []string{svc.Spec.ClusterIP}
 	}
 	for _, ip := range cips {
-		addVIP("clusterIP", ip)
+		t.addVIP("clusterIP", ip)
 	}
 	// internalTrafficPolicy Local: pods reach the ClusterIPs only on their
 	// own node's endpoints (external addresses keep every endpoint: their
 	// policy is externalTrafficPolicy, applied by kube-proxy on the node).
-	local := map[netip.Addr]bool{}
+	t.local = map[netip.Addr]bool{}
 	if p := svc.Spec.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
-		for _, a := range vips {
-			local[a] = true
+		for _, a := range t.vips {
+			t.local[a] = true
 		}
 	}
 	for _, ip := range svc.Spec.ExternalIPs {
-		addVIP("externalIP", ip)
+		t.addVIP("externalIP", ip)
 	}
 	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
 		for _, ing := range svc.Status.LoadBalancer.Ingress {
-			addVIP("loadBalancer ingress IP", ing.IP) // hostname-only ingress has no IP to serve
+			t.addVIP("loadBalancer ingress IP", ing.IP) // hostname-only ingress has no IP to serve
 		}
 	}
-	opts := map[string]string{
-		// A VIP without backends answers with a TCP reset / ICMP unreachable
-		// at once instead of letting clients time out.
-		"reject": "true",
+}
+
+func (t *translation) addVIP(what, s string) {
+	if s == "" || s == corev1.ClusterIPNone {
+		return
 	}
-	affinity := false
-	if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
-		t := DefaultAffinityTimeout
-		if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
-			t = int(*c.ClientIP.TimeoutSeconds)
-		}
-		if t <= 0 || t > 86400 {
-			problems = append(problems, fmt.Sprintf("sessionAffinityConfig.clientIP.timeoutSeconds %d is outside 1..86400", t))
-		}
-		// OVN 23.03's affinity_timeout loses the first connection of every
-		// client (its SYN and retransmits go unanswered; seen on the
-		// userspace datapath): a hash of the source address keeps a client
-		// on one backend instead, for as long as the backend set stays the
-		// same; timeoutSeconds is validated but not enforced (README).
-		affinity = true
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" || !a.IsValid() || a.IsUnspecified() {
+		t.problems = append(t.problems, fmt.Sprintf("%s %q is not an IP address a load balancer can serve", what, s))
+		return
 	}
-	byProto := map[corev1.Protocol]map[string]string{}
-	type localKey struct {
-		proto corev1.Protocol
-		v4    bool
+	a = a.Unmap()
+	if !slices.Contains(t.vips, a) {
+		t.vips = append(t.vips, a)
 	}
-	byLocal := map[localKey]*LB{}
-	nvars := 0
-	for _, sp := range svc.Spec.Ports {
-		proto := sp.Protocol
-		if proto == "" {
-			proto = corev1.ProtocolTCP
-		}
-		if !slices.Contains(Protocols, proto) {
-			problems = append(problems, fmt.Sprintf("port %q: protocol %q is not TCP, UDP or SCTP", sp.Name, proto))
+}
+
+// affinity says whether sessionAffinity ClientIP asks for backends picked
+// by the client's address.
+func (t *translation) affinity() bool {
+	svc := t.svc
+	if svc.Spec.SessionAffinity != corev1.ServiceAffinityClientIP {
+		return false
+	}
+	timeout := DefaultAffinityTimeout
+	if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+		timeout = int(*c.ClientIP.TimeoutSeconds)
+	}
+	if timeout <= 0 || timeout > 86400 {
+		t.problems = append(t.problems, fmt.Sprintf("sessionAffinityConfig.clientIP.timeoutSeconds %d is outside 1..86400", timeout))
+	}
+	// OVN 23.03's affinity_timeout loses the first connection of every
+	// client (its SYN and retransmits go unanswered; seen on the
+	// userspace datapath): a hash of the source address keeps a client
+	// on one backend instead, for as long as the backend set stays the
+	// same; timeoutSeconds is validated but not enforced (README).
+	return true
+}
+
+// addPort adds one Service port on every VIP: to its protocol's load
+// balancer, or for a local VIP to a template one with a variable per node.
+func (t *translation) addPort(sp corev1.ServicePort, eps []*discoveryv1.EndpointSlice) {
+	proto := sp.Protocol
+	if proto == "" {
+		proto = corev1.ProtocolTCP
+	}
+	if !slices.Contains(Protocols, proto) {
+		t.problems = append(t.problems, fmt.Sprintf("port %q: protocol %q is not TCP, UDP or SCTP", sp.Name, proto))
+		return
+	}
+	if sp.Port < 1 || sp.Port > 65535 {
+		t.problems = append(t.problems, fmt.Sprintf("port %q: %d is outside 1..65535", sp.Name, sp.Port))
+		return
+	}
+	backends := Backends(sp, eps)
+	m := t.byProto[proto]
+	if m == nil {
+		m = map[string]string{}
+		t.byProto[proto] = m
+	}
+	for _, vip := range t.vips {
+		if t.local[vip] {
 			continue
 		}
-		if sp.Port < 1 || sp.Port > 65535 {
-			problems = append(problems, fmt.Sprintf("port %q: %d is outside 1..65535", sp.Name, sp.Port))
+		m[netip.AddrPortFrom(vip, uint16(sp.Port)).String()] = joinFamily(backends, vip.Is4())
+	}
+	for _, vip := range t.vips {
+		if !t.local[vip] {
 			continue
 		}
-		backends := Backends(sp, eps)
-		m := byProto[proto]
-		if m == nil {
-			m = map[string]string{}
-			byProto[proto] = m
+		k := localKey{proto, vip.Is4()}
+		lb := t.byLocal[k]
+		if lb == nil {
+			lb = &LB{VIPs: map[string]string{}, Vars: map[string]map[string]string{}}
+			t.byLocal[k] = lb
 		}
-		for _, vip := range vips {
-			if local[vip] {
-				continue
+		v := fmt.Sprintf("%s%d", VarPrefix(t.svc.Namespace, t.svc.Name), t.nvars)
+		t.nvars++
+		lb.VIPs[netip.AddrPortFrom(vip, uint16(sp.Port)).String()] = "^" + v
+		perNode := map[string]string{}
+		for node, bs := range BackendsByNode(sp, eps) {
+			if j := joinFamily(bs, vip.Is4()); j != "" {
+				perNode[node] = j
 			}
-			m[netip.AddrPortFrom(vip, uint16(sp.Port)).String()] = joinFamily(backends, vip.Is4())
 		}
-		for _, vip := range vips {
-			if !local[vip] {
-				continue
-			}
-			k := localKey{proto, vip.Is4()}
-			t := byLocal[k]
-			if t == nil {
-				t = &LB{VIPs: map[string]string{}, Vars: map[string]map[string]string{}}
-				byLocal[k] = t
-			}
-			v := fmt.Sprintf("%s%d", VarPrefix(svc.Namespace, svc.Name), nvars)
-			nvars++
-			t.VIPs[netip.AddrPortFrom(vip, uint16(sp.Port)).String()] = "^" + v
-			perNode := map[string]string{}
-			for node, bs := range BackendsByNode(sp, eps) {
-				if j := joinFamily(bs, vip.Is4()); j != "" {
-					perNode[node] = j
-				}
-			}
-			t.Vars[v] = perNode
-		}
+		lb.Vars[v] = perNode
 	}
-	if len(problems) > 0 {
-		return nil, &InputError{Service: key, Problems: problems}
-	}
+}
+
+// balancers are the load balancers collected, in protocol order, the
+// template ones last.
+func (t *translation) balancers(affinity bool) []LB {
+	svc := t.svc
+	key := svc.Namespace + "/" + svc.Name
 	var out []LB
 	for _, proto := range Protocols {
-		m := byProto[proto]
+		m := t.byProto[proto]
 		if len(m) == 0 {
 			continue
 		}
 		lb := LB{
 			Name: Name(svc.Namespace, svc.Name, proto), Protocol: strings.ToLower(string(proto)), VIPs: m,
-			Options:     clone(opts),
+			// A VIP without backends answers with a TCP reset / ICMP
+			// unreachable at once instead of letting clients time out.
+			Options:     map[string]string{"reject": "true"},
 			ExternalIDs: map[string]string{KeyService: key, KeyProtocol: string(proto)},
 		}
 		if affinity {
@@ -240,28 +274,28 @@ func Translate(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]LB, err
 	}
 	for _, proto := range Protocols {
 		for _, v4 := range []bool{true, false} {
-			t := byLocal[localKey{proto, v4}]
-			if t == nil {
+			lb := t.byLocal[localKey{proto, v4}]
+			if lb == nil {
 				continue
 			}
 			fam, suffix := "ipv4", "4"
 			if !v4 {
 				fam, suffix = "ipv6", "6"
 			}
-			t.Name = Name(svc.Namespace, svc.Name, proto) + LocalSuffix + suffix
-			t.Protocol = strings.ToLower(string(proto))
+			lb.Name = Name(svc.Namespace, svc.Name, proto) + LocalSuffix + suffix
+			lb.Protocol = strings.ToLower(string(proto))
 			// A node without an endpoint of its own has an empty value:
 			// OVN then installs no load balancing there and the traffic is
 			// dropped, as kube-proxy does for internalTrafficPolicy Local.
-			t.Options = map[string]string{"template": "true", "address-family": fam}
-			t.ExternalIDs = map[string]string{KeyService: key, KeyProtocol: string(proto), KeyTrafficPolicy: "Local"}
+			lb.Options = map[string]string{"template": "true", "address-family": fam}
+			lb.ExternalIDs = map[string]string{KeyService: key, KeyProtocol: string(proto), KeyTrafficPolicy: "Local"}
 			if affinity {
-				t.SelectionFields = []string{"ip_src"}
+				lb.SelectionFields = []string{"ip_src"}
 			}
-			out = append(out, *t)
+			out = append(out, *lb)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // Backends are the endpoints of one Service port, sorted: the ready ones,
@@ -363,12 +397,4 @@ func pick(sp corev1.ServicePort, eps []*discoveryv1.EndpointSlice, keep func(dis
 	}
 	slices.SortFunc(out, func(a, b netip.AddrPort) int { return a.Compare(b) })
 	return slices.Compact(out)
-}
-
-func clone(m map[string]string) map[string]string {
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }

@@ -240,7 +240,9 @@ type IPAM struct {
 	mu      sync.Mutex
 	subnets map[string]*subnet
 	owners  map[string]*holding
-	macs    map[string]string // MAC -> owner
+	macs    map[string]string // MAC -> owner (or the holder of a reserved MAC)
+	// reserved: MAC -> holder of MACs no allocation may take (ReserveMAC).
+	reserved map[string]string
 }
 
 // New returns an empty IPAM.
@@ -473,6 +475,50 @@ func (m *IPAM) Allocate(subnetName, owner string, req Request) (Allocation, erro
 	return Allocation{Subnet: subnetName, IPs: slices.Clone(want), MAC: mac, CIDR: s.cfg.CIDRString(), Gateway: s.cfg.GatewayString()}, nil
 }
 
+// ReserveMAC keeps mac for holder, something that is not an allocation (a
+// router port, the gateway of a subnet): no allocation may take it, and a
+// request for it is a MACConflict naming holder. An allocation that holds
+// it already keeps it (returned as a MACConflict error for the caller to
+// log) until released; then the reservation has it.
+func (m *IPAM) ReserveMAC(mac, holder string) error {
+	hw, err := net.ParseMAC(mac)
+	if err != nil || len(hw) != 6 {
+		return &Error{Kind: KindInvalid, Input: mac, Msg: fmt.Sprintf("MAC address %q of %s is not an Ethernet address", mac, holder)}
+	}
+	mac = hw.String()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.reserved == nil {
+		m.reserved = map[string]string{}
+	}
+	m.reserved[mac] = holder
+	if h, ok := m.macs[mac]; ok && h != holder {
+		if _, isOwner := m.owners[h]; isOwner {
+			return &Error{Kind: KindMACConflict, Input: mac, Holder: h,
+				Msg: fmt.Sprintf("MAC address %s of %s is held by %s; it keeps it until released", mac, holder, h)}
+		}
+	}
+	m.macs[mac] = holder
+	return nil
+}
+
+// UnreserveMAC drops holder's reservation of mac.
+func (m *IPAM) UnreserveMAC(mac, holder string) {
+	hw, err := net.ParseMAC(mac)
+	if err != nil {
+		return
+	}
+	mac = hw.String()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.reserved[mac] == holder {
+		delete(m.reserved, mac)
+		if m.macs[mac] == holder {
+			delete(m.macs, mac)
+		}
+	}
+}
+
 // Release frees what owner holds; unknown owners are ignored.
 func (m *IPAM) Release(owner string) {
 	m.mu.Lock()
@@ -488,6 +534,9 @@ func (m *IPAM) releaseLocked(owner string) {
 	delete(m.owners, owner)
 	if m.macs[h.mac] == owner {
 		delete(m.macs, h.mac)
+		if r, ok := m.reserved[h.mac]; ok {
+			m.macs[h.mac] = r
+		}
 	}
 	s, ok := m.subnets[h.subnet]
 	if !ok {

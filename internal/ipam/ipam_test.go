@@ -215,3 +215,31 @@ func TestParsePool(t *testing.T) {
 		}
 	}
 }
+
+func TestReservedMACIsNoPodsToTake(t *testing.T) {
+	m := New()
+	mustSubnet(t, m, "s", "10.16.0.0/24", "")
+	const gw = "da:f8:75:56:90:6c"
+	// A pod took it before it was reserved (an older controller): it keeps
+	// it until released, then the reservation has it.
+	if _, err := m.Allocate("s", "ns/old", Request{MAC: gw}); err != nil {
+		t.Fatal(err)
+	}
+	err := m.ReserveMAC(strings.ToUpper(gw), "router port r-s")
+	if KindOf(err) != KindMACConflict || !strings.Contains(err.Error(), "ns/old") {
+		t.Fatalf("ReserveMAC over a pod's MAC: %v", err)
+	}
+	m.Release("ns/old")
+	_, err = m.Allocate("s", "ns/p", Request{MAC: gw})
+	if KindOf(err) != KindMACConflict || !strings.Contains(err.Error(), "router port r-s") || !strings.Contains(err.Error(), "remove the mac_address annotation") {
+		t.Fatalf("a pod asking for the reserved MAC: %v", err)
+	}
+	// Unreserved (the subnet went): free again.
+	m.UnreserveMAC(gw, "router port r-s")
+	if a, err := m.Allocate("s", "ns/p", Request{MAC: gw}); err != nil || a.MAC != gw {
+		t.Fatalf("after UnreserveMAC: %+v %v", a, err)
+	}
+	if err := m.ReserveMAC("nope", "router port r-s"); KindOf(err) != KindInvalid {
+		t.Fatalf("ReserveMAC of a bad MAC: %v", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/ovnhost/ovnhost/internal/layout"
 )
@@ -112,6 +113,117 @@ type NodeConfig struct {
 	NB, SB Remote
 
 	Layout layout.Layout
+
+	// Daemons is how the OVS/OVN daemons are found, run and supervised.
+	Daemons Daemons
+	// NATBackend is how pod egress is masqueraded on the host.
+	NATBackend NATBackend
+	// HostGuardOff leaves out the host firewall guard (--host-guard=off).
+	HostGuardOff bool
+	// CNI is the embedded CNI server's socket, directories and trust.
+	CNI CNI
+	// Kubernetes says where the node's Kubernetes client comes from.
+	Kubernetes Kubernetes
+	// NodeAPI is the node API's listener and certificate.
+	NodeAPI NodeAPI
+	// Host are the settings as the host checks read them: the running
+	// daemon's doctor judges these, not a fresh reading of the settings.
+	Host HostSettings
+}
+
+// Daemons is how the supervised OVS/OVN daemons are found, run, probed
+// and stopped, and what they are told.
+type Daemons struct {
+	// BinDirs are searched, in order, for the OVS/OVN programs.
+	BinDirs []string
+	// OVSSchema is the installed vswitch.ovsschema; OVNSchema the
+	// directory of ovn-nb.ovsschema and ovn-sb.ovsschema.
+	OVSSchema, OVNSchema string
+	// StartTimeout bounds each readiness gate; StopTimeout each stop
+	// before the child is killed.
+	StartTimeout, StopTimeout time.Duration
+	// ProbeInterval and ProbeMisses: a ready child is probed on its own
+	// channel every interval and killed (then restarted) after that many
+	// missed probes in a row; 0 disables the probes.
+	ProbeInterval time.Duration
+	ProbeMisses   int
+	// AdoptChildren lets the daemons outlive a crash of ovnhost and be
+	// taken over by the next one.
+	AdoptChildren bool
+	// KeepDatapath leaves the datapath and its ports in place at stop.
+	KeepDatapath bool
+	// RunOwner owns the runtime directories recreated at every start.
+	RunOwner Owner
+	// LogFileMaxSize rotates a child's log file past this many bytes (0:
+	// never), checked every LogRotateInterval.
+	LogFileMaxSize    int64
+	LogRotateInterval time.Duration
+	// TLS are the files behind ssl: remotes, given to ovn-controller
+	// (and the central's members).
+	TLS TLSFiles
+
+	// MLockAll runs ovs-vswitchd with --mlockall.
+	MLockAll bool
+	// HWOffload sets Open_vSwitch other_config:hw-offload.
+	HWOffload bool
+	// RemoteProbeInterval is ovn-controller's SB probe interval
+	// (ovn-remote-probe-interval), OpenflowProbeInterval its OpenFlow one.
+	RemoteProbeInterval, OpenflowProbeInterval time.Duration
+}
+
+// TLSFiles are the SSL key, certificate and CA of the OVN databases.
+type TLSFiles struct {
+	// Enabled is ENABLE_SSL: the remotes are ssl: and the files are used.
+	Enabled           bool
+	Key, Cert, CACert string
+}
+
+// Owner is a uid/gid pair; -1 leaves it unchanged.
+type Owner struct {
+	UID, GID int
+	Spec     string
+}
+
+// NATBackend is how pod egress is masqueraded on the host.
+type NATBackend string
+
+// The NAT backends.
+const (
+	// NATAuto takes the one the host's iptables uses.
+	NATAuto           NATBackend = "auto"
+	NATNft            NATBackend = "nft"
+	NATIptablesLegacy NATBackend = "iptables-legacy"
+)
+
+// CNI is the embedded CNI server's configuration.
+type CNI struct {
+	// Socket is the unix socket the plugin talks to; SocketGroup the
+	// group allowed on it ("" root only).
+	Socket, SocketGroup string
+	// BinDir and ConfDir are where the plugin and the conflist go.
+	BinDir, ConfDir string
+	// ConfVersion is the installed conflist's cniVersion.
+	ConfVersion string
+	// MirrorOutput is the port mirrored pods' traffic is copied to.
+	MirrorOutput string
+	// ControllerFieldManagers are the field managers whose pod
+	// annotations the node honours.
+	ControllerFieldManagers []string
+}
+
+// NodeAPI is where the node API (supervisor/nodeapi) listens and the
+// serving certificate it presents ("" files: a self-signed one).
+type NodeAPI struct {
+	// Addr is the listen address; "" turns the node API off.
+	Addr              string
+	CertFile, KeyFile string
+}
+
+// Kubernetes is where the node's Kubernetes client comes from.
+type Kubernetes struct {
+	// Kubeconfig is the kubeconfig file; "" takes the in-cluster
+	// configuration in a pod, and none (a standalone node) elsewhere.
+	Kubeconfig string
 }
 
 // DatapathChoice is what the settings ask for.

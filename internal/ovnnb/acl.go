@@ -27,7 +27,9 @@ type ACL struct {
 	Log       bool
 	Name      string // logged name ("" = none)
 	Severity  string // log severity ("" = none)
-	Options   map[string]string
+	// Meter names the OVN meter that rate-limits this ACL's log (ACLLogMeter); "" = none.
+	Meter   string
+	Options map[string]string
 }
 
 // key identifies an ACL by everything it does, so unchanged ACLs stay put.
@@ -37,7 +39,7 @@ func (a ACL) key() string {
 		opts = append(opts, k+"="+v)
 	}
 	sort.Strings(opts)
-	return strings.Join([]string{a.Direction, strconv.Itoa(a.Priority), a.Action, a.Match, strconv.FormatBool(a.Log), a.Name, a.Severity, strings.Join(opts, ",")}, "\x00")
+	return strings.Join([]string{a.Direction, strconv.Itoa(a.Priority), a.Action, a.Match, strconv.FormatBool(a.Log), a.Name, a.Severity, a.Meter, strings.Join(opts, ",")}, "\x00")
 }
 
 func aclKey(x *nbdb.ACL) string {
@@ -47,6 +49,9 @@ func aclKey(x *nbdb.ACL) string {
 	}
 	if x.Severity != nil {
 		a.Severity = string(*x.Severity)
+	}
+	if x.Meter != nil {
+		a.Meter = *x.Meter
 	}
 	return a.key()
 }
@@ -61,6 +66,10 @@ func (a ACL) row(uuid string, ids map[string]string) *nbdb.ACL {
 	if a.Severity != "" {
 		s := nbdb.ACLSeverity(a.Severity)
 		r.Severity = &s
+	}
+	if a.Meter != "" {
+		m := a.Meter
+		r.Meter = &m
 	}
 	return r
 }
@@ -82,7 +91,8 @@ func portGroupTables(on bool) []ovsdbconn.Table {
 	// The model's columns by name (ovsdbconn.Dial's default): a newer NB's
 	// extra columns (ACL.tier, which Kube-OVN writes) would otherwise break
 	// the cache on update.
-	return []ovsdbconn.Table{{Model: &nbdb.PortGroup{}}, {Model: &nbdb.ACL{}}}
+	// Meter and Meter_Band: the logging ACLs' rate limit (meter.go).
+	return []ovsdbconn.Table{{Model: &nbdb.PortGroup{}}, {Model: &nbdb.ACL{}}, {Model: &nbdb.Meter{}}, {Model: &nbdb.MeterBand{}}}
 }
 
 // MonitorsPortGroups says whether the connection caches Port_Group and ACL
@@ -111,54 +121,11 @@ func (c *Client) portGroup(ctx context.Context, name string) (*nbdb.PortGroup, e
 // NB; they are left out.
 func (c *Client) EnsurePortGroup(ctx context.Context, pg PortGroup) (missing []string, err error) {
 	ids := vendorIDs(pg.ExternalIDs)
-	var ops []ovsdb.Operation
-	zero := 0
-
 	// Address sets first: the ACLs below may refer to new ones.
-	want := map[string]bool{}
-	for _, s := range pg.AddressSets {
-		want[s.Name] = true
-		addrs := slices.Clone(s.Addresses)
-		slices.Sort(addrs)
-		addrs = slices.Compact(addrs)
-		cur, err := c.addressSet(ctx, s.Name)
-		if err != nil {
-			return nil, err
-		}
-		if cur == nil {
-			o, err := c.cl.Create(&nbdb.AddressSet{Name: s.Name, Addresses: addrs, ExternalIDs: ids})
-			if err != nil {
-				return nil, err
-			}
-			ops = append(ops, o...)
-			continue
-		}
-		add, del := diff(cur.Addresses, addrs)
-		if len(add) == 0 && len(del) == 0 {
-			continue
-		}
-		as := &nbdb.AddressSet{UUID: cur.UUID, Addresses: cur.Addresses}
-		o, err := c.cl.Where(as).Wait(ovsdb.WaitConditionEqual, &zero, as, &as.Addresses)
-		if err != nil {
-			return nil, err
-		}
-		ops = append(ops, o...)
-		var muts []model.Mutation
-		if len(del) > 0 {
-			muts = append(muts, model.Mutation{Field: &as.Addresses, Mutator: ovsdb.MutateOperationDelete, Value: del})
-		}
-		if len(add) > 0 {
-			muts = append(muts, model.Mutation{Field: &as.Addresses, Mutator: ovsdb.MutateOperationInsert, Value: add})
-		}
-		for _, m := range muts {
-			o, err := c.cl.Where(as).Mutate(as, m)
-			if err != nil {
-				return nil, err
-			}
-			ops = append(ops, o...)
-		}
+	ops, err := c.addressSetOps(ctx, pg.AddressSets, ids)
+	if err != nil {
+		return nil, err
 	}
-
 	var ports []string
 	for _, n := range pg.Ports {
 		lsp := &nbdb.LogicalSwitchPort{Name: n}
@@ -170,104 +137,18 @@ func (c *Client) EnsurePortGroup(ctx context.Context, pg PortGroup) (missing []s
 		}
 		ports = append(ports, lsp.UUID)
 	}
-	cur, err := c.portGroup(ctx, pg.Name)
+	pgOps, err := c.portGroupOps(ctx, pg, ids, ports)
 	if err != nil {
 		return nil, err
 	}
-	if cur == nil {
-		row := &nbdb.PortGroup{UUID: "newpg", Name: pg.Name, Ports: ports, ExternalIDs: ids}
-		for i, a := range pg.ACLs {
-			r := a.row(fmt.Sprintf("newacl%d", i), ids)
-			o, err := c.cl.Create(r)
-			if err != nil {
-				return nil, err
-			}
-			ops = append(ops, o...)
-			row.ACLs = append(row.ACLs, r.UUID)
-		}
-		o, err := c.cl.Create(row)
-		if err != nil {
-			return nil, err
-		}
-		ops = append(ops, o...)
-	} else {
-		have := map[string][]string{} // ACL key -> uuids
-		for _, u := range cur.ACLs {
-			x := &nbdb.ACL{UUID: u}
-			if err := c.cl.Get(ctx, x); err != nil {
-				// An ACL the cache does not show yet: drop it and recreate.
-				have["?"+u] = append(have["?"+u], u)
-				continue
-			}
-			k := aclKey(x)
-			have[k] = append(have[k], u)
-		}
-		var addACL []ovsdb.Operation
-		var newACLs, delACLs []string
-		for i, a := range pg.ACLs {
-			k := a.key()
-			if len(have[k]) > 0 {
-				have[k] = have[k][1:]
-				continue
-			}
-			r := a.row(fmt.Sprintf("newacl%d", i), ids)
-			o, err := c.cl.Create(r)
-			if err != nil {
-				return nil, err
-			}
-			addACL = append(addACL, o...)
-			newACLs = append(newACLs, r.UUID)
-		}
-		for _, us := range have {
-			delACLs = append(delACLs, us...)
-		}
-		addP, delP := diff(cur.Ports, ports)
-		if len(addACL)+len(delACLs)+len(addP)+len(delP) > 0 || !maps.Equal(cur.ExternalIDs, ids) {
-			g := &nbdb.PortGroup{UUID: cur.UUID, Ports: cur.Ports, ACLs: cur.ACLs}
-			o, err := c.cl.Where(g).Wait(ovsdb.WaitConditionEqual, &zero, g, &g.Ports, &g.ACLs)
-			if err != nil {
-				return nil, err
-			}
-			ops = append(ops, o...)
-			ops = append(ops, addACL...)
-			var muts []model.Mutation
-			if len(delACLs) > 0 {
-				muts = append(muts, model.Mutation{Field: &g.ACLs, Mutator: ovsdb.MutateOperationDelete, Value: delACLs})
-			}
-			if len(newACLs) > 0 {
-				muts = append(muts, model.Mutation{Field: &g.ACLs, Mutator: ovsdb.MutateOperationInsert, Value: newACLs})
-			}
-			if len(delP) > 0 {
-				muts = append(muts, model.Mutation{Field: &g.Ports, Mutator: ovsdb.MutateOperationDelete, Value: delP})
-			}
-			if len(addP) > 0 {
-				muts = append(muts, model.Mutation{Field: &g.Ports, Mutator: ovsdb.MutateOperationInsert, Value: addP})
-			}
-			for _, m := range muts {
-				o, err := c.cl.Where(g).Mutate(g, m)
-				if err != nil {
-					return nil, err
-				}
-				ops = append(ops, o...)
-			}
-			if !maps.Equal(cur.ExternalIDs, ids) {
-				g.ExternalIDs = ids
-				o, err := c.cl.Where(g).Update(g, &g.ExternalIDs)
-				if err != nil {
-					return nil, err
-				}
-				ops = append(ops, o...)
-			}
-		}
-	}
-
+	ops = append(ops, pgOps...)
 	// Sets no longer used, after the ACLs that used them are gone.
 	stale, err := c.AddressSets(ctx, pg.ExternalIDs)
 	if err != nil {
 		return nil, err
 	}
 	for _, s := range stale {
-		if want[s.Name] {
+		if slices.ContainsFunc(pg.AddressSets, func(w AddressSet) bool { return w.Name == s.Name }) {
 			continue
 		}
 		as := &nbdb.AddressSet{}
@@ -281,25 +162,179 @@ func (c *Client) EnsurePortGroup(ctx context.Context, pg PortGroup) (missing []s
 	return missing, err
 }
 
-// diff: what to add to have to get want, and what to remove.
-func diff(have, want []string) (add, del []string) {
-	h := make(map[string]bool, len(have))
-	for _, x := range have {
-		h[x] = true
+// addressSetOps create the port group's address sets or bring their
+// addresses in line, each existing one guarded by a wait for the addresses
+// the cache showed.
+func (c *Client) addressSetOps(ctx context.Context, sets []AddressSet, ids map[string]string) ([]ovsdb.Operation, error) {
+	var ops []ovsdb.Operation
+	for _, s := range sets {
+		cur, err := c.addressSet(ctx, s.Name)
+		if err != nil {
+			return nil, err
+		}
+		want := uniqueValues(s.Addresses)
+		if cur == nil {
+			addrs := make([]string, len(want))
+			for i, w := range want {
+				addrs[i] = w.value
+			}
+			o, err := c.cl.Create(&nbdb.AddressSet{Name: s.Name, Addresses: addrs, ExternalIDs: ids})
+			if err != nil {
+				return nil, err
+			}
+			ops = append(ops, o...)
+			continue
+		}
+		as := &nbdb.AddressSet{UUID: cur.UUID, Addresses: cur.Addresses}
+		o, _, err := c.guardedChildren(as, []any{&as.Addresses}, childSet{field: &as.Addresses, have: values(cur.Addresses), want: want})
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, o...)
 	}
-	w := make(map[string]bool, len(want))
-	for _, x := range want {
-		w[x] = true
-		if !h[x] {
-			add = append(add, x)
+	return ops, nil
+}
+
+// portGroupOps create the port group with its ACLs, or bring an existing
+// one's ACLs, ports (UUIDs) and external IDs in line, guarded by a wait for
+// the ports and ACLs the cache showed.
+func (c *Client) portGroupOps(ctx context.Context, pg PortGroup, ids map[string]string, ports []string) ([]ovsdb.Operation, error) {
+	cur, err := c.portGroup(ctx, pg.Name)
+	if err != nil {
+		return nil, err
+	}
+	if cur != nil {
+		// A port group of this name owned by someone else (another
+		// policy whose name maps to the same one) is never taken over:
+		// its ports and ACLs are another tenant's isolation.
+		for k, v := range pg.ExternalIDs {
+			if have, ok := cur.ExternalIDs[k]; ok && have != v {
+				return nil, fmt.Errorf("port group %s belongs to %s=%s, not %s=%s: a name collision; it is left as it is (rename the policy)", pg.Name, k, have, k, v)
+			}
 		}
 	}
-	for _, x := range have {
-		if !w[x] {
-			del = append(del, x)
+	// The owner's port groups under another name (a naming change across
+	// an upgrade) go: their ACLs would apply beside the new ones.
+	var renamed []nbdb.PortGroup
+	if len(pg.ExternalIDs) > 0 {
+		if err := c.cl.WhereCache(func(p *nbdb.PortGroup) bool {
+			return p.Name != pg.Name && owned(p.ExternalIDs, pg.ExternalIDs)
+		}).List(ctx, &renamed); err != nil {
+			return nil, err
 		}
 	}
-	return add, del
+	var dropOld []ovsdb.Operation
+	for i := range renamed {
+		o, err := c.cl.Where(&renamed[i]).Delete()
+		if err != nil {
+			return nil, err
+		}
+		dropOld = append(dropOld, o...)
+	}
+	ops, err := c.portGroupUpsertOps(ctx, pg, ids, ports, cur)
+	if err != nil {
+		return nil, err
+	}
+	return append(dropOld, ops...), nil
+}
+
+func (c *Client) portGroupUpsertOps(ctx context.Context, pg PortGroup, ids map[string]string, ports []string, cur *nbdb.PortGroup) ([]ovsdb.Operation, error) {
+	if cur == nil {
+		row := &nbdb.PortGroup{UUID: "newpg", Name: pg.Name, Ports: ports, ExternalIDs: ids}
+		plan, err := c.planChildren(childSet{field: &row.ACLs, want: aclChildren(pg.ACLs, "newacl", ids)})
+		if err != nil {
+			return nil, err
+		}
+		row.ACLs = plan.added[0]
+		o, err := c.cl.Create(row)
+		if err != nil {
+			return nil, err
+		}
+		return append(plan.creates, o...), nil
+	}
+	g := &nbdb.PortGroup{UUID: cur.UUID, Ports: cur.Ports, ACLs: cur.ACLs}
+	plan, err := c.planChildren(
+		childSet{field: &g.ACLs, have: c.existingACLs(ctx, cur.ACLs, nil), want: aclChildren(pg.ACLs, "newacl", ids)},
+		childSet{field: &g.Ports, have: values(cur.Ports), want: uniqueValues(ports)},
+	)
+	if err != nil {
+		return nil, err
+	}
+	sameIDs := maps.Equal(cur.ExternalIDs, ids)
+	if plan.empty() && sameIDs {
+		return nil, nil
+	}
+	ops, err := c.guard(g, &g.Ports, &g.ACLs)
+	if err != nil {
+		return nil, err
+	}
+	o, err := c.applyChildren(g, plan)
+	if err != nil {
+		return nil, err
+	}
+	ops = append(ops, o...)
+	if !sameIDs {
+		g.ExternalIDs = ids
+		o, err := c.cl.Where(g).Update(g, &g.ExternalIDs)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, o...)
+	}
+	return ops, nil
+}
+
+// guard is a wait that aborts the transaction unless the parent row's
+// fields still hold what the cache showed (the values in parent).
+func (c *Client) guard(parent model.Model, fields ...any) ([]ovsdb.Operation, error) {
+	zero := 0
+	return c.cl.Where(parent).Wait(ovsdb.WaitConditionEqual, &zero, parent, fields...)
+}
+
+// guardedChildren is the plan for cols as operations on parent behind a
+// guard on fields (none when nothing changes).
+func (c *Client) guardedChildren(parent model.Model, fields []any, cols ...childSet) ([]ovsdb.Operation, childPlan, error) {
+	plan, err := c.planChildren(cols...)
+	if err != nil || plan.empty() {
+		return nil, plan, err
+	}
+	ops, err := c.guard(parent, fields...)
+	if err != nil {
+		return nil, plan, err
+	}
+	o, err := c.applyChildren(parent, plan)
+	return append(ops, o...), plan, err
+}
+
+// aclChildren are the wanted ACL rows, named prefix0, prefix1, ...
+func aclChildren(acls []ACL, prefix string, ids map[string]string) []child {
+	out := make([]child, len(acls))
+	for i, a := range acls {
+		out[i] = child{key: a.key(), row: a.row(prefix+strconv.Itoa(i), ids)}
+	}
+	return out
+}
+
+// existingACLs are the ACLs of uuids as children; with match, only those
+// whose external IDs carry it (others are not the caller's and stay out of
+// the diff). An ACL the cache does not show yet gets a key nothing wants:
+// it is dropped and recreated.
+func (c *Client) existingACLs(ctx context.Context, uuids []string, match map[string]string) []child {
+	var out []child
+	for _, u := range uuids {
+		x := &nbdb.ACL{UUID: u}
+		if err := c.cl.Get(ctx, x); err != nil {
+			if match == nil {
+				out = append(out, child{key: "?" + u, value: u})
+			}
+			continue
+		}
+		if match != nil && !owned(x.ExternalIDs, match) {
+			continue
+		}
+		out = append(out, child{key: aclKey(x), value: u})
+	}
+	return out
 }
 
 // DeletePortGroups removes the ovnhost port groups (their ACLs go with

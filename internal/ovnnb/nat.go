@@ -6,8 +6,8 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 
-	"github.com/ovn-kubernetes/libovsdb/model"
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
@@ -44,8 +44,6 @@ func derefString(p *string) string {
 	return *p
 }
 
-func natKey(typ, ext, logical string) string { return typ + " " + ext + " " + logical }
-
 // SetRouterNAT makes the router's ovnhost NAT rules and policies whose
 // external IDs contain match exactly nats and policies, in one
 // transaction: a pod's EIP, its SNAT and the policy that sends its traffic
@@ -61,117 +59,85 @@ func (c *Client) SetRouterNAT(ctx context.Context, router string, match map[stri
 		}
 		return fmt.Errorf("ovnnb: NAT on router %q: the router does not exist", router)
 	}
-	var curNAT []*nbdb.NAT
-	if err := c.cl.WhereCache(func(x *nbdb.NAT) bool { return slices.Contains(r.Nat, x.UUID) && owned(x.ExternalIDs, match) }).List(ctx, &curNAT); err != nil {
-		return err
-	}
-	curPol, err := c.policies(ctx, r, func(x *nbdb.LogicalRouterPolicy) bool { return owned(x.ExternalIDs, match) })
+	natSet, err := c.natChildren(ctx, r, match, nats)
 	if err != nil {
 		return err
 	}
-	var ops []ovsdb.Operation
-	var drop, add []string
-
-	have := map[string]*nbdb.NAT{}
-	for _, x := range curNAT {
-		have[natKey(x.Type, x.ExternalIP, x.LogicalIP)] = x
-	}
-	keep := map[string]bool{}
-	for i, want := range nats {
-		var gwp *string
-		if want.GatewayPort != "" {
-			lrp := &nbdb.LogicalRouterPort{Name: want.GatewayPort}
-			if err := c.cl.Get(ctx, lrp); err != nil {
-				return fmt.Errorf("ovnnb: NAT %s %s: gateway port %s: %w", want.Type, want.ExternalIP, want.GatewayPort, err)
-			}
-			gwp = &lrp.UUID
-		}
-		ids := vendorIDs(want.ExternalIDs)
-		k := natKey(want.Type, want.ExternalIP, want.LogicalIP)
-		if x, ok := have[k]; ok && !keep[k] && maps.Equal(x.ExternalIDs, ids) && equalRef(x.GatewayPort, gwp) &&
-			derefString(x.LogicalPort) == want.LogicalPort && derefString(x.ExternalMAC) == want.ExternalMAC {
-			keep[k] = true
-			continue
-		}
-		row := &nbdb.NAT{UUID: "newnat" + strconv.Itoa(i), Type: want.Type, ExternalIP: want.ExternalIP, LogicalIP: want.LogicalIP,
-			GatewayPort: gwp, LogicalPort: optString(want.LogicalPort), ExternalMAC: optString(want.ExternalMAC), ExternalIDs: ids}
-		o, err := c.cl.Create(row)
-		if err != nil {
-			return err
-		}
-		ops = append(ops, o...)
-		add = append(add, row.UUID)
-	}
-	for k, x := range have {
-		if !keep[k] {
-			drop = append(drop, x.UUID)
-		}
-	}
-
-	type polKey struct {
-		prio  int
-		match string
-	}
-	havePol := map[polKey]*nbdb.LogicalRouterPolicy{}
-	for _, x := range curPol {
-		havePol[polKey{x.Priority, x.Match}] = x
-	}
-	keepPol := map[polKey]bool{}
-	var dropPol, addPol []string
-	for i, p := range policies {
-		action, nexthops := nbdb.LogicalRouterPolicyActionAllow, []string(nil)
-		if p.Nexthop.IsValid() {
-			action, nexthops = nbdb.LogicalRouterPolicyActionReroute, []string{p.Nexthop.String()}
-		}
-		ids := vendorIDs(p.ExternalIDs)
-		k := polKey{p.Priority, p.Match}
-		if x, ok := havePol[k]; ok && !keepPol[k] && x.Action == action && slices.Equal(x.Nexthops, nexthops) && maps.Equal(x.ExternalIDs, ids) {
-			keepPol[k] = true
-			continue
-		}
-		row := &nbdb.LogicalRouterPolicy{UUID: "newnatpolicy" + strconv.Itoa(i), Priority: p.Priority, Match: p.Match, Action: action, Nexthops: nexthops, ExternalIDs: ids}
-		o, err := c.cl.Create(row)
-		if err != nil {
-			return err
-		}
-		ops = append(ops, o...)
-		addPol = append(addPol, row.UUID)
-	}
-	for k, x := range havePol {
-		if !keepPol[k] {
-			dropPol = append(dropPol, x.UUID)
-		}
-	}
-	// Removing the router's references deletes the rows (neither table is a root).
-	mut := func(field any, op ovsdb.Mutator, uuids []string) error {
-		if len(uuids) == 0 {
-			return nil
-		}
-		o, err := c.cl.Where(r).Mutate(r, model.Mutation{Field: field, Mutator: op, Value: uuids})
-		ops = append(ops, o...)
+	polSet, err := c.policyChildren(ctx, r, match, policies)
+	if err != nil {
 		return err
 	}
-	if err := mut(&r.Nat, ovsdb.MutateOperationDelete, drop); err != nil {
+	plan, err := c.planChildren(natSet, polSet)
+	if err != nil {
 		return err
 	}
-	if err := mut(&r.Nat, ovsdb.MutateOperationInsert, add); err != nil {
-		return err
-	}
-	if err := mut(&r.Policies, ovsdb.MutateOperationDelete, dropPol); err != nil {
-		return err
-	}
-	if err := mut(&r.Policies, ovsdb.MutateOperationInsert, addPol); err != nil {
+	ops, err := c.applyChildren(r, plan)
+	if err != nil {
 		return err
 	}
 	_, err = c.transact(ctx, fmt.Sprintf("set NAT rules %v on %s", match, router), ops)
 	return err
 }
 
-func equalRef(a, b *string) bool {
-	if a == nil || b == nil {
-		return a == b
+// natChildren are the router's NAT rules owned by match and the wanted
+// ones (named newnat0, newnat1, ...), keyed by everything a rule does.
+func (c *Client) natChildren(ctx context.Context, r *nbdb.LogicalRouter, match map[string]string, nats []NAT) (childSet, error) {
+	var cur []*nbdb.NAT
+	if err := c.cl.WhereCache(func(x *nbdb.NAT) bool { return slices.Contains(r.Nat, x.UUID) && owned(x.ExternalIDs, match) }).List(ctx, &cur); err != nil {
+		return childSet{}, err
 	}
-	return *a == *b
+	set := childSet{field: &r.Nat}
+	for _, x := range cur {
+		set.have = append(set.have, child{key: natKey(x), value: x.UUID})
+	}
+	for i, want := range nats {
+		var gwp *string
+		if want.GatewayPort != "" {
+			lrp := &nbdb.LogicalRouterPort{Name: want.GatewayPort}
+			if err := c.cl.Get(ctx, lrp); err != nil {
+				return childSet{}, fmt.Errorf("ovnnb: NAT %s %s: gateway port %s: %w", want.Type, want.ExternalIP, want.GatewayPort, err)
+			}
+			gwp = &lrp.UUID
+		}
+		row := &nbdb.NAT{UUID: "newnat" + strconv.Itoa(i), Type: want.Type, ExternalIP: want.ExternalIP, LogicalIP: want.LogicalIP,
+			GatewayPort: gwp, LogicalPort: optString(want.LogicalPort), ExternalMAC: optString(want.ExternalMAC), ExternalIDs: vendorIDs(want.ExternalIDs)}
+		set.want = append(set.want, child{key: natKey(row), row: row})
+	}
+	return set, nil
+}
+
+// natKey is everything a NAT row does.
+func natKey(x *nbdb.NAT) string {
+	return strings.Join([]string{x.Type, x.ExternalIP, x.LogicalIP, derefString(x.GatewayPort), derefString(x.LogicalPort),
+		derefString(x.ExternalMAC), mapKey(x.ExternalIDs)}, "\x00")
+}
+
+// policyChildren are the router's policies owned by match and the wanted
+// ones (named newnatpolicy0, ...), keyed by everything a policy does.
+func (c *Client) policyChildren(ctx context.Context, r *nbdb.LogicalRouter, match map[string]string, policies []Policy) (childSet, error) {
+	cur, err := c.policies(ctx, r, func(x *nbdb.LogicalRouterPolicy) bool { return owned(x.ExternalIDs, match) })
+	if err != nil {
+		return childSet{}, err
+	}
+	set := childSet{field: &r.Policies}
+	for _, x := range cur {
+		set.have = append(set.have, child{key: policyKey(x), value: x.UUID})
+	}
+	for i, p := range policies {
+		action, nexthops := nbdb.LogicalRouterPolicyActionAllow, []string(nil)
+		if p.Nexthop.IsValid() {
+			action, nexthops = nbdb.LogicalRouterPolicyActionReroute, []string{p.Nexthop.String()}
+		}
+		row := &nbdb.LogicalRouterPolicy{UUID: "newnatpolicy" + strconv.Itoa(i), Priority: p.Priority, Match: p.Match, Action: action,
+			Nexthops: nexthops, ExternalIDs: vendorIDs(p.ExternalIDs)}
+		set.want = append(set.want, child{key: policyKey(row), row: row})
+	}
+	return set, nil
+}
+
+// policyKey is everything a router policy written by SetRouterNAT does.
+func policyKey(x *nbdb.LogicalRouterPolicy) string {
+	return strings.Join([]string{strconv.Itoa(x.Priority), x.Match, x.Action, strings.Join(x.Nexthops, ","), mapKey(x.ExternalIDs)}, "\x00")
 }
 
 // NATs lists the router's ovnhost NAT rules whose external IDs contain match.

@@ -263,6 +263,21 @@ func RouterPortMAC(name string) string {
 	return net.HardwareAddr(h[:6]).String()
 }
 
+// RouterPortMACOf is the MAC a router port has in the NB (it may differ from
+// RouterPortMAC when the port was written by another tool, e.g. Kube-OVN);
+// false when there is no such port.
+func (c *Client) RouterPortMACOf(ctx context.Context, name string) (string, bool, error) {
+	lrp := &nbdb.LogicalRouterPort{Name: name}
+	err := c.cl.Get(ctx, lrp)
+	if errors.Is(err, client.ErrNotFound) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	return lrp.MAC, true, nil
+}
+
 // EnsureSwitch creates or updates the switch, and when Router is set the
 // router port pair that connects them, in one transaction.
 func (c *Client) EnsureSwitch(ctx context.Context, s Switch) error {

@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/ovn-kubernetes/libovsdb/model"
-	"github.com/ovn-kubernetes/libovsdb/ovsdb"
-
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
 )
 
@@ -33,59 +30,13 @@ func (c *Client) EnsureSwitchACLs(ctx context.Context, sw string, ids map[string
 		}
 		return fmt.Errorf("ovnnb: ACLs of switch %q: %w", sw, ErrNoSwitch)
 	}
-	full := vendorIDs(ids)
-	have := map[string][]string{} // key -> uuids of our ACLs
-	for _, u := range ls.ACLs {
-		x := &nbdb.ACL{UUID: u}
-		if err := c.cl.Get(ctx, x); err != nil || !owned(x.ExternalIDs, ids) {
-			continue
-		}
-		k := aclKey(x)
-		have[k] = append(have[k], u)
-	}
-	var ops []ovsdb.Operation
-	var add, del []string
-	for i, a := range acls {
-		if k := a.key(); len(have[k]) > 0 {
-			have[k] = have[k][1:]
-			continue
-		}
-		r := a.row(fmt.Sprintf("newswacl%d", i), full)
-		o, err := c.cl.Create(r)
-		if err != nil {
-			return err
-		}
-		ops = append(ops, o...)
-		add = append(add, r.UUID)
-	}
-	for _, us := range have {
-		del = append(del, us...)
-	}
-	if len(add) == 0 && len(del) == 0 {
-		return nil
-	}
-	zero := 0
 	g := &nbdb.LogicalSwitch{UUID: ls.UUID, ACLs: ls.ACLs}
-	w, err := c.cl.Where(g).Wait(ovsdb.WaitConditionEqual, &zero, g, &g.ACLs)
-	if err != nil {
+	ops, plan, err := c.guardedChildren(g, []any{&g.ACLs},
+		childSet{field: &g.ACLs, have: c.existingACLs(ctx, ls.ACLs, ids), want: aclChildren(acls, "newswacl", vendorIDs(ids))})
+	if err != nil || len(ops) == 0 {
 		return err
 	}
-	ops = append(w, ops...)
-	if len(del) > 0 {
-		o, err := c.cl.Where(g).Mutate(g, model.Mutation{Field: &g.ACLs, Mutator: ovsdb.MutateOperationDelete, Value: del})
-		if err != nil {
-			return err
-		}
-		ops = append(ops, o...)
-	}
-	if len(add) > 0 {
-		o, err := c.cl.Where(g).Mutate(g, model.Mutation{Field: &g.ACLs, Mutator: ovsdb.MutateOperationInsert, Value: add})
-		if err != nil {
-			return err
-		}
-		ops = append(ops, o...)
-	}
-	_, err = c.transact(ctx, fmt.Sprintf("set %d ACLs of switch %s (%d added, %d removed)", len(acls), sw, len(add), len(del)), ops)
+	_, err = c.transact(ctx, fmt.Sprintf("set %d ACLs of switch %s (%d added, %d removed)", len(acls), sw, len(plan.added[0]), len(plan.removed[0])), ops)
 	return err
 }
 

@@ -81,6 +81,8 @@ type ExternalGatewayConfig struct {
 	GatewayIP   netip.Addr   // external-gw-addr: the next hop outside
 	PortIP      netip.Prefix // nic-ip: the router's address and the external subnet
 	PortMAC     string       // nic-mac, else derived from the port name
+	// Policy is who may take which EIP/SNAT address (external_policy.go).
+	Policy ExternalAddressPolicy
 	// Ignored lists keys that are present but mean nothing here.
 	Ignored []string
 }
@@ -200,7 +202,9 @@ func ParseExternalGatewayConfig(data map[string]string) (ExternalGatewayConfig, 
 	if c.PortMAC == "" {
 		c.PortMAC = ovnnb.RouterPortMAC(ExternalRouterPort(DefaultRouter))
 	}
-	known := []string{KeyEnable, KeyType, KeyNodes, KeyNIC, KeyGatewayAddr, KeyNICIP, KeyNICMAC, KeySwitch}
+	pol, perrs := parseAddressPolicy(data, c.PortIP.Masked())
+	c.Policy, errs = pol, append(errs, perrs...)
+	known := []string{KeyEnable, KeyType, KeyNodes, KeyNIC, KeyGatewayAddr, KeyNICIP, KeyNICMAC, KeySwitch, KeyNamespaceAddresses, KeyReservedAddresses}
 	for k := range data {
 		if !slices.Contains(known, k) {
 			c.Ignored = append(c.Ignored, k)

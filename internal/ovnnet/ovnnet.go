@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"sync"
@@ -137,13 +138,40 @@ func (n *Network) AddSubnet(ctx context.Context, cfg ipam.SubnetConfig) error {
 	if err := n.NB.EnsureSwitch(ctx, ovnnb.Switch{Name: cfg.Name, Router: n.cfg.Router, CIDRs: cfg.CIDRs, Gateways: cfg.Gateways}); err != nil {
 		return err
 	}
+	if err := n.reserveGatewayMAC(ctx, cfg.Name); err != nil {
+		return err
+	}
 	return n.syncClusterSet(ctx)
+}
+
+// gatewayMACHolder names the router port that is subnet's gateway, as the
+// holder of its MAC in the IPAM (a pod asking for that MAC is told).
+func (n *Network) gatewayMACHolder(subnet string) string {
+	return fmt.Sprintf("router port %s (the gateway of subnet %s)", ovnnb.RouterPortName(n.cfg.Router, subnet), subnet)
+}
+
+// reserveGatewayMAC keeps the MAC of subnet's router port (its gateway) out
+// of the pods' reach: a pod with that MAC would answer for its gateway.
+func (n *Network) reserveGatewayMAC(ctx context.Context, subnet string) error {
+	mac, ok, err := n.NB.RouterPortMACOf(ctx, ovnnb.RouterPortName(n.cfg.Router, subnet))
+	if err != nil || !ok || mac == "" {
+		return err
+	}
+	if err := n.IPAM.ReserveMAC(mac, n.gatewayMACHolder(subnet)); err != nil {
+		// A pod took it before it was reserved: it keeps it until released.
+		slog.Warn("the MAC of a subnet's gateway is held by a pod; reserved once the pod lets it go", "subnet", subnet, "error", err)
+	}
+	return nil
 }
 
 // RemoveSubnet deletes the switch and forgets the subnet's allocations.
 func (n *Network) RemoveSubnet(ctx context.Context, name string) error {
+	mac, hadPort, _ := n.NB.RouterPortMACOf(ctx, ovnnb.RouterPortName(n.cfg.Router, name))
 	if err := n.NB.DeleteSwitch(ctx, name, n.cfg.Router); err != nil {
 		return err
+	}
+	if hadPort {
+		n.IPAM.UnreserveMAC(mac, n.gatewayMACHolder(name))
 	}
 	n.IPAM.RemoveSubnet(name)
 	return n.syncClusterSet(ctx)

@@ -17,9 +17,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
+	api "github.com/ovnhost/ovnhost/internal/nodeapi"
 	"github.com/ovnhost/ovnhost/netctl/cluster"
-	"github.com/ovnhost/ovnhost/netctl/nodeapi"
-	"github.com/ovnhost/ovnhost/supervisor/health"
+	"github.com/ovnhost/ovnhost/netctl/nodeclient"
 )
 
 type diagOpts struct {
@@ -126,7 +126,7 @@ type doctorReport struct {
 
 type nodeResult struct {
 	findings []cluster.Finding
-	client   *nodeapi.Client
+	client   *nodeclient.Client
 	pinger   *PingerView
 }
 
@@ -134,10 +134,10 @@ type nodeResult struct {
 func nodeFindings(ctx context.Context, k *kube, n *corev1.Node) nodeResult {
 	scope := "node/" + n.Name
 	var r nodeResult
-	c, err := nodeapi.For(k.rest, n, nodeTimeout)
+	c, err := nodeclient.For(k.rest, n, nodeTimeout, k.tokens)
 	if err != nil {
 		sev := cluster.Fail
-		if errors.Is(err, nodeapi.ErrNotPublished) {
+		if errors.Is(err, nodeclient.ErrNotPublished) {
 			sev = cluster.Warn
 		}
 		r.findings = append(r.findings, cluster.Finding{Severity: sev, Scope: scope, Check: "node-daemon", Found: err.Error(),
@@ -148,7 +148,7 @@ func nodeFindings(ctx context.Context, k *kube, n *corev1.Node) nodeResult {
 	defer cancel()
 	st, err := c.Status(ctx)
 	if err != nil {
-		var ne *nodeapi.Error
+		var ne *nodeclient.Error
 		fix := "check ovnhost on " + n.Name + ": systemctl status ovnhost / journalctl -u ovnhost, or kubectl -n kube-system logs of its ovnhost pod"
 		if errors.As(err, &ne) && (ne.Status == 401 || ne.Status == 403) {
 			fix = "grant the ClusterRole ovnhost-netctl (packaging/kubernetes/base/rbac-netctl.yaml) to your user"
@@ -219,31 +219,7 @@ func (a *app) diagnose(ctx context.Context, k *kube, o diagOpts, scope, arg stri
 		d.Findings = append(d.Findings, a.podChecks(ctx, k, p, nodes.Items, now, o)...)
 	}
 
-	// Doctor on each node, in parallel.
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	var sbFrom *nodeapi.Client
-	for i := range nodes.Items {
-		n := &nodes.Items[i]
-		if onlyNode != "" && n.Name != onlyNode {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := nodeFindings(ctx, k, n)
-			mu.Lock()
-			defer mu.Unlock()
-			d.Findings = append(d.Findings, r.findings...)
-			if r.client != nil && (sbFrom == nil || r.client.Node < sbFrom.Node) {
-				sbFrom = r.client
-			}
-			if r.pinger != nil {
-				d.Pinger[n.Name] = *r.pinger
-			}
-		}()
-	}
-	wg.Wait()
+	sbFrom := d.askNodes(ctx, k, nodes.Items, onlyNode)
 	if sbFrom == nil && onlyNode != "" {
 		// The node itself is down; another may still read SB for the chassis check.
 		if c, err := a.anyNode(ctx, k, ""); err == nil {
@@ -268,35 +244,7 @@ func (a *app) diagnose(ctx context.Context, k *kube, o diagOpts, scope, arg stri
 		}
 	}
 	if scope == "all" {
-		refs := []string{"ovnhost/ovnhost-controller", "kube-system/ovnhost-controller"}
-		if o.lease != "" {
-			refs = []string{o.lease}
-		}
-		var lease *coordinationv1.Lease
-		var lerr error
-		ref := strings.Join(refs, " or ")
-		for _, r := range refs {
-			ns, name, _ := strings.Cut(r, "/")
-			l, err := k.kc.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
-			if err == nil {
-				lease, ref = l, r
-				break
-			}
-			if !apierrors.IsNotFound(err) {
-				lerr = err
-			}
-		}
-		if lease == nil && lerr != nil {
-			d.Findings = append(d.Findings, cluster.Finding{Severity: cluster.Warn, Scope: "cluster", Check: "controller-leader", Found: "cannot read the leader Lease: " + lerr.Error()})
-		} else {
-			d.Findings = append(d.Findings, cluster.LeaderCheck(lease, ref, now))
-		}
-		l2, err := k.dc.Resource(kubeovnv1.SubnetGVR).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			d.Findings = append(d.Findings, cluster.Finding{Severity: cluster.Warn, Scope: "cluster", Check: "subnet-usage", Found: "cannot list subnets.kubeovn.io: " + err.Error(), Fix: "install the Subnet CRD (packaging/kubernetes/base/crd-subnets.yaml)"})
-		} else if subs, err := cluster.Subnets(l2.Items); err == nil {
-			d.Findings = append(d.Findings, cluster.SubnetChecks(subs)...)
-		}
+		d.Findings = append(d.Findings, clusterFindings(ctx, k, o, now)...)
 	}
 	// Pods without addresses (on the node, or everywhere).
 	opts := metav1.ListOptions{}
@@ -320,16 +268,83 @@ func (a *app) diagnose(ctx context.Context, k *kube, o diagOpts, scope, arg stri
 	return d, nil
 }
 
+// askNodes runs doctor on each node (only onlyNode when set) in parallel
+// and adds its findings and pinger view to d. It returns the client of the
+// first node by name that answered, to read SB through.
+func (d *diagnosis) askNodes(ctx context.Context, k *kube, nodes []corev1.Node, onlyNode string) *nodeclient.Client {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var sbFrom *nodeclient.Client
+	for i := range nodes {
+		n := &nodes[i]
+		if onlyNode != "" && n.Name != onlyNode {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := nodeFindings(ctx, k, n)
+			mu.Lock()
+			defer mu.Unlock()
+			d.Findings = append(d.Findings, r.findings...)
+			if r.client != nil && (sbFrom == nil || r.client.Node < sbFrom.Node) {
+				sbFrom = r.client
+			}
+			if r.pinger != nil {
+				d.Pinger[n.Name] = *r.pinger
+			}
+		}()
+	}
+	wg.Wait()
+	return sbFrom
+}
+
+// clusterFindings are the checks of the whole cluster: the controller's
+// leader Lease and the Subnets' usage.
+func clusterFindings(ctx context.Context, k *kube, o diagOpts, now time.Time) []cluster.Finding {
+	var out []cluster.Finding
+	refs := []string{"ovnhost/ovnhost-controller", "kube-system/ovnhost-controller"}
+	if o.lease != "" {
+		refs = []string{o.lease}
+	}
+	var lease *coordinationv1.Lease
+	var lerr error
+	ref := strings.Join(refs, " or ")
+	for _, r := range refs {
+		ns, name, _ := strings.Cut(r, "/")
+		l, err := k.kc.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			lease, ref = l, r
+			break
+		}
+		if !apierrors.IsNotFound(err) {
+			lerr = err
+		}
+	}
+	if lease == nil && lerr != nil {
+		out = append(out, cluster.Finding{Severity: cluster.Warn, Scope: "cluster", Check: "controller-leader", Found: "cannot read the leader Lease: " + lerr.Error()})
+	} else {
+		out = append(out, cluster.LeaderCheck(lease, ref, now))
+	}
+	l2, err := k.dc.Resource(kubeovnv1.SubnetGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		out = append(out, cluster.Finding{Severity: cluster.Warn, Scope: "cluster", Check: "subnet-usage", Found: "cannot list subnets.kubeovn.io: " + err.Error(), Fix: "install the Subnet CRD (packaging/kubernetes/base/crd-subnets.yaml)"})
+	} else if subs, err := cluster.Subnets(l2.Items); err == nil {
+		out = append(out, cluster.SubnetChecks(subs)...)
+	}
+	return out
+}
+
 // sbChassis reads SB Chassis and Encap rows through a node daemon.
-func sbChassis(ctx context.Context, c *nodeapi.Client) ([]cluster.SBChassis, bool) {
+func sbChassis(ctx context.Context, c *nodeclient.Client) ([]cluster.SBChassis, bool) {
 	if c == nil {
 		return nil, false
 	}
-	chs, err := c.OVSDB(ctx, health.OVSDBRequest{DB: "OVN_Southbound", Args: []string{"list", "Chassis"}})
+	chs, err := c.OVSDB(ctx, api.OVSDBRequest{DB: "OVN_Southbound", Args: []string{"list", "Chassis"}})
 	if err != nil {
 		return nil, false
 	}
-	encs, err := c.OVSDB(ctx, health.OVSDBRequest{DB: "OVN_Southbound", Args: []string{"list", "Encap"}})
+	encs, err := c.OVSDB(ctx, api.OVSDBRequest{DB: "OVN_Southbound", Args: []string{"list", "Encap"}})
 	if err != nil {
 		return nil, false
 	}

@@ -9,7 +9,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	api "github.com/ovnhost/ovnhost/internal/nodeapi"
 	"github.com/ovnhost/ovnhost/internal/version"
+	"github.com/ovnhost/ovnhost/netctl/nodeclient"
 )
 
 // kube is the cluster access of one command run.
@@ -19,6 +21,8 @@ type kube struct {
 	dc         dynamic.Interface
 	namespace  string // -n, else the context's namespace, else "default"
 	explicitNS bool   // -n was given
+	// tokens: node-bound tokens of --node-api-account, for node APIs.
+	tokens nodeclient.TokenSource
 }
 
 // kube builds the clients from --kubeconfig/--context/-n and friends,
@@ -49,7 +53,12 @@ func (a *app) kube() (*kube, error) {
 	if err != nil {
 		return nil, &exitError{code: ExitFailure, err: err}
 	}
-	return &kube{rest: rc, kc: kc, dc: dc, namespace: ns, explicitNS: explicit}, nil
+	acctNS, acct, ok := strings.Cut(a.nodeAccount, "/")
+	if !ok || acctNS == "" || acct == "" || strings.Contains(acct, "/") {
+		return nil, &exitError{code: ExitUsage, err: fmt.Errorf("--node-api-account %q: want NAMESPACE/NAME of a ServiceAccount, e.g. %s", a.nodeAccount, api.DefaultNetctlAccount)}
+	}
+	return &kube{rest: rc, kc: kc, dc: dc, namespace: ns, explicitNS: explicit,
+		tokens: &nodeclient.AccountTokens{Client: kc, Namespace: acctNS, Name: acct}}, nil
 }
 
 // podRef splits "NS/POD" (or "POD" in the -n namespace).

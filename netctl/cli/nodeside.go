@@ -17,15 +17,15 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	api "github.com/ovnhost/ovnhost/internal/nodeapi"
 	"github.com/ovnhost/ovnhost/netctl/cluster"
-	"github.com/ovnhost/ovnhost/netctl/nodeapi"
-	"github.com/ovnhost/ovnhost/supervisor/health"
+	"github.com/ovnhost/ovnhost/netctl/nodeclient"
 )
 
 // nodeTimeout bounds connecting to one node's API.
 var nodeTimeout = 5 * time.Second
 
-func (a *app) nodeClient(ctx context.Context, k *kube, name string) (*nodeapi.Client, *corev1.Node, error) {
+func (a *app) nodeClient(ctx context.Context, k *kube, name string) (*nodeclient.Client, *corev1.Node, error) {
 	n, err := k.kc.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil, failure(fmt.Errorf("node %q not found", name))
@@ -33,13 +33,13 @@ func (a *app) nodeClient(ctx context.Context, k *kube, name string) (*nodeapi.Cl
 	if err != nil {
 		return nil, nil, failure(fmt.Errorf("node %q: %w", name, err))
 	}
-	c, err := nodeapi.For(k.rest, n, nodeTimeout)
+	c, err := nodeclient.For(k.rest, n, nodeTimeout, k.tokens)
 	return c, n, failure(err)
 }
 
 // anyNode returns the client of the named node, or of the first node (by
 // name) whose daemon answers.
-func (a *app) anyNode(ctx context.Context, k *kube, name string) (*nodeapi.Client, error) {
+func (a *app) anyNode(ctx context.Context, k *kube, name string) (*nodeclient.Client, error) {
 	if name != "" {
 		c, _, err := a.nodeClient(ctx, k, name)
 		return c, err
@@ -51,7 +51,7 @@ func (a *app) anyNode(ctx context.Context, k *kube, name string) (*nodeapi.Clien
 	sort.Slice(nodes.Items, func(i, j int) bool { return nodes.Items[i].Name < nodes.Items[j].Name })
 	var errs []string
 	for i := range nodes.Items {
-		c, err := nodeapi.For(k.rest, &nodes.Items[i], nodeTimeout)
+		c, err := nodeclient.For(k.rest, &nodes.Items[i], nodeTimeout, k.tokens)
 		if err == nil {
 			if _, err = c.Status(ctx); err == nil {
 				return c, nil
@@ -64,14 +64,14 @@ func (a *app) anyNode(ctx context.Context, k *kube, name string) (*nodeapi.Clien
 
 // podFromNode adds what the pod's node holds for it.
 func (a *app) podFromNode(cmd *cobra.Command, k *kube, n *corev1.Node, info *cluster.PodInfo) {
-	c, err := nodeapi.For(k.rest, n, nodeTimeout)
+	c, err := nodeclient.For(k.rest, n, nodeTimeout, k.tokens)
 	if err != nil {
 		info.NodeError = err.Error()
 		return
 	}
 	p, err := c.Pod(cmd.Context(), info.Namespace, info.Name)
 	if err != nil {
-		var ne *nodeapi.Error
+		var ne *nodeclient.Error
 		if errors.As(err, &ne) && ne.Status == 400 {
 			info.OVS = &cluster.OVSPort{Error: ne.Msg}
 			return
@@ -108,11 +108,14 @@ func (a *app) dbCommand(use, db string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out, err := nc.OVSDB(cmd.Context(), health.OVSDBRequest{DB: db, Args: args})
+			out, err := nc.OVSDB(cmd.Context(), api.OVSDBRequest{DB: db, Args: args})
 			if err != nil {
 				return queryErr(err)
 			}
 			_, err = io.WriteString(a.streams.Out, out.Text)
+			if out.Truncated != "" {
+				fmt.Fprintf(a.streams.Err, "warning: the answer is truncated: %s\n", out.Truncated)
+			}
 			return err
 		},
 	}
@@ -122,7 +125,7 @@ func (a *app) dbCommand(use, db string) *cobra.Command {
 }
 
 func queryErr(err error) error {
-	var ne *nodeapi.Error
+	var ne *nodeclient.Error
 	if errors.As(err, &ne) && ne.Status == 400 {
 		return usageErrorf("%s", ne.Msg)
 	}
@@ -145,11 +148,14 @@ func (a *app) vsctlCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out, err := nc.OVSDB(cmd.Context(), health.OVSDBRequest{DB: "Open_vSwitch", Args: args[1:]})
+			out, err := nc.OVSDB(cmd.Context(), api.OVSDBRequest{DB: "Open_vSwitch", Args: args[1:]})
 			if err != nil {
 				return queryErr(err)
 			}
 			_, err = io.WriteString(a.streams.Out, out.Text)
+			if out.Truncated != "" {
+				fmt.Fprintf(a.streams.Err, "warning: the answer is truncated: %s\n", out.Truncated)
+			}
 			return err
 		},
 	}
@@ -178,7 +184,7 @@ Commands that change state are refused.`,
 			if err != nil {
 				return err
 			}
-			out, err := nc.Appctl(cmd.Context(), health.AppctlRequest{Target: args[1], Command: args[2], Args: args[3:]})
+			out, err := nc.Appctl(cmd.Context(), api.AppctlRequest{Target: args[1], Command: args[2], Args: args[3:]})
 			if err != nil {
 				return queryErr(err)
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/tools/clientcmd"
 
+	api "github.com/ovnhost/ovnhost/internal/nodeapi"
 	"github.com/ovnhost/ovnhost/internal/version"
 )
 
@@ -64,6 +65,10 @@ type app struct {
 	output    string
 	kubeFlags *clientcmd.ConfigOverrides
 	loading   *clientcmd.ClientConfigLoadingRules
+	// nodeAccount is NAMESPACE/NAME of the ServiceAccount whose node-bound
+	// tokens netctl sends to node APIs when the kubeconfig has no client
+	// certificate.
+	nodeAccount string
 }
 
 // Main runs netctl with argv (argv[0] decides the name) and returns the exit
@@ -159,6 +164,7 @@ Installed as kubectl-netctl it is a kubectl plugin: kubectl netctl diagnose all.
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.loading.ExplicitPath, "kubeconfig", "", "path to the kubeconfig file (default $KUBECONFIG, then ~/.kube/config, then in-cluster)")
 	clientcmd.BindOverrideFlags(a.kubeFlags, pf, kubeOverrideFlags())
+	pf.StringVar(&a.nodeAccount, "node-api-account", api.DefaultNetctlAccount, "NAMESPACE/NAME of the ServiceAccount whose tokens, bound to one node each, netctl sends to node APIs when the kubeconfig has no client certificate (your own token never goes to a node)")
 	root.AddCommand(
 		a.versionCommand(),
 		a.doctorCommand(),

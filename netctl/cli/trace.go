@@ -11,23 +11,23 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ovnhost/ovnhost/controller/netpol"
 	"github.com/ovnhost/ovnhost/internal/annotations"
-	"github.com/ovnhost/ovnhost/supervisor/health"
+	api "github.com/ovnhost/ovnhost/internal/nodeapi"
+	"github.com/ovnhost/ovnhost/internal/ovnnb"
 )
 
-var portGroupRef = regexp.MustCompile(`@(?:\d+_)?(np_[A-Za-z0-9_]+_[0-9a-f]{8})`)
+var portGroupRef = regexp.MustCompile(`@(?:\d+_)?(np_[A-Za-z0-9_]+_[0-9a-f]{32})`)
 
 // traceOutput is what trace prints as JSON/YAML.
 type traceOutput struct {
-	From      string              `json:"from"`
-	Node      string              `json:"node"`
-	Dest      string              `json:"dest"`
-	Verdict   health.TraceVerdict `json:"verdict"`
-	Policies  []string            `json:"networkPolicies,omitempty"`
-	Microflow string              `json:"microflow"`
-	Logical   string              `json:"logical,omitempty"`
-	Physical  string              `json:"physical,omitempty"`
+	From      string           `json:"from"`
+	Node      string           `json:"node"`
+	Dest      string           `json:"dest"`
+	Verdict   api.TraceVerdict `json:"verdict"`
+	Policies  []string         `json:"networkPolicies,omitempty"`
+	Microflow string           `json:"microflow"`
+	Logical   string           `json:"logical,omitempty"`
+	Physical  string           `json:"physical,omitempty"`
 }
 
 func (a *app) traceCommand() *cobra.Command {
@@ -54,7 +54,7 @@ dropped (or the trace failed).`,
 			if err != nil {
 				return err
 			}
-			req := health.TraceRequest{Namespace: ns, Pod: name, Protocol: "icmp", SrcMAC: srcMAC, DstMAC: dstMAC}
+			req := api.TraceRequest{Namespace: ns, Pod: name, Protocol: "icmp", SrcMAC: srcMAC, DstMAC: dstMAC}
 			if len(args) > 2 {
 				req.Protocol = strings.ToLower(args[2])
 				if req.Protocol != "tcp" && req.Protocol != "udp" && req.Protocol != "icmp" {
@@ -113,7 +113,7 @@ dropped (or the trace failed).`,
 
 // traceDest resolves DEST: an IPv4 address, or NAMESPACE/POD (then a peer
 // on the same subnet is reached directly at its MAC).
-func (a *app) traceDest(cmd *cobra.Command, k *kube, src *corev1.Pod, dest string, req *health.TraceRequest) (string, error) {
+func (a *app) traceDest(cmd *cobra.Command, k *kube, src *corev1.Pod, dest string, req *api.TraceRequest) (string, error) {
 	if ip, err := netip.ParseAddr(dest); err == nil {
 		if !ip.Is4() {
 			return "", usageErrorf("destination %q: IPv4 only", dest)
@@ -151,7 +151,7 @@ func (a *app) traceDest(cmd *cobra.Command, k *kube, src *corev1.Pod, dest strin
 
 // policiesOf names the NetworkPolicies whose port groups the touched ACLs
 // (or the dropping flow) reference.
-func (a *app) policiesOf(cmd *cobra.Command, k *kube, v health.TraceVerdict) []string {
+func (a *app) policiesOf(cmd *cobra.Command, k *kube, v api.TraceVerdict) []string {
 	text := v.DropFlow + "\n" + strings.Join(v.ACLs, "\n")
 	refs := portGroupRef.FindAllStringSubmatch(text, -1)
 	if len(refs) == 0 {
@@ -163,7 +163,7 @@ func (a *app) policiesOf(cmd *cobra.Command, k *kube, v health.TraceVerdict) []s
 	}
 	byPG := map[string]string{}
 	for _, np := range nps.Items {
-		byPG[netpol.PortGroupName(np.Namespace, np.Name)] = np.Namespace + "/" + np.Name
+		byPG[ovnnb.PolicyPortGroup(np.Namespace, np.Name)] = np.Namespace + "/" + np.Name
 	}
 	seen := map[string]bool{}
 	var out []string

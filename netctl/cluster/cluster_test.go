@@ -8,6 +8,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/ovnhost/ovnhost/internal/annotations"
 )
@@ -104,5 +105,48 @@ func TestLeaderCheck(t *testing.T) {
 	}
 	if f := LeaderCheck(nil, "ns/l", now); f.Severity != Warn {
 		t.Error(f)
+	}
+}
+
+func TestPrivateSubnetsBoundToNoNamespaceAreFlagged(t *testing.T) {
+	subnet := func(name string, spec map[string]any) unstructured.Unstructured {
+		return unstructured.Unstructured{Object: map[string]any{"apiVersion": "kubeovn.io/v1", "kind": "Subnet",
+			"metadata": map[string]any{"name": name}, "spec": spec}}
+	}
+	subs, err := Subnets([]unstructured.Unstructured{
+		subnet("open-private", map[string]any{"cidrBlock": "10.1.0.0/24", "private": true}),
+		subnet("listed", map[string]any{"cidrBlock": "10.2.0.0/24", "private": true, "namespaces": []any{"tenant-a"}}),
+		subnet("selected", map[string]any{"cidrBlock": "10.3.0.0/24", "private": true,
+			"namespaceSelectors": []any{map[string]any{"matchLabels": map[string]any{"team": "blue"}}}}),
+		subnet("public", map[string]any{"cidrBlock": "10.4.0.0/24"}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := SubnetChecks(subs)
+	var binding []Finding
+	for _, f := range fs {
+		if f.Check == "subnet-binding" {
+			binding = append(binding, f)
+		}
+	}
+	if len(binding) != 3 {
+		t.Fatalf("subnet-binding findings %+v, want one per private Subnet", binding)
+	}
+	var w Finding
+	for _, f := range binding {
+		if f.Scope == "subnet/open-private" {
+			w = f
+		}
+	}
+	if w.Severity != Warn || w.Scope != "subnet/open-private" || !strings.Contains(w.Found, "bound to no namespace") ||
+		!strings.Contains(w.Found, annotations.LogicalSwitch) || !strings.Contains(w.Fix, "kubectl patch subnet open-private") || !strings.Contains(w.Fix, "spec") {
+		t.Fatalf("finding for the unbound private Subnet: %+v", w)
+	}
+	if !find(fs, Pass, "subnet-binding", "admits only namespaces tenant-a") || !find(fs, Pass, "subnet-binding", "namespaces matching team=blue") {
+		t.Fatalf("bound private Subnets: %+v", binding)
+	}
+	if ExitCode(fs) != 1 {
+		t.Fatalf("exit code %d, want 1 (a warning)", ExitCode(fs))
 	}
 }

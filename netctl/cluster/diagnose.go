@@ -198,6 +198,9 @@ func SubnetChecks(subs []*SubnetInfo) []Finding {
 		default:
 			out = append(out, Finding{Severity: Pass, Scope: scope, Check: "subnet-usage", Found: fmt.Sprintf("%s %s used", s.CIDR, s.UsageString())})
 		}
+		if f, ok := BindingCheck(s); ok {
+			out = append(out, f)
+		}
 		if p := s.Problem(); p != "" {
 			sev := Fail
 			if strings.HasPrefix(p, "Error=True") {
@@ -207,6 +210,39 @@ func SubnetChecks(subs []*SubnetInfo) []Finding {
 		}
 	}
 	return out
+}
+
+// BindingCheck: a private Subnet is meant to keep its pods among
+// themselves, but one bound to no namespace (no spec.namespaces, no
+// spec.namespaceSelectors) takes any pod whose author names it in the
+// ovn.kubernetes.io/logical_switch annotation, as in Kube-OVN: a tenant of
+// another namespace joins it and passes its isolation. false: the check
+// does not apply (the Subnet is not private).
+func BindingCheck(s *SubnetInfo) (Finding, bool) {
+	if !s.Private {
+		return Finding{}, false
+	}
+	f := Finding{Scope: "subnet/" + s.Name, Check: "subnet-binding"}
+	switch {
+	case s.Default:
+		f.Severity, f.Found = Warn, "private but the default Subnet: it takes the pods of every namespace that no Subnet binds, whatever its namespaces say"
+		f.Fix = "make another Subnet the default, or do not rely on this one's private isolation to separate tenants"
+	case len(s.Namespaces) == 0 && len(s.NamespaceSelectors) == 0:
+		f.Severity = Warn
+		f.Found = "private but bound to no namespace: any pod, of any namespace, that names it in its " + annotations.LogicalSwitch + " annotation joins it and passes its isolation"
+		f.Fix = "bind it to the namespaces it is for: kubectl patch subnet " + s.Name + ` --type=merge -p '{"spec":{"namespaces":["<namespace>"]}}' (or spec.namespaceSelectors)`
+	default:
+		f.Severity = Pass
+		var parts []string
+		if len(s.Namespaces) > 0 {
+			parts = append(parts, "namespaces "+strings.Join(s.Namespaces, ", "))
+		}
+		if len(s.NamespaceSelectors) > 0 {
+			parts = append(parts, "namespaces matching "+strings.Join(s.NamespaceSelectors, "; "))
+		}
+		f.Found = "private, admits only " + strings.Join(parts, " and ")
+	}
+	return f, true
 }
 
 // UnaddressedPods finds scheduled pod-network pods the controller has not

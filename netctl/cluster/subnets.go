@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
@@ -21,24 +22,27 @@ import (
 
 // SubnetInfo is one Subnet as netctl shows it.
 type SubnetInfo struct {
-	Name        string                `json:"name"`
-	Default     bool                  `json:"default"`
-	Protocol    string                `json:"protocol"`
-	CIDR        string                `json:"cidrBlock"`
-	Gateway     string                `json:"gateway"`
-	GatewayType string                `json:"gatewayType"`
-	GatewayNode string                `json:"gatewayNode,omitempty"`
-	ActiveGW    string                `json:"activateGateway,omitempty"`
-	NatOutgoing bool                  `json:"natOutgoing"`
-	Namespaces  []string              `json:"namespaces,omitempty"`
-	ExcludeIPs  []string              `json:"excludeIps,omitempty"`
-	MTU         int                   `json:"mtu,omitempty"`
-	Used        float64               `json:"usingIPs"`
-	Available   float64               `json:"availableIPs"`
-	UsedRange   string                `json:"usingIPrange,omitempty"`
-	Usage       float64               `json:"usagePercent"` // used / (used + available) * 100
-	Ready       string                `json:"ready"`        // status of the Ready condition, "Unknown" without one
-	Conditions  []kubeovnv1.Condition `json:"conditions,omitempty"`
+	Name        string   `json:"name"`
+	Default     bool     `json:"default"`
+	Protocol    string   `json:"protocol"`
+	CIDR        string   `json:"cidrBlock"`
+	Gateway     string   `json:"gateway"`
+	GatewayType string   `json:"gatewayType"`
+	GatewayNode string   `json:"gatewayNode,omitempty"`
+	ActiveGW    string   `json:"activateGateway,omitempty"`
+	NatOutgoing bool     `json:"natOutgoing"`
+	Namespaces  []string `json:"namespaces,omitempty"`
+	// NamespaceSelectors are spec.namespaceSelectors as label selector strings.
+	NamespaceSelectors []string              `json:"namespaceSelectors,omitempty"`
+	Private            bool                  `json:"private,omitempty"`
+	ExcludeIPs         []string              `json:"excludeIps,omitempty"`
+	MTU                int                   `json:"mtu,omitempty"`
+	Used               float64               `json:"usingIPs"`
+	Available          float64               `json:"availableIPs"`
+	UsedRange          string                `json:"usingIPrange,omitempty"`
+	Usage              float64               `json:"usagePercent"` // used / (used + available) * 100
+	Ready              string                `json:"ready"`        // status of the Ready condition, "Unknown" without one
+	Conditions         []kubeovnv1.Condition `json:"conditions,omitempty"`
 }
 
 // Subnet turns a stored Subnet into what netctl shows.
@@ -50,11 +54,19 @@ func Subnet(u *unstructured.Unstructured) (*SubnetInfo, error) {
 	i := &SubnetInfo{Name: s.Name, Default: s.Spec.Default, Protocol: s.Spec.Protocol, CIDR: s.Spec.CIDRBlock,
 		Gateway: s.Spec.Gateway, GatewayType: s.Spec.GatewayType, GatewayNode: s.Spec.GatewayNode,
 		ActiveGW: s.Status.ActivateGateway, NatOutgoing: s.Spec.NatOutgoing, Namespaces: s.Spec.Namespaces,
-		ExcludeIPs: s.Spec.ExcludeIps, MTU: s.Spec.MTU,
+		ExcludeIPs: s.Spec.ExcludeIps, MTU: s.Spec.MTU, Private: s.Spec.Private,
 		Used:      s.Status.V4UsingIPs + s.Status.V6UsingIPs,
 		Available: s.Status.V4AvailableIPs + s.Status.V6AvailableIPs,
 		UsedRange: joinNonEmpty(",", s.Status.V4UsingIPRange, s.Status.V6UsingIPRange),
 		Ready:     "Unknown", Conditions: s.Status.Conditions}
+	for j := range s.Spec.NamespaceSelectors {
+		sel, err := metav1.LabelSelectorAsSelector(&s.Spec.NamespaceSelectors[j])
+		str := "(invalid selector)"
+		if err == nil {
+			str = sel.String()
+		}
+		i.NamespaceSelectors = append(i.NamespaceSelectors, str)
+	}
 	if i.Gateway == "" {
 		i.Gateway = defaultGateway(i.CIDR)
 	}

@@ -2,7 +2,6 @@ package doctor
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -16,12 +15,12 @@ import (
 	"github.com/ovn-kubernetes/libovsdb/ovsdb/serverdb"
 	"golang.org/x/sys/unix"
 
+	"github.com/ovnhost/ovnhost/internal/config"
+	"github.com/ovnhost/ovnhost/internal/hostcheck"
 	"github.com/ovnhost/ovnhost/internal/layout"
+	"github.com/ovnhost/ovnhost/internal/ovncluster"
 	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
 	"github.com/ovnhost/ovnhost/internal/unixctl"
-	"github.com/ovnhost/ovnhost/supervisor/central"
-	"github.com/ovnhost/ovnhost/supervisor/config"
-	"github.com/ovnhost/ovnhost/supervisor/preflight"
 )
 
 // CentralFacts is what the central's checks read (role=central).
@@ -40,27 +39,19 @@ type CentralFacts interface {
 	CertValidity(path string) (notBefore, notAfter time.Time, err error)
 }
 
+// centralHost is the real central member: the node's questions (OVSDB,
+// TLS, clock) and the central's own.
+type centralHost struct{ *hostcheck.DoctorHost }
+
+var _ CentralFacts = centralHost{}
+
 // ClusterStatus calls cluster/status on the server's control socket.
-func (*Host) ClusterStatus(ctx context.Context, ctl, db string) (string, error) {
+func (centralHost) ClusterStatus(ctx context.Context, ctl, db string) (string, error) {
 	return unixctl.Call(ctx, ctl, "cluster/status", db)
 }
 
-// ServerDatabases reads the Database rows of remote's _Server database.
-func (h *Host) ServerDatabases(ctx context.Context, remote string) ([]serverdb.Database, error) {
-	c, err := h.dial(ctx, serverdb.FullDatabaseModel, remote, "ovsdb-server", &serverdb.Database{})
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	var rows []serverdb.Database
-	if err := c.List(ctx, &rows); err != nil {
-		return nil, err
-	}
-	return rows, nil
-}
-
 // Disk reads the file system's size and the space left to unprivileged use.
-func (*Host) Disk(path string) (uint64, uint64, error) {
+func (centralHost) Disk(path string) (uint64, uint64, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(path, &st); err != nil {
 		return 0, 0, err
@@ -69,27 +60,12 @@ func (*Host) Disk(path string) (uint64, uint64, error) {
 }
 
 // FileSize is the size of a file.
-func (*Host) FileSize(path string) (int64, error) {
+func (centralHost) FileSize(path string) (int64, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return 0, err
 	}
 	return fi.Size(), nil
-}
-
-// TLSHandshake dials addr and completes a handshake with the configured
-// key, certificate and CA.
-func (h *Host) TLSHandshake(ctx context.Context, addr string) error {
-	tc, err := tlsConfig(h.tls)
-	if err != nil {
-		return err
-	}
-	d := tls.Dialer{Config: tc}
-	c, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return err
-	}
-	return c.Close()
 }
 
 // centralDBs are the two clustered databases and their ports.
@@ -108,25 +84,25 @@ var centralDBs = []struct {
 // (one missing, one down, one extra), a split brain (members that answer
 // with different clusters, or two leaders), the disk under the databases,
 // and under SSL the clock and the members' TLS handshakes.
-func RunCentral(ctx context.Context, cfg *config.Config, opts Options) *Report {
+func RunCentral(ctx context.Context, cfg *config.Config, opts Options) *hostcheck.Report {
 	f, _ := opts.Facts.(CentralFacts)
 	if f == nil {
-		f = NewHost(cfg)
+		f = centralHost{hostcheck.NewDoctorHost(cfg.HostSettings())}
 	}
 	to := opts.Timeout
 	if to <= 0 {
 		to = 3 * time.Second
 	}
 	lay := layout.New(cfg.Paths)
-	r := &Report{}
+	r := &hostcheck.Report{}
 	var dbBytes int64
 	for _, db := range centralDBs {
 		cx, cancel := context.WithTimeout(ctx, to)
 		text, err := f.ClusterStatus(cx, db.ctl(lay), db.name)
 		cancel()
-		var st *central.ClusterStatus
+		var st *ovncluster.Status
 		if err == nil {
-			st, err = central.ParseClusterStatus(text)
+			st, err = ovncluster.ParseStatus(text)
 		}
 		r.Checks = append(r.Checks, CheckRaft(db.name, st, err))
 		if st != nil {
@@ -148,7 +124,7 @@ func RunCentral(ctx context.Context, cfg *config.Config, opts Options) *Report {
 	total, free, err := f.Disk(cfg.Paths.OVNDBDir)
 	r.Checks = append(r.Checks, CheckCentralDisk(cfg.Paths.OVNDBDir, total, free, dbBytes, err))
 	r.Checks = append(r.Checks, CheckCentralClock(ctx, cfg, f, to))
-	r.Status = preflight.Worst(r.Checks)
+	r.Status = hostcheck.Worst(r.Checks)
 	return r
 }
 
@@ -161,21 +137,21 @@ func clientRemote(ip string, port int, ssl bool) string {
 }
 
 // CheckRaft: this member's server is in its cluster and knows the leader.
-func CheckRaft(db string, st *central.ClusterStatus, err error) preflight.Check {
-	c := preflight.Check{Name: "raft:" + db}
+func CheckRaft(db string, st *ovncluster.Status, err error) hostcheck.Check {
+	c := hostcheck.Check{Name: "raft:" + db}
 	switch {
 	case err != nil:
-		c.Status, c.Found, c.Fix = preflight.Fail, "cluster/status does not answer: "+err.Error(), "start the central (ovnhost run --role=central) or check its log"
+		c.Status, c.Found, c.Fix = hostcheck.Fail, "cluster/status does not answer: "+err.Error(), "start the central (ovnhost run --role=central) or check its log"
 	case !st.Member():
-		c.Status, c.Found, c.Fix = preflight.Fail, fmt.Sprintf("status %q (server %s at %s)", st.Status, st.SelfShort, st.Address), "a joining member needs a majority of OVN_DB_IPS up and reachable on the Raft port"
+		c.Status, c.Found, c.Fix = hostcheck.Fail, fmt.Sprintf("status %q (server %s at %s)", st.Status, st.SelfShort, st.Address), "a joining member needs a majority of OVN_DB_IPS up and reachable on the Raft port"
 	case !st.LeaderKnown():
-		c.Status, c.Found, c.Fix = preflight.Fail, fmt.Sprintf("no leader known (role %s, term %d): the cluster has no quorum as seen from here", st.Role, st.Term), "bring a majority of the members up, and check the Raft ports 6643/6644 between them"
+		c.Status, c.Found, c.Fix = hostcheck.Fail, fmt.Sprintf("no leader known (role %s, term %d): the cluster has no quorum as seen from here", st.Role, st.Term), "bring a majority of the members up, and check the Raft ports 6643/6644 between them"
 	default:
 		leader := st.Leader
 		if leader == "self" {
 			leader = "this member"
 		}
-		c.Status, c.Found = preflight.Pass, fmt.Sprintf("%s, term %d, leader %s, %d servers, log [%d, %d]", st.Role, st.Term, leader, len(st.Servers), st.LogStart, st.LogEnd)
+		c.Status, c.Found = hostcheck.Pass, fmt.Sprintf("%s, term %d, leader %s, %d servers, log [%d, %d]", st.Role, st.Term, leader, len(st.Servers), st.LogStart, st.LogEnd)
 	}
 	return c
 }
@@ -184,9 +160,9 @@ func CheckRaft(db string, st *central.ClusterStatus, err error) preflight.Check 
 // member absent from it (missing: never joined, or kicked), a server this
 // member has no connection to (down), and a server not listed (extra: a
 // stale ID or a member that was not removed).
-func CheckMembers(db string, members []string, st *central.ClusterStatus) preflight.Check {
-	c := preflight.Check{Name: "members:" + db, Status: preflight.Pass}
-	byIP := map[string][]central.Server{}
+func CheckMembers(db string, members []string, st *ovncluster.Status) hostcheck.Check {
+	c := hostcheck.Check{Name: "members:" + db, Status: hostcheck.Pass}
+	byIP := map[string][]ovncluster.Server{}
 	for _, s := range st.Servers {
 		ip := ipOf(s.Address)
 		byIP[ip] = append(byIP[ip], s)
@@ -213,18 +189,18 @@ func CheckMembers(db string, members []string, st *central.ClusterStatus) prefli
 	sort.Strings(extra)
 	var found, fixes []string
 	if len(missing) > 0 {
-		c.Status = preflight.Fail
+		c.Status = hostcheck.Fail
 		found = append(found, "missing from the cluster: "+strings.Join(missing, ", "))
 		fixes = append(fixes, "start the central on the missing members (they join), or remove them from OVN_DB_IPS")
 	}
 	if len(down) > 0 {
-		c.Status = preflight.Fail
+		c.Status = hostcheck.Fail
 		found = append(found, "not connected: "+strings.Join(down, ", "))
 		fixes = append(fixes, "start the member or open the Raft ports 6643/6644 to it; a cluster of 3 survives one member down, not two")
 	}
 	if len(extra) > 0 {
-		if c.Status == preflight.Pass {
-			c.Status = preflight.Warn
+		if c.Status == hostcheck.Pass {
+			c.Status = hostcheck.Warn
 		}
 		found = append(found, "in the cluster but not in OVN_DB_IPS: "+strings.Join(extra, ", "))
 		fixes = append(fixes, "list them in OVN_DB_IPS, or remove them: ovs-appctl -t <ctl> cluster/kick "+db+" <id>")
@@ -276,8 +252,8 @@ func memberAnswer(ip, db string, rows []serverdb.Database, err error) MemberAnsw
 // CheckSplitBrain asks every member which cluster it is in and whether it
 // leads: members in different clusters, or more than one leader among
 // connected members, is a split central.
-func CheckSplitBrain(db string, answers []MemberAnswer) preflight.Check {
-	c := preflight.Check{Name: "split-brain:" + db, Status: preflight.Pass}
+func CheckSplitBrain(db string, answers []MemberAnswer) hostcheck.Check {
+	c := hostcheck.Check{Name: "split-brain:" + db, Status: hostcheck.Pass}
 	clusters := map[string][]string{}
 	var leaders, silent []string
 	for _, a := range answers {
@@ -300,15 +276,15 @@ func CheckSplitBrain(db string, answers []MemberAnswer) preflight.Check {
 			parts = append(parts, fmt.Sprintf("%s: %s", id, strings.Join(ips, ",")))
 		}
 		sort.Strings(parts)
-		c.Status = preflight.Fail
+		c.Status = hostcheck.Fail
 		found = append(found, "members are in different clusters ("+strings.Join(parts, "; ")+")")
 		c.Fix = "keep the cluster with the data; stop the members of the other, delete their databases and start them: they join the right one"
 	case len(leaders) > 1:
-		c.Status = preflight.Fail
+		c.Status = hostcheck.Fail
 		found = append(found, "more than one member leads: "+strings.Join(leaders, ", "))
 		c.Fix = "a partition: check connectivity between the members on 6643/6644; the leader of the older term steps down once it hears the newer"
 	case len(leaders) == 0 && len(answers) > len(silent):
-		c.Status = preflight.Fail
+		c.Status = hostcheck.Fail
 		found = append(found, "no member leads: the cluster has no quorum")
 		c.Fix = "bring a majority of the members up"
 	default:
@@ -317,8 +293,8 @@ func CheckSplitBrain(db string, answers []MemberAnswer) preflight.Check {
 		}
 	}
 	if len(silent) > 0 {
-		if c.Status == preflight.Pass {
-			c.Status = preflight.Warn
+		if c.Status == hostcheck.Pass {
+			c.Status = hostcheck.Warn
 			c.Fix = "start the central there, or check that port is reachable from here"
 		}
 		found = append(found, "no answer from "+strings.Join(silent, ", "))
@@ -330,10 +306,10 @@ func CheckSplitBrain(db string, answers []MemberAnswer) preflight.Check {
 // CheckCentralDisk warns at 85% and fails at 95% use, or when the free
 // space cannot hold a snapshot of the databases (a compaction writes a
 // new file beside the old one) plus a conversion's backup.
-func CheckCentralDisk(dir string, total, free uint64, dbBytes int64, err error) preflight.Check {
-	c := preflight.Check{Name: "disk:" + dir}
+func CheckCentralDisk(dir string, total, free uint64, dbBytes int64, err error) hostcheck.Check {
+	c := hostcheck.Check{Name: "disk:" + dir}
 	if err != nil {
-		c.Status, c.Found, c.Fix = preflight.Warn, "cannot read the file system: "+err.Error(), "check --ovn-db-dir (OVN_DIR)"
+		c.Status, c.Found, c.Fix = hostcheck.Warn, "cannot read the file system: "+err.Error(), "check --ovn-db-dir (OVN_DIR)"
 		return c
 	}
 	used := 0.0
@@ -344,11 +320,11 @@ func CheckCentralDisk(dir string, total, free uint64, dbBytes int64, err error) 
 	c.Found = fmt.Sprintf("%.0f%% used, %s free, databases %s", used, bytesText(free), bytesText(uint64(dbBytes)))
 	switch {
 	case used >= 95 || free < need:
-		c.Status, c.Fix = preflight.Fail, "free space: a database that cannot write its log or snapshot stops the member; compaction needs twice the database size"
+		c.Status, c.Fix = hostcheck.Fail, "free space: a database that cannot write its log or snapshot stops the member; compaction needs twice the database size"
 	case used >= 85:
-		c.Status, c.Fix = preflight.Warn, "free space before the databases fill the disk (see --db-compact-size)"
+		c.Status, c.Fix = hostcheck.Warn, "free space before the databases fill the disk (see --db-compact-size)"
 	default:
-		c.Status = preflight.Pass
+		c.Status = hostcheck.Pass
 	}
 	return c
 }
@@ -367,8 +343,8 @@ func bytesText(n uint64) string {
 // node) and a TLS handshake with every other member: a certificate that is
 // "expired or not yet valid" by one member's clock is the symptom of skew
 // between them. Without SSL a skewed clock breaks nothing here.
-func CheckCentralClock(ctx context.Context, cfg *config.Config, f CentralFacts, to time.Duration) preflight.Check {
-	c := CheckClock(cfg, f)
+func CheckCentralClock(ctx context.Context, cfg *config.Config, f CentralFacts, to time.Duration) hostcheck.Check {
+	c := hostcheck.CheckClock(cfg.HostSettings(), f)
 	if !cfg.EnableSSL {
 		return c
 	}
@@ -387,19 +363,11 @@ func CheckCentralClock(ctx context.Context, cfg *config.Config, f CentralFacts, 
 		}
 	}
 	if len(bad) > 0 {
-		c.Status = preflight.Fail
+		c.Status = hostcheck.Fail
 		c.Found += "; TLS with members fails on validity: " + strings.Join(bad, "; ")
 		c.Fix = strings.TrimPrefix(c.Fix+"; synchronise every member's clock (NTP) and check the certificates' validity", "; ")
 	} else {
 		c.Found += fmt.Sprintf("; TLS handshakes with the %d members pass", len(cfg.OVNDBIPs))
 	}
 	return c
-}
-
-// ClockFacts are what CheckClock reads: a node's Facts and a central's
-// CentralFacts both have them.
-type ClockFacts interface {
-	ClockSync() (synced bool, maxError time.Duration, err error)
-	Now() time.Time
-	CertValidity(path string) (notBefore, notAfter time.Time, err error)
 }

@@ -5,13 +5,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ovnhost/ovnhost/supervisor/central"
-	"github.com/ovnhost/ovnhost/supervisor/preflight"
+	"github.com/ovnhost/ovnhost/internal/hostcheck"
+	"github.com/ovnhost/ovnhost/internal/ovncluster"
 )
 
-func statusOf(t *testing.T, text string) *central.ClusterStatus {
+func statusOf(t *testing.T, text string) *ovncluster.Status {
 	t.Helper()
-	st, err := central.ParseClusterStatus(text)
+	st, err := ovncluster.ParseStatus(text)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ Servers:
 func TestCheckMembersNamesMissingDownAndExtra(t *testing.T) {
 	st := statusOf(t, threeServers)
 	c := CheckMembers("OVN_Northbound", []string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"}, st)
-	if c.Status != preflight.Fail {
+	if c.Status != hostcheck.Fail {
 		t.Fatalf("status %s: %s", c.Status, c.Found)
 	}
 	for _, want := range []string{"missing from the cluster: 10.0.0.4", "not connected: 10.0.0.3 (cccc)", "not in OVN_DB_IPS: 10.0.0.9 (dddd)"} {
@@ -49,46 +49,46 @@ func TestCheckMembersNamesMissingDownAndExtra(t *testing.T) {
 		t.Error("no fix")
 	}
 	healthy := strings.Replace(strings.Replace(threeServers, "Connections: ->bbbb <-bbbb", "Connections: ->bbbb <-cccc", 1), "    dddd (dddd at tcp:10.0.0.9:6643)\n", "", 1)
-	if c := CheckMembers("OVN_Northbound", []string{"10.0.0.1", "10.0.0.2", "10.0.0.3"}, statusOf(t, healthy)); c.Status != preflight.Pass {
+	if c := CheckMembers("OVN_Northbound", []string{"10.0.0.1", "10.0.0.2", "10.0.0.3"}, statusOf(t, healthy)); c.Status != hostcheck.Pass {
 		t.Fatalf("healthy cluster: %s %s", c.Status, c.Found)
 	}
 }
 
 func TestCheckSplitBrain(t *testing.T) {
 	one := []MemberAnswer{{IP: "a", ClusterID: "c1", Leader: true, Connected: true}, {IP: "b", ClusterID: "c1", Connected: true}, {IP: "c", ClusterID: "c1", Connected: true}}
-	if c := CheckSplitBrain("OVN_Northbound", one); c.Status != preflight.Pass || !strings.Contains(c.Found, "leader a") {
+	if c := CheckSplitBrain("OVN_Northbound", one); c.Status != hostcheck.Pass || !strings.Contains(c.Found, "leader a") {
 		t.Fatalf("one cluster: %s %s", c.Status, c.Found)
 	}
 	two := []MemberAnswer{{IP: "a", ClusterID: "c1", Leader: true, Connected: true}, {IP: "b", ClusterID: "c1", Connected: true}, {IP: "c", ClusterID: "c2", Leader: true, Connected: true}}
-	if c := CheckSplitBrain("OVN_Northbound", two); c.Status != preflight.Fail || !strings.Contains(c.Found, "different clusters") || !strings.Contains(c.Found, "c2: c") {
+	if c := CheckSplitBrain("OVN_Northbound", two); c.Status != hostcheck.Fail || !strings.Contains(c.Found, "different clusters") || !strings.Contains(c.Found, "c2: c") {
 		t.Fatalf("two clusters: %s %s", c.Status, c.Found)
 	}
 	leaders := []MemberAnswer{{IP: "a", ClusterID: "c1", Leader: true, Connected: true}, {IP: "b", ClusterID: "c1", Leader: true, Connected: true}}
-	if c := CheckSplitBrain("OVN_Northbound", leaders); c.Status != preflight.Fail || !strings.Contains(c.Found, "more than one member leads") {
+	if c := CheckSplitBrain("OVN_Northbound", leaders); c.Status != hostcheck.Fail || !strings.Contains(c.Found, "more than one member leads") {
 		t.Fatalf("two leaders: %s %s", c.Status, c.Found)
 	}
 	silent := []MemberAnswer{{IP: "a", ClusterID: "c1", Leader: true, Connected: true}, {IP: "b", Err: errors.New("refused")}}
-	if c := CheckSplitBrain("OVN_Northbound", silent); c.Status != preflight.Warn || !strings.Contains(c.Found, "no answer from b") {
+	if c := CheckSplitBrain("OVN_Northbound", silent); c.Status != hostcheck.Warn || !strings.Contains(c.Found, "no answer from b") {
 		t.Fatalf("silent member: %s %s", c.Status, c.Found)
 	}
 	noLeader := []MemberAnswer{{IP: "a", ClusterID: "c1", Connected: false}, {IP: "b", ClusterID: "c1"}}
-	if c := CheckSplitBrain("OVN_Northbound", noLeader); c.Status != preflight.Fail || !strings.Contains(c.Found, "no quorum") {
+	if c := CheckSplitBrain("OVN_Northbound", noLeader); c.Status != hostcheck.Fail || !strings.Contains(c.Found, "no quorum") {
 		t.Fatalf("no leader: %s %s", c.Status, c.Found)
 	}
 }
 
 func TestCheckCentralDisk(t *testing.T) {
-	if c := CheckCentralDisk("/var/lib/ovn", 100<<30, 50<<30, 10<<20, nil); c.Status != preflight.Pass {
+	if c := CheckCentralDisk("/var/lib/ovn", 100<<30, 50<<30, 10<<20, nil); c.Status != hostcheck.Pass {
 		t.Fatal(c)
 	}
-	if c := CheckCentralDisk("/var/lib/ovn", 100<<30, 10<<30, 10<<20, nil); c.Status != preflight.Warn || !strings.Contains(c.Found, "90% used") {
+	if c := CheckCentralDisk("/var/lib/ovn", 100<<30, 10<<30, 10<<20, nil); c.Status != hostcheck.Warn || !strings.Contains(c.Found, "90% used") {
 		t.Fatal(c)
 	}
-	if c := CheckCentralDisk("/var/lib/ovn", 100<<30, 4<<30, 10<<20, nil); c.Status != preflight.Fail {
+	if c := CheckCentralDisk("/var/lib/ovn", 100<<30, 4<<30, 10<<20, nil); c.Status != hostcheck.Fail {
 		t.Fatal(c)
 	}
 	// Not enough room for a snapshot beside the database.
-	if c := CheckCentralDisk("/var/lib/ovn", 100<<30, 30<<30, 20<<30, nil); c.Status != preflight.Fail {
+	if c := CheckCentralDisk("/var/lib/ovn", 100<<30, 30<<30, 20<<30, nil); c.Status != hostcheck.Fail {
 		t.Fatal(c)
 	}
 }

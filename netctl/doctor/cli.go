@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ovnhost/ovnhost/supervisor/config"
+	"github.com/ovnhost/ovnhost/internal/config"
 )
 
 // Usage is the help of `netctl doctor`.
@@ -78,11 +78,11 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 	r := Run(ctx, cfg, Options{Timeout: timeout})
 	switch output {
 	case "json":
-		err = r.WriteJSON(stdout)
+		err = WriteJSON(stdout, r)
 	case "yaml":
-		err = r.WriteYAML(stdout)
+		err = WriteYAML(stdout, r)
 	default:
-		err = r.WriteTable(stdout)
+		err = WriteTable(stdout, r)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "netctl doctor: %v\n", err)

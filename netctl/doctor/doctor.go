@@ -1,25 +1,9 @@
-// Package doctor is `netctl doctor`: the preflight checks (without changing
-// anything on the host) plus what needs running daemons or outside state:
-// the CNI plugin and configuration, the host firewall, the OVSDB sockets,
-// ovn-controller's SB connection, reachability of remote NB/SB, duplicate
-// chassis in the SB database and of the encap IP on the wire (one ARP
-// probe), and clock and certificate validity. It works on a node where
-// ovnhost is not running: what depends on the daemons is then reported as a
-// warning that says so.
-//
-// Doctor changes nothing: it loads no module, writes no file, and only
-// reads the packet filter (iptables-{legacy,nft}-save, or iptables-save
-// where iptables predates 1.8, as CentOS 7's 1.4.21). The only side
-// effects are a throwaway network namespace for the tunnel-device probe
-// (kernel datapath only) and one broadcast ARP probe for the encap IP.
-//
-// Checks, in order: the preflight checks (datapath, tunnel-support,
-// capabilities, exec:<binary>, path:<setting>, tunnel-interface, encap-ip,
-// mtu, system-id, ssl:*), cni-plugin, cni-config, cni-server, firewalld,
-// iptables-backends, tunnel-port:{legacy,nft}, duplicate-address,
-// ovsdb:Open_vSwitch, ovs-vswitchd, ovn-controller, the NB/SB checks
-// (ovsdb:OVN_Northbound/OVN_Southbound all-in-one, nb-reachable and
-// sb-reachable remote), chassis, clock.
+// Package doctor is `netctl doctor`: on a node, the node's checks
+// (internal/hostcheck: preflight without changing the host, then CNI,
+// firewall, OVSDB, clock) on the node as its settings resolve it; on a
+// member of the OVN central (role=central), the central's own checks
+// (central.go). It reads the same settings as `ovnhost run`, so it finds the
+// same directories, and prints a table, JSON or YAML with exit 0/1/2.
 package doctor
 
 import (
@@ -27,97 +11,62 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/netip"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/ovnhost/ovnhost/cni/cniconf"
-	"github.com/ovnhost/ovnhost/internal/layout"
-	"github.com/ovnhost/ovnhost/internal/version"
-	"github.com/ovnhost/ovnhost/supervisor/config"
-	"github.com/ovnhost/ovnhost/supervisor/preflight"
+	"github.com/ovnhost/ovnhost/internal/config"
+	"github.com/ovnhost/ovnhost/internal/hostcheck"
+	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 )
-
-// Report is the result of a doctor run.
-type Report struct {
-	Status      preflight.Status  `json:"status"`
-	Checks      []preflight.Check `json:"checks"`
-	Datapath    string            `json:"datapath"`
-	TunnelIface string            `json:"tunnelIface"`
-	EncapIP     string            `json:"encapIP"`
-}
 
 // Options tune a run.
 type Options struct {
 	// Timeout bounds each network question (default 3s).
 	Timeout time.Duration
-	// Facts replaces the real host (tests).
-	Facts Facts
+	// Facts replaces the real host (tests); a central member's also
+	// implement CentralFacts.
+	Facts hostcheck.DoctorFacts
 }
 
 // Run runs every check and never changes the host.
-func Run(ctx context.Context, cfg *config.Config, opts Options) *Report {
+func Run(ctx context.Context, cfg *config.Config, opts Options) *hostcheck.Report {
 	if cfg.IsCentral() {
 		return RunCentral(ctx, cfg, opts)
 	}
+	s := cfg.HostSettings()
 	f := opts.Facts
 	if f == nil {
-		f = NewHost(cfg)
+		f = hostcheck.NewDoctorHost(s)
 	}
-	to := opts.Timeout
-	if to <= 0 {
-		to = 3 * time.Second
-	}
-	pre := preflight.RunWith(ctx, cfg, f, preflight.Options{NoModuleLoad: true})
-	r := &Report{TunnelIface: pre.Findings.TunnelIface, EncapIP: pre.Findings.EncapIP}
-	// TLS is loaded per question by the facts; a failed datapath choice is
-	// already a failed check.
-	if nc, err := cfg.Resolve(pre.Findings, nil); err == nil {
-		r.Datapath, r.EncapIP = string(nc.Datapath), nc.EncapIP
-	}
-	r.Checks = append(r.Checks, pre.Checks...)
-
-	r.Checks = append(r.Checks, CheckCNIPlugin(ctx, cfg, f)...)
-	r.Checks = append(r.Checks, CheckCNIConfig(cfg, f))
-	r.Checks = append(r.Checks, CheckCNIServer(cfg, f, to))
-
-	r.Checks = append(r.Checks, CheckFirewalld(f))
-	r.Checks = append(r.Checks, firewallChecks(cfg, r.EncapIP, f)...)
-	if c, ok := duplicateAddress(r.EncapIP, f, min(to, time.Second)); ok {
-		r.Checks = append(r.Checks, c)
-	}
-
-	r.Checks = append(r.Checks, hostChecks(cfg, r.Datapath, f)...)
-
-	svc := services{cfg: cfg, lay: layout.New(cfg.Paths), f: f, timeout: to, encapIP: r.EncapIP}
-	r.Checks = append(r.Checks, svc.run(ctx)...)
-	r.Checks = append(r.Checks, CheckClock(cfg, f))
-	r.Status = preflight.Worst(r.Checks)
-	return r
+	return hostcheck.Doctor(ctx, s, resolve(cfg), f, hostcheck.DoctorOptions{Timeout: opts.Timeout})
 }
 
-// ExitCode is 0 when every check passed, 1 with warnings, 2 with failures.
-func (r *Report) ExitCode() int {
-	switch r.Status {
-	case preflight.Fail:
-		return 2
-	case preflight.Warn:
-		return 1
+// resolve is the node as the settings and what preflight found make it
+// (what `ovnhost run` would run). TLS is loaded per question by the facts.
+func resolve(cfg *config.Config) hostcheck.Resolver {
+	return func(found nodeconfig.Findings) *nodeconfig.NodeConfig {
+		if nc, err := cfg.Resolve(found, nil); err == nil {
+			return nc
+		}
+		// datapath=kernel without the kernel datapath, already a failed
+		// check: judge the rest with the datapath unknown.
+		found.KernelDatapath = true
+		nc, _ := cfg.Resolve(found, nil)
+		nc.Datapath = ""
+		return nc
 	}
-	return 0
 }
 
 // WriteTable prints the report for people.
-func (r *Report) WriteTable(w io.Writer) error {
+func WriteTable(w io.Writer, r *hostcheck.Report) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STATUS\tCHECK\tFOUND")
 	for _, c := range r.Checks {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", strings.ToUpper(string(c.Status)), c.Name, c.Found)
-		if c.Status != preflight.Pass && c.Fix != "" {
+		if c.Status != hostcheck.Pass && c.Fix != "" {
 			fmt.Fprintf(tw, "\t\tfix: %s\n", c.Fix)
 		}
 	}
@@ -127,26 +76,26 @@ func (r *Report) WriteTable(w io.Writer) error {
 	var nf, nw int
 	for _, c := range r.Checks {
 		switch c.Status {
-		case preflight.Fail:
+		case hostcheck.Fail:
 			nf++
-		case preflight.Warn:
+		case hostcheck.Warn:
 			nw++
 		}
 	}
 	_, err := fmt.Fprintf(w, "\n%s: %d checks, %d failed, %d warnings (datapath %s, tunnel interface %s, encap IP %s)\n",
-		strings.ToUpper(string(r.Status)), len(r.Checks), nf, nw, dash(r.Datapath), dash(r.TunnelIface), dash(r.EncapIP))
+		strings.ToUpper(string(r.Status)), len(r.Checks), nf, nw, dash(string(r.Datapath)), dash(r.TunnelIface), dash(r.EncapIP))
 	return err
 }
 
 // WriteJSON prints the report for machines.
-func (r *Report) WriteJSON(w io.Writer) error {
+func WriteJSON(w io.Writer, r *hostcheck.Report) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
 }
 
 // WriteYAML prints the report as YAML (the JSON field names).
-func (r *Report) WriteYAML(w io.Writer) error {
+func WriteYAML(w io.Writer, r *hostcheck.Report) error {
 	raw, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -164,201 +113,4 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// CheckCNIPlugin checks the ovnhost-cni binary in the CNI bin dir: present,
-// a regular executable file, and the same build as this program (or as the
-// running ovnhost daemon when one is found).
-func CheckCNIPlugin(ctx context.Context, cfg *config.Config, f Facts) []preflight.Check {
-	const name = "cni-plugin"
-	path := filepath.Join(cfg.CNIBinDir, cniconf.PluginType)
-	st, err := f.Stat(path)
-	if err != nil {
-		return []preflight.Check{{Name: name, Status: preflight.Fail, Found: path + " is missing: kubelet cannot run ovnhost's plugin, pods stay in ContainerCreating",
-			Fix: "start ovnhost (it installs the plugin), or set --cni-bin-dir (CNI_BIN_DIR) to the directory kubelet uses"}}
-	}
-	if !st.Mode().IsRegular() {
-		return []preflight.Check{{Name: name, Status: preflight.Fail, Found: fmt.Sprintf("%s is not a regular file (%s)", path, st.Mode().Type()), Fix: "remove it and restart ovnhost to reinstall the plugin"}}
-	}
-	if st.Mode().Perm()&0o111 != 0o111 {
-		return []preflight.Check{{Name: name, Status: preflight.Fail, Found: fmt.Sprintf("%s has mode %04o: not executable by everyone", path, st.Mode().Perm()), Fix: "chmod 0755 " + path + " (ovnhost reinstalls it on start)"}}
-	}
-	stamp, err := f.PluginStamp(ctx, path)
-	if err != nil {
-		return []preflight.Check{{Name: name, Status: preflight.Warn, Found: fmt.Sprintf("%s is executable but its build is unknown: %v", path, err), Fix: "restart ovnhost to reinstall the plugin"}}
-	}
-	want, who := version.Version, "this netctl"
-	if d, err := f.DaemonStamp(); err == nil && d != "" {
-		want, who = d, "the running ovnhost"
-	}
-	if stamp != want {
-		return []preflight.Check{{Name: name, Status: preflight.Warn, Found: fmt.Sprintf("%s is build %q, %s is build %q", path, stamp, who, want),
-			Fix: "restart ovnhost to install its own plugin build"}}
-	}
-	return []preflight.Check{{Name: name, Status: preflight.Pass, Found: fmt.Sprintf("%s is executable, build %q like %s", path, stamp, who)}}
-}
-
-// CheckCNIConfig checks that 00-ovnhost.conflist is present and first (or
-// behind a Multus configuration that delegates the default network to it),
-// and names every other configuration that outranks or shadows it.
-func CheckCNIConfig(cfg *config.Config, f Facts) preflight.Check {
-	const name = "cni-config"
-	rep, err := f.ScanCNIConf(cfg.CNIConfDir, cniconf.Conflist)
-	if err != nil {
-		return preflight.Check{Name: name, Status: preflight.Fail, Found: "cannot read " + cfg.CNIConfDir + ": " + err.Error(),
-			Fix: "start ovnhost (it creates the directory and the conflist), or set --cni-conf-dir (CNI_CONF_DIR) to the runtime's conf dir"}
-	}
-	return preflight.Check{Name: name, Status: preflight.Status(rep.Status), Found: rep.Found, Fix: rep.Fix}
-}
-
-// CheckFirewalld reports a running firewalld.
-func CheckFirewalld(f Facts) preflight.Check {
-	const name = "firewalld"
-	active, how, err := f.Firewalld()
-	switch {
-	case err != nil:
-		return preflight.Check{Name: name, Status: preflight.Warn, Found: "cannot tell whether firewalld runs: " + err.Error(), Fix: "check with systemctl is-active firewalld"}
-	case active:
-		return preflight.Check{Name: name, Status: preflight.Warn,
-			Found: "firewalld is active (" + how + "): it rewrites the host rules on reload and rejects unlisted ports, including the tunnel port and NAT for pods",
-			Fix:   "open the tunnel port and trust the pod interfaces (firewall-cmd --permanent --add-port=6081/udp; --zone=trusted --add-interface=ovn0), or systemctl disable --now firewalld"}
-	}
-	return preflight.Check{Name: name, Status: preflight.Pass, Found: "firewalld is not running"}
-}
-
-func firewallChecks(cfg *config.Config, encapIP string, f Facts) []preflight.Check {
-	legacy, lerr := f.IptablesSave("legacy", isV6(encapIP))
-	nft, nerr := f.IptablesSave("nft", isV6(encapIP))
-	proto := "udp"
-	if cfg.TunnelType == "stt" {
-		proto = "tcp"
-	}
-	port := TunnelPort(cfg.TunnelType)
-	if lerr != nil && nerr != nil {
-		// iptables before 1.8 (CentOS 7: 1.4.21) ships only iptables-save,
-		// and the only backend it knows is the legacy one.
-		plain, perr := f.IptablesSave("", isV6(encapIP))
-		if perr != nil {
-			return []preflight.Check{CheckMixedBackends(legacy, nft, lerr, fmt.Errorf("%v; iptables-save: %v", nerr, perr))}
-		}
-		backend, ver := SaveBackend(plain)
-		label := "iptables-save"
-		if ver != "" {
-			label += " v" + ver
-		}
-		label += " (" + backend + ")"
-		return []preflight.Check{
-			{Name: "iptables-backends", Status: preflight.Pass, Found: fmt.Sprintf("only %s is installed: one backend, %d rules", label, parseSave(plain).count)},
-			CheckTunnelPort("tunnel-port:"+backend, label, plain, proto, port),
-		}
-	}
-	out := []preflight.Check{CheckMixedBackends(legacy, nft, lerr, nerr)}
-	if lerr == nil {
-		out = append(out, CheckTunnelPort("tunnel-port:legacy", "iptables-legacy", legacy, proto, port))
-	}
-	if nerr == nil {
-		out = append(out, CheckTunnelPort("tunnel-port:nft", "iptables-nft", nft, proto, port))
-	}
-	return out
-}
-
-func isV6(ip string) bool { return strings.Contains(ip, ":") }
-
-// CheckClock reports an unsynchronised clock, and certificates not yet or
-// no longer valid, when SSL is on: both break TLS to the OVN databases.
-func CheckClock(cfg *config.Config, f ClockFacts) preflight.Check {
-	const name = "clock"
-	synced, maxErr, err := f.ClockSync()
-	now := f.Now()
-	var problems, fixes []string
-	status := preflight.Pass
-	found := ""
-	switch {
-	case err != nil:
-		found = "cannot read the clock state: " + err.Error()
-	case !synced:
-		found = fmt.Sprintf("the clock is not synchronised (max error %s)", maxErr)
-	default:
-		found = fmt.Sprintf("the clock is synchronised (max error %s)", maxErr)
-	}
-	if !cfg.EnableSSL {
-		// Without TLS a skewed clock breaks nothing ovnhost depends on.
-		return preflight.Check{Name: name, Status: preflight.Pass, Found: found + "; SSL is off, so skew cannot break the OVN connections"}
-	}
-	if !synced && err == nil {
-		status = preflight.Warn
-		fixes = append(fixes, "enable NTP: TLS fails once the skew exceeds certificate validity margins")
-	}
-	for _, p := range []string{cfg.SSLCert, cfg.SSLCACert} {
-		nb, na, cerr := f.CertValidity(p)
-		switch {
-		case cerr != nil:
-			problems = append(problems, fmt.Sprintf("cannot read %s: %v", p, cerr))
-			status = preflight.Fail
-			fixes = append(fixes, "mount the OVN certificates at the configured paths")
-		case now.Before(nb):
-			problems = append(problems, fmt.Sprintf("%s is not valid until %s, %s from now: the clock is behind or the certificate is from the future", p, nb.UTC().Format(time.RFC3339), nb.Sub(now).Round(time.Second)))
-			status = preflight.Fail
-			fixes = append(fixes, "fix the clock (NTP) or reissue the certificate")
-		case now.After(na):
-			problems = append(problems, fmt.Sprintf("%s expired at %s", p, na.UTC().Format(time.RFC3339)))
-			status = preflight.Fail
-			fixes = append(fixes, "renew the certificate (or fix a clock that is ahead)")
-		}
-	}
-	if len(problems) > 0 {
-		found += "; " + strings.Join(problems, "; ")
-	} else {
-		found += "; certificates are within their validity"
-	}
-	return preflight.Check{Name: name, Status: status, Found: found, Fix: strings.Join(uniq(fixes), "; ")}
-}
-
-func uniq(ss []string) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, s := range ss {
-		if !seen[s] {
-			seen[s] = true
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// duplicateAddress probes the encap IP on the interface that holds it.
-func duplicateAddress(encapIP string, f Facts, wait time.Duration) (preflight.Check, bool) {
-	ip, err := netip.ParseAddr(encapIP)
-	if err != nil || !ip.Is4() || ip.IsLoopback() {
-		return preflight.Check{}, false
-	}
-	links, err := f.Links()
-	if err != nil {
-		return preflight.Check{}, false
-	}
-	for _, l := range links {
-		for _, a := range l.Addrs {
-			if a.Addr() == ip && l.MAC != "" && !l.Loopback {
-				macs, err := f.ARPProbe(l.Name, ip, wait)
-				return CheckDuplicateAddress(l.Name, encapIP, l.MAC, macs, err), true
-			}
-		}
-	}
-	return preflight.Check{}, false
-}
-
-// CheckCNIServer checks the node daemon's CNI socket, which the plugin
-// forwards every request to: without it pods stay in ContainerCreating.
-func CheckCNIServer(cfg *config.Config, f Facts, timeout time.Duration) preflight.Check {
-	const name = "cni-server"
-	if cfg.CNISocket == "" {
-		return preflight.Check{Name: name, Status: preflight.Pass, Found: "no CNI socket configured"}
-	}
-	if _, err := f.Stat(cfg.CNISocket); err != nil {
-		return preflight.Check{Name: name, Status: preflight.Warn, Found: cfg.CNISocket + " does not exist: the ovnhost CNI server is not running, pod sandboxes cannot be created", Fix: "start ovnhost"}
-	}
-	if err := f.DialUnix(cfg.CNISocket, timeout); err != nil {
-		return preflight.Check{Name: name, Status: preflight.Fail, Found: fmt.Sprintf("%s exists but refuses connections (%v): the CNI plugin fails every request", cfg.CNISocket, err), Fix: "restart ovnhost (a stale socket is replaced on start)"}
-	}
-	return preflight.Check{Name: name, Status: preflight.Pass, Found: cfg.CNISocket + " accepts connections"}
 }

@@ -6,12 +6,12 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/ovnhost/ovnhost/supervisor/health"
+	api "github.com/ovnhost/ovnhost/internal/nodeapi"
 )
 
 // writeCentral prints a central member's Raft state: one line per
 // database, then its members and whether this member reaches them.
-func writeCentral(w io.Writer, c *health.CentralStatus) {
+func writeCentral(w io.Writer, c *api.CentralStatus) {
 	fmt.Fprintf(w, "\nOVN central member %s", c.Address)
 	if c.Northd != "" {
 		fmt.Fprintf(w, ", ovn-northd %s", c.Northd)

@@ -16,8 +16,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/ovnhost/ovnhost/supervisor/config"
-	"github.com/ovnhost/ovnhost/supervisor/health"
+	"github.com/ovnhost/ovnhost/internal/config"
+	api "github.com/ovnhost/ovnhost/internal/nodeapi"
 )
 
 // Usage is the help of `netctl status`.
@@ -100,7 +100,7 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 }
 
 // Fetch asks the daemon at addr for its state.
-func Fetch(ctx context.Context, addr string, timeout time.Duration) (*health.Snapshot, error) {
+func Fetch(ctx context.Context, addr string, timeout time.Duration) (*api.Snapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/status", nil)
@@ -115,7 +115,7 @@ func Fetch(ctx context.Context, addr string, timeout time.Duration) (*health.Sna
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%s/status answered %s", addr, resp.Status)
 	}
-	var s health.Snapshot
+	var s api.Snapshot
 	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
 		return nil, fmt.Errorf("%s/status: %w", addr, err)
 	}
@@ -133,7 +133,7 @@ func unwrapURL(err error) error {
 }
 
 // Write prints the snapshot for people.
-func Write(w io.Writer, s *health.Snapshot) {
+func Write(w io.Writer, s *api.Snapshot) {
 	verdict := "READY"
 	if !s.Ready {
 		verdict = "NOT READY"

@@ -17,14 +17,14 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/ovnhost/ovnhost/internal/layout"
+	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
-	"github.com/ovnhost/ovnhost/supervisor/config"
+	"github.com/ovnhost/ovnhost/supervisor/daemon"
 	"github.com/ovnhost/ovnhost/supervisor/health"
 	"github.com/ovnhost/ovnhost/supervisor/lifecycle"
 )
@@ -32,6 +32,38 @@ import (
 // ErrLeft is returned by Start when this member has left the cluster
 // because OVN_DB_IPS no longer lists it; the caller exits cleanly.
 var ErrLeft = errors.New("this member left the cluster: OVN_DB_IPS no longer lists it")
+
+// Config is the member's configuration, resolved from the settings.
+type Config struct {
+	// Members are the cluster's addresses (OVN_DB_IPS).
+	Members []string
+	// IP is this member's address, one of Members; empty: found on the
+	// host, or read from an existing database.
+	IP string
+	// ElectionTimer is the Raft election timer a new cluster is created with.
+	ElectionTimer time.Duration
+	// CompactSize compacts a database whose file grows past it (0: never
+	// by size); CompactInterval compacts one that has had new log entries
+	// for that long (0: never by time).
+	CompactSize     int64
+	CompactInterval time.Duration
+	// StatusInterval is how often cluster/status is read for health.
+	StatusInterval time.Duration
+	Paths          layout.Paths
+	// Daemons: programs, schemas, timeouts, the run directory's owner and
+	// the SSL files (probes and adoption are the node's only).
+	Daemons nodeconfig.Daemons
+}
+
+// SettingError is a membership the settings got wrong (the caller exits
+// 2): which setting, its value, what is wrong and what to do.
+type SettingError struct {
+	Key, Value, Reason, Fix string
+}
+
+func (e *SettingError) Error() string {
+	return fmt.Sprintf("%s = %q: %s; %s", e.Key, e.Value, e.Reason, e.Fix)
+}
 
 // Options are the central's collaborators.
 type Options struct {
@@ -46,26 +78,27 @@ type Options struct {
 
 // Central is one member of the OVN central cluster.
 type Central struct {
-	cfg         *config.Config
-	lay         layout.Layout
-	log         *slog.Logger
-	health      *health.Reporter
-	tls         *ovsdbconn.TLSFiles
-	explainExec func(string, error) error
-	bins        map[string]string
+	cfg    Config
+	lay    layout.Layout
+	log    *slog.Logger
+	health *health.Reporter
+	tls    *ovsdbconn.TLSFiles
+	bins   map[string]string
 
 	// self is this member's address; members is OVN_DB_IPS.
 	self    string
 	members []string
 	leaving bool
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	loops  sync.WaitGroup
+	// ctx lives from Start to Stop (the daemons' set's).
+	ctx   context.Context
+	loops sync.WaitGroup
 
-	nb, sb *database
-	northd *child
-	group  lifecycle.Group
+	daemons daemon.Set
+	nb, sb  *database
+	northd  *daemon.Daemon
+	units   []lifecycle.Unit
+	group   lifecycle.Group
 
 	mu           sync.Mutex
 	northdStatus string
@@ -73,25 +106,18 @@ type Central struct {
 
 // New plans the member; nothing is started. A member not in OVN_DB_IPS
 // without a database of its own is a configuration error.
-func New(cfg *config.Config, o Options) (*Central, error) {
-	c := &Central{cfg: cfg, lay: layout.New(cfg.Paths), log: o.Log, health: o.Health, tls: o.TLS, explainExec: o.ExplainExec,
-		members: cfg.OVNDBIPs}
-	if c.explainExec == nil {
-		c.explainExec = func(_ string, err error) error { return err }
-	}
-	c.bins = map[string]string{}
-	var missing []string
-	for _, p := range []string{"ovsdb-server", "ovsdb-tool", "ovsdb-client", "ovn-northd"} {
-		path, ok := findProgram(cfg.BinDirs, p)
-		if !ok {
-			missing = append(missing, p)
-			continue
-		}
-		c.bins[p] = path
-	}
+func New(cfg Config, o Options) (*Central, error) {
+	c := &Central{cfg: cfg, lay: layout.New(cfg.Paths), log: o.Log, health: o.Health, tls: o.TLS,
+		members: cfg.Members,
+		// No probes and no adoption: the central's children are plain
+		// foreground programs.
+		daemons: daemon.Set{Log: o.Log, Health: o.Health, ExplainExec: o.ExplainExec,
+			Settings: daemon.Settings{StartTimeout: cfg.Daemons.StartTimeout, StopTimeout: cfg.Daemons.StopTimeout}}}
+	bins, missing := daemon.FindPrograms(cfg.Daemons.BinDirs, "ovsdb-server", "ovsdb-tool", "ovsdb-client", "ovn-northd")
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("programs not found in %v: %v; install openvswitch-common and ovn-central or set --bin-dirs", cfg.BinDirs, missing)
+		return nil, fmt.Errorf("programs not found in %v: %v; install openvswitch-common and ovn-central or set --bin-dirs", cfg.Daemons.BinDirs, missing)
 	}
+	c.bins = bins
 	c.nb = c.newDatabase("ovsdb-nb", "OVN_Northbound", "ovn-nb.ovsschema", c.lay.NBDB, c.lay.NBSock, c.lay.NBCtl, c.lay.NBPid, c.lay.NBLog, ovsdbconn.NBPort, NBRaftPort)
 	c.sb = c.newDatabase("ovsdb-sb", "OVN_Southbound", "ovn-sb.ovsschema", c.lay.SBDB, c.lay.SBSock, c.lay.SBCtl, c.lay.SBPid, c.lay.SBLog, ovsdbconn.SBPort, SBRaftPort)
 	self, err := c.findSelf()
@@ -101,21 +127,30 @@ func New(cfg *config.Config, o Options) (*Central, error) {
 	c.self = self
 	c.leaving = Leaving(self, c.members)
 	if c.leaving && !exists(c.nb.file) && !exists(c.sb.file) {
-		return nil, &config.Error{Key: "ovn-db-ips", Value: strings.Join(c.members, ","),
+		return nil, &SettingError{Key: "ovn-db-ips", Value: strings.Join(c.members, ","),
 			Reason: fmt.Sprintf("this member's address %s is not listed and it has no database (it left the cluster or never joined)", self),
 			Fix:    "add " + self + " to OVN_DB_IPS on every member to (re)join it, or stop running the central here"}
 	}
 	c.northd = c.northdChild()
+	// Both databases side by side, then ovn-northd (not for a member
+	// that is leaving).
+	c.units = []lifecycle.Unit{&lifecycle.Parallel{Label: "ovn-databases", Chains: [][]lifecycle.Unit{{c.nb.child}, {c.sb.child}}, Log: c.log}}
+	if !c.leaving {
+		c.units = append(c.units, c.northd)
+	}
 	c.health.SetCentral(c.Status)
 	return c, nil
 }
+
+// Units are the member's units in start order.
+func (c *Central) Units() []lifecycle.Unit { return c.units }
 
 // findSelf is this member's address: the setting, else the address its
 // database was created with, else the one address of OVN_DB_IPS this
 // host has.
 func (c *Central) findSelf() (string, error) {
-	if c.cfg.Central.IP != "" {
-		return c.cfg.Central.IP, nil
+	if c.cfg.IP != "" {
+		return c.cfg.IP, nil
 	}
 	for _, db := range []*database{c.nb, c.sb} {
 		if addr, err := db.localAddress(context.Background()); err == nil {
@@ -140,22 +175,12 @@ func (c *Central) findSelf() (string, error) {
 			return ip, nil
 		}
 	}
-	return "", &config.Error{Key: "central-ip", Reason: fmt.Sprintf("not set, and none of this host's addresses (%s) is in OVN_DB_IPS (%s)", strings.Join(mine, ", "), strings.Join(c.members, ",")),
+	return "", &SettingError{Key: "central-ip", Reason: fmt.Sprintf("not set, and none of this host's addresses (%s) is in OVN_DB_IPS (%s)", strings.Join(mine, ", "), strings.Join(c.members, ",")),
 		Fix: "set --central-ip or POD_IP to this member's address, and list it in OVN_DB_IPS"}
 }
 
 // Self is this member's address.
 func (c *Central) Self() string { return c.self }
-
-func findProgram(dirs []string, name string) (string, bool) {
-	for _, d := range dirs {
-		p := filepath.Join(d, name)
-		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-			return p, true
-		}
-	}
-	return "", false
-}
 
 func exists(path string) bool {
 	_, err := os.Stat(path)
@@ -163,21 +188,22 @@ func exists(path string) bool {
 }
 
 // ssl reports whether the members talk SSL (ENABLE_SSL).
-func (c *Central) ssl() bool { return c.cfg.EnableSSL }
+func (c *Central) ssl() bool { return c.cfg.Daemons.TLS.Enabled }
 
 // sslArgs are the key, certificate and CA of an SSL member or northd.
 func (c *Central) sslArgs() []string {
 	if !c.ssl() {
 		return nil
 	}
-	return []string{"--private-key=" + c.cfg.SSLKey, "--certificate=" + c.cfg.SSLCert, "--ca-cert=" + c.cfg.SSLCACert}
+	t := c.cfg.Daemons.TLS
+	return []string{"--private-key=" + t.Key, "--certificate=" + t.Cert, "--ca-cert=" + t.CACert}
 }
 
 // Start prepares the directories, starts both databases (side by side)
 // and then ovn-northd, and returns once the member is ready. A member
 // dropped from OVN_DB_IPS leaves the cluster instead and returns ErrLeft.
 func (c *Central) Start(ctx context.Context) error {
-	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	c.ctx = c.daemons.Start(ctx)
 	if err := c.prepareDirs(); err != nil {
 		return err
 	}
@@ -186,13 +212,8 @@ func (c *Central) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	dbs := &lifecycle.Parallel{Label: "ovn-databases", Chains: [][]lifecycle.Unit{{c.nb.child}, {c.sb.child}}, Log: c.log}
-	units := []lifecycle.Unit{dbs}
-	if !c.leaving {
-		units = append(units, c.northd)
-	}
-	c.group = lifecycle.Group{Units: units, Log: c.log}
-	if err := c.group.Start(ctx, c.cfg.StopTimeout); err != nil {
+	c.group = lifecycle.Group{Units: c.units, Log: c.log}
+	if err := c.group.Start(ctx, c.cfg.Daemons.StopTimeout); err != nil {
 		return err
 	}
 	if c.leaving {
@@ -207,39 +228,22 @@ func (c *Central) Start(ctx context.Context) error {
 // server leaves through its "exit" command, which hands its leadership to
 // another member first (raft_close transfers it; a SIGTERM would not).
 func (c *Central) Stop(ctx context.Context) error {
-	if c.cancel != nil {
-		c.cancel()
-	}
-	c.loops.Wait()
-	return c.group.Stop(ctx)
+	return c.daemons.Stop(ctx, func(ctx context.Context) error {
+		c.loops.Wait()
+		return c.group.Stop(ctx)
+	})
 }
 
 // prepareDirs creates the OVN directories; the runtime one is re-owned
 // every start (/run is a tmpfs).
 func (c *Central) prepareDirs() error {
-	var errs []error
-	p := c.cfg.Paths
-	for _, s := range layout.DirSettings {
-		if !strings.HasPrefix(s.Name, "ovn-") {
-			continue
-		}
-		d := *s.Dir(&p)
-		if err := os.MkdirAll(d, s.Mode); err != nil {
-			errs = append(errs, fmt.Errorf("cannot create %s: %w; move it with %s", d, err, s.Key()))
-			continue
-		}
-		if s.Runtime {
-			if err := os.Chmod(d, s.Mode); err != nil {
-				errs = append(errs, fmt.Errorf("chmod %s: %w", d, err))
-			}
-			if o := c.cfg.RunOwner; o.UID >= 0 || o.GID >= 0 {
-				if err := os.Chown(d, o.UID, o.GID); err != nil {
-					errs = append(errs, fmt.Errorf("chown %s to %s: %w", d, o.Spec, err))
-				}
-			}
+	var ovn []layout.Dir
+	for _, d := range c.cfg.Paths.Dirs(true) {
+		if strings.HasPrefix(d.Setting.Name, "ovn-") {
+			ovn = append(ovn, d)
 		}
 	}
-	return errors.Join(errs...)
+	return daemon.PrepareDirs(ovn, c.cfg.Daemons.RunOwner)
 }
 
 // Status is the member's Raft state for health (/status, /readyz?verbose).
@@ -264,9 +268,9 @@ func (c *Central) leave(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*c.cfg.StopTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*c.cfg.Daemons.StopTimeout)
 	defer cancel()
-	errs = append(errs, c.group.Stop(sctx))
+	errs = append(errs, c.daemons.Stop(sctx, c.group.Stop))
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}

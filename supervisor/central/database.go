@@ -10,16 +10,16 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/ovn-kubernetes/libovsdb/ovsdb/serverdb"
 
 	"github.com/ovnhost/ovnhost/internal/layout"
+	"github.com/ovnhost/ovnhost/internal/ovncluster"
 	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
 	"github.com/ovnhost/ovnhost/internal/unixctl"
+	"github.com/ovnhost/ovnhost/supervisor/daemon"
 	"github.com/ovnhost/ovnhost/supervisor/health"
-	"github.com/ovnhost/ovnhost/supervisor/node"
 	"github.com/ovnhost/ovnhost/supervisor/process"
 )
 
@@ -28,14 +28,14 @@ const zeroUUID = "00000000-0000-0000-0000-000000000000"
 // database is one clustered database of this member and its ovsdb-server.
 type database struct {
 	c                         *Central
-	child                     *child
+	child                     *daemon.Daemon
 	schemaName                string // OVN_Northbound
 	schemaFile                string // the installed .ovsschema
 	file, sock, ctl, pid, log string
 	port, raftPort            int
 
 	mu          sync.Mutex
-	st          *ClusterStatus
+	st          *ovncluster.Status
 	stErr       error
 	fileBytes   int64
 	lastCompact time.Time
@@ -44,17 +44,17 @@ type database struct {
 }
 
 func (c *Central) newDatabase(name, schemaName, schema, file, sock, ctl, pid, log string, port, raftPort int) *database {
-	db := &database{c: c, schemaName: schemaName, schemaFile: filepath.Join(c.cfg.OVNSchema, schema),
+	db := &database{c: c, schemaName: schemaName, schemaFile: filepath.Join(c.cfg.Daemons.OVNSchema, schema),
 		file: file, sock: sock, ctl: ctl, pid: pid, log: log, port: port, raftPort: raftPort, kicked: map[string]bool{}}
-	ch := c.newChild(name)
-	ch.prepare = db.prepare
-	ch.spec = db.spec
-	ch.gate = db.gate
+	ch := c.daemons.New(name)
+	ch.Prepare = db.prepare
+	ch.Spec = func() (process.Spec, error) { return db.spec(), nil }
+	ch.Gate = db.gate
 	// Joining and electing need the other members: however long they take
 	// to come up, the member waits (not ready, STATUS saying for what)
 	// rather than failing its start.
-	ch.untimed = true
-	ch.graceful = func(ctx context.Context, _ *process.Child) error {
+	ch.Untimed = true
+	ch.Graceful = func(ctx context.Context, _ *process.Child, _ bool) error {
 		_, err := unixctl.Call(ctx, db.ctl, "exit")
 		return err
 	}
@@ -84,7 +84,7 @@ func (db *database) localAddress(ctx context.Context) (string, error) {
 // clustered database file: the existing one (checked to be this member's),
 // or a new cluster, or a join, as DecideMissing says.
 func (db *database) prepare(ctx context.Context, restart bool) error {
-	if err := clearStale(db.pid, "ovsdb-server", db.sock, db.ctl, layout.LockFile(db.file)); err != nil {
+	if err := daemon.ClearStale("ovsdb-server", db.pid, db.sock, db.ctl, layout.LockFile(db.file)); err != nil {
 		return err
 	}
 	if exists(db.file) {
@@ -102,7 +102,7 @@ func (db *database) prepare(ctx context.Context, restart bool) error {
 			db.c.log.Info("membership decision", "db", db.schemaName, "action", d.Action, "reason", d.Reason)
 			return db.materialise(ctx, d)
 		}
-		db.c.health.Waiting(db.child.name, d.Reason)
+		db.c.health.Waiting(db.child.Name(), d.Reason)
 		// Asking again is cheap (one connection per peer); the peers
 		// that are starting answer within a few hundred milliseconds.
 		select {
@@ -148,7 +148,7 @@ func (db *database) clusterStandalone(ctx context.Context) error {
 }
 
 func (db *database) electionArg() []string {
-	return []string{fmt.Sprintf("--election-timer=%d", db.c.cfg.Central.ElectionTimer.Milliseconds())}
+	return []string{fmt.Sprintf("--election-timer=%d", db.c.cfg.ElectionTimer.Milliseconds())}
 }
 
 // decide asks every other member what it has and applies DecideMissing.
@@ -227,13 +227,13 @@ func (db *database) spec() process.Spec {
 	}
 	args = append(args, db.c.sslArgs()...)
 	args = append(args, "--no-chdir", "-vconsole:info", "-vsyslog:off", "-vfile:info", "--log-file="+db.log)
-	return process.Spec{Name: db.child.name, Path: db.c.bins["ovsdb-server"], Args: args, Env: db.c.childEnv()}
+	return process.Spec{Name: db.child.Name(), Path: db.c.bins["ovsdb-server"], Args: args, Env: db.c.childEnv()}
 }
 
 // gate waits until cluster/status says this server is a member that knows
 // its leader, then converts the database if the installed schema is newer.
 func (db *database) gate(ctx context.Context, p *process.Child) error {
-	db.c.health.Waiting(db.child.name, "unix:"+db.sock+" to answer")
+	db.c.health.Waiting(db.child.Name(), "unix:"+db.sock+" to answer")
 	if err := waitSocket(ctx, db.ctl, p); err != nil {
 		return err
 	}
@@ -258,7 +258,7 @@ func (db *database) gate(ctx context.Context, p *process.Child) error {
 			// majority of the members is up yet.
 			last = fmt.Sprintf("a Raft leader of %s (status %s, role %s, term %d; needs a majority of %s up)", db.schemaName, st.Status, st.Role, st.Term, strings.Join(db.c.members, ","))
 		}
-		db.c.health.Waiting(db.child.name, last)
+		db.c.health.Waiting(db.child.Name(), last)
 		select {
 		case <-tick.C:
 		case <-p.Exited():
@@ -269,17 +269,17 @@ func (db *database) gate(ctx context.Context, p *process.Child) error {
 	}
 }
 
-func (db *database) clusterStatus(ctx context.Context) (*ClusterStatus, error) {
+func (db *database) clusterStatus(ctx context.Context) (*ovncluster.Status, error) {
 	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	out, err := unixctl.Call(qctx, db.ctl, "cluster/status", db.schemaName)
 	if err != nil {
 		return nil, err
 	}
-	return ParseClusterStatus(out)
+	return ovncluster.ParseStatus(out)
 }
 
-func (db *database) store(st *ClusterStatus, err error) {
+func (db *database) store(st *ovncluster.Status, err error) {
 	var size int64
 	if fi, serr := os.Stat(db.file); serr == nil {
 		size = fi.Size()
@@ -301,7 +301,7 @@ func (db *database) report() health.RaftDB {
 	return health.RaftDB{Name: db.schemaName, Status: "not started"}
 }
 
-func (db *database) status() *ClusterStatus {
+func (db *database) status() *ovncluster.Status {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	if db.stErr != nil {
@@ -313,7 +313,7 @@ func (db *database) status() *ClusterStatus {
 // kickStale removes the earlier incarnations of this member (its address,
 // another server ID) from the cluster: they count towards the quorum and
 // never come back.
-func (db *database) kickStale(ctx context.Context, st *ClusterStatus) {
+func (db *database) kickStale(ctx context.Context, st *ovncluster.Status) {
 	for _, s := range st.StaleServers() {
 		out, err := unixctl.Call(ctx, db.ctl, "cluster/kick", db.schemaName, s.ID)
 		if err != nil {
@@ -333,8 +333,8 @@ func (db *database) kickStale(ctx context.Context, st *ClusterStatus) {
 // tuneElectionTimer moves a cluster's election timer to --election-timer,
 // on the leader only and one step per reading: OVSDB refuses to more than
 // double it at once (a decrease may go all the way).
-func (db *database) tuneElectionTimer(ctx context.Context, st *ClusterStatus) {
-	want := int(db.c.cfg.Central.ElectionTimer.Milliseconds())
+func (db *database) tuneElectionTimer(ctx context.Context, st *ovncluster.Status) {
+	want := int(db.c.cfg.ElectionTimer.Milliseconds())
 	cur := st.ElectionTimer
 	if st.Role != "leader" || want <= 0 || cur <= 0 || cur == want {
 		return
@@ -357,7 +357,7 @@ func (db *database) leave(ctx context.Context) error {
 	}
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	lctx, cancel := context.WithTimeout(ctx, db.c.cfg.StartTimeout)
+	lctx, cancel := context.WithTimeout(ctx, db.c.cfg.Daemons.StartTimeout)
 	defer cancel()
 	for {
 		st, err := db.clusterStatus(lctx)
@@ -376,8 +376,8 @@ func (db *database) leave(ctx context.Context) error {
 
 // compact snapshots the database when its file passed the size threshold,
 // or when it has log entries and the time threshold passed.
-func (db *database) maybeCompact(ctx context.Context, st *ClusterStatus, now time.Time) {
-	cfg := db.c.cfg.Central
+func (db *database) maybeCompact(ctx context.Context, st *ovncluster.Status, now time.Time) {
+	cfg := db.c.cfg
 	db.mu.Lock()
 	size, last := db.fileBytes, db.lastCompact
 	if last.IsZero() {
@@ -410,27 +410,6 @@ func (db *database) maybeCompact(ctx context.Context, st *ClusterStatus, now tim
 	db.compactions++
 	db.mu.Unlock()
 	db.c.log.Info("compacted database", "db", db.schemaName, "why", why, "bytes_before", size, "bytes_after", after)
-}
-
-// clearStale removes a crashed run's pidfile, sockets and lock once the
-// recorded pid is verifiably not that program any more.
-func clearStale(pidfile, prog string, others ...string) error {
-	raw, err := os.ReadFile(pidfile)
-	if err == nil {
-		pid, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
-		if node.ProcessAlive(pid, prog) {
-			return fmt.Errorf("%s from an earlier run is still running as pid %d (pidfile %s); stop it (kill %d) before starting ovnhost", prog, pid, pidfile, pid)
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("reading %s: %w", pidfile, err)
-	}
-	var errs []error
-	for _, f := range append([]string{pidfile}, others...) {
-		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // waitSocket waits for the control socket to accept a connection, or the

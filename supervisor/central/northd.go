@@ -10,6 +10,7 @@ import (
 
 	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
 	"github.com/ovnhost/ovnhost/internal/unixctl"
+	"github.com/ovnhost/ovnhost/supervisor/daemon"
 	"github.com/ovnhost/ovnhost/supervisor/process"
 )
 
@@ -17,20 +18,20 @@ import (
 // NB and SB, as Kube-OVN does): its IDL looks for the leader itself, and
 // of the members' northds the one holding the SB lock is active, the
 // others stand by.
-func (c *Central) northdChild() *child {
-	ch := c.newChild("ovn-northd")
+func (c *Central) northdChild() *daemon.Daemon {
+	ch := c.daemons.New("ovn-northd")
 	l := c.lay
 	nb, sb := ovsdbconn.ClusterRemotes(c.members, c.ssl())
-	ch.prepare = func(context.Context, bool) error {
-		return clearStale(l.NorthdPid, "ovn-northd", l.NorthdCtl)
+	ch.Prepare = func(context.Context, bool) error {
+		return daemon.ClearStale("ovn-northd", l.NorthdPid, l.NorthdCtl)
 	}
-	ch.spec = func() process.Spec {
+	ch.Spec = func() (process.Spec, error) {
 		args := []string{"--ovnnb-db=" + nb, "--ovnsb-db=" + sb, "--pidfile=" + l.NorthdPid, "--unixctl=" + l.NorthdCtl}
 		args = append(args, c.sslArgs()...)
 		args = append(args, "--no-chdir", "-vconsole:info", "-vsyslog:off", "-vfile:info", "--log-file="+l.NorthdLog)
-		return process.Spec{Name: "ovn-northd", Path: c.bins["ovn-northd"], Args: args, Env: c.childEnv()}
+		return process.Spec{Name: "ovn-northd", Path: c.bins["ovn-northd"], Args: args, Env: c.childEnv()}, nil
 	}
-	ch.gate = func(ctx context.Context, p *process.Child) error {
+	ch.Gate = func(ctx context.Context, p *process.Child) error {
 		c.health.Waiting("ovn-northd", "its connection to the cluster (status active or standby)")
 		if err := waitSocket(ctx, l.NorthdCtl, p); err != nil {
 			return err
@@ -52,7 +53,7 @@ func (c *Central) northdChild() *child {
 			}
 		}
 	}
-	ch.graceful = func(ctx context.Context, _ *process.Child) error {
+	ch.Graceful = func(ctx context.Context, _ *process.Child, _ bool) error {
 		_, err := unixctl.Call(ctx, l.NorthdCtl, "exit")
 		return err
 	}

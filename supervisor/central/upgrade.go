@@ -37,7 +37,7 @@ func (db *database) upgrade(ctx context.Context) error {
 		db.c.log.Warn("the cluster runs a newer schema than this member's OVN; not converting (upgrade OVN here)", "db", db.schemaName, "cluster", have, "installed", want)
 		return nil
 	}
-	db.c.health.Waiting(db.child.name, fmt.Sprintf("%s to convert from schema %s to %s", db.schemaName, have, want))
+	db.c.health.Waiting(db.child.Name(), fmt.Sprintf("%s to convert from schema %s to %s", db.schemaName, have, want))
 	backup := fmt.Sprintf("%s.backup-%s-%s", db.file, have, time.Now().UTC().Format("20060102T150405Z"))
 	if err := db.client(ctx, backup, "backup", "unix:"+db.sock, db.schemaName); err != nil {
 		return fmt.Errorf("backing up %s before converting it from %s to %s: %w", db.schemaName, have, want, err)

@@ -13,7 +13,7 @@ import (
 // loses its leader is not ready until it has one again), kicks this
 // member's stale server IDs, and compacts on the thresholds.
 func (c *Central) watchCluster(ctx context.Context) {
-	interval := c.cfg.Central.StatusInterval
+	interval := c.cfg.StatusInterval
 	if interval <= 0 {
 		interval = time.Second
 	}
@@ -22,7 +22,7 @@ func (c *Central) watchCluster(ctx context.Context) {
 	lost := map[*database]bool{}
 	for {
 		for _, db := range []*database{c.nb, c.sb} {
-			p := db.child.running()
+			p := db.child.Ready()
 			if p == nil {
 				continue // restarting: the child reports itself
 			}
@@ -39,18 +39,18 @@ func (c *Central) watchCluster(ctx context.Context) {
 					c.log.Warn("lost the Raft leader", "db", db.schemaName, "status", st.Status, "role", st.Role, "term", st.Term)
 				}
 				lost[db] = true
-				c.health.Waiting(db.child.name, fmt.Sprintf("a Raft leader of %s (status %s, role %s, term %d)", db.schemaName, st.Status, st.Role, st.Term))
+				c.health.Waiting(db.child.Name(), fmt.Sprintf("a Raft leader of %s (status %s, role %s, term %d)", db.schemaName, st.Status, st.Role, st.Term))
 				continue
 			case lost[db]:
 				lost[db] = false
 				c.log.Info("Raft leader known again", "db", db.schemaName, "leader", st.Leader, "term", st.Term)
-				c.health.Ready(db.child.name, 0, time.Since(p.Started()))
+				c.health.Ready(db.child.Name(), 0, time.Since(p.Started()))
 			}
 			db.kickStale(ctx, st)
 			db.maybeCompact(ctx, st, time.Now())
 			db.tuneElectionTimer(ctx, st)
 		}
-		if c.northd.running() != nil {
+		if c.northd.Ready() != nil {
 			_, _ = c.readNorthd(ctx)
 		}
 		select {

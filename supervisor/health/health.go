@@ -228,6 +228,23 @@ func (r *Reporter) Responsive(name string) {
 	}
 }
 
+// Recovered records that a unit (not a child process: no pid) which was
+// Lacking has what it needs again: ready, as after its start.
+func (r *Reporter) Recovered(name string) {
+	r.mu.Lock()
+	c := r.child(name)
+	c.Ready, c.Waiting = true, ""
+	r.ready.WithLabelValues(name).Set(1)
+	all := r.allReadyLocked()
+	if all {
+		r.allReady.Set(1)
+	}
+	r.mu.Unlock()
+	if all {
+		r.sendStatus("ready: " + r.summary())
+	}
+}
+
 // Stopping announces the shutdown.
 func (r *Reporter) Stopping() {
 	r.mu.Lock()
@@ -379,7 +396,7 @@ func (r *Reporter) Handler() http.Handler {
 			WriteCentral(w, r.centralStatus())
 		}
 	})
-	mux.Handle("/metrics", r.metricsHandler())
+	mux.Handle("/metrics", r.MetricsHandler())
 	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(r.Snapshot())
@@ -387,32 +404,9 @@ func (r *Reporter) Handler() http.Handler {
 	return mux
 }
 
-func (r *Reporter) metricsHandler() http.Handler {
+// MetricsHandler serves the metrics registry (also behind the node API's authorizer).
+func (r *Reporter) MetricsHandler() http.Handler {
 	return promhttp.HandlerFor(r.registry, promhttp.HandlerOpts{})
-}
-
-// Snapshot is the node's state for `netctl status` (GET /status).
-type Snapshot struct {
-	Ready    bool          `json:"ready"`
-	Status   string        `json:"status"`
-	Version  string        `json:"version"`
-	Uptime   string        `json:"uptime"`
-	Children []ChildStatus `json:"children"`
-	// Central is a central member's Raft state (role=central only).
-	Central *CentralStatus `json:"central,omitempty"`
-}
-
-// ChildStatus is one child in a Snapshot.
-type ChildStatus struct {
-	Name      string `json:"name"`
-	Pid       int    `json:"pid,omitempty"`
-	Up        bool   `json:"up"`
-	Ready     bool   `json:"ready"`
-	Waiting   string `json:"waiting,omitempty"`
-	Restarts  int    `json:"restarts"`
-	LastExit  string `json:"last_exit,omitempty"`
-	CrashLoop bool   `json:"crash_loop,omitempty"`
-	RSSBytes  int64  `json:"rss_bytes,omitempty"`
 }
 
 // Snapshot returns the current state.

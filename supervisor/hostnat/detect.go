@@ -64,7 +64,7 @@ func detectIn(ns *nsHandle) (Detection, error) {
 	} else {
 		s.nftUsable = true
 		for _, t := range tables {
-			if t.Name == TableName {
+			if t.Name == TableName || t.Name == GuardTable {
 				continue
 			}
 			s.nftTables = append(s.nftTables, fmt.Sprintf("%s %s", familyName(t.Family), t.Name))
@@ -158,7 +158,7 @@ func countRules(save string) int {
 	n := 0
 	for _, line := range strings.Split(save, "\n") {
 		line = strings.TrimSpace(line)
-		if strings.HasPrefix(line, "-A ") && !strings.Contains(line, ChainName) {
+		if strings.HasPrefix(line, "-A ") && !strings.Contains(line, ChainName) && !strings.Contains(line, GuardChain) {
 			n++
 		}
 	}

@@ -8,6 +8,12 @@
 // them at stop (Remove); Cleanup removes the leftovers of both backends for
 // `ovnhost cleanup`.
 //
+// The same Manager keeps the host firewall guard (guard.go, issue 23):
+// packets from pods (arriving on ovn0 or br-egw) to the OVN central's,
+// the node API's and the tunnel ports are dropped, in table inet
+// ovnhost-guard or the iptables-legacy chain filter OVNHOST-GUARD
+// (ApplyGuard, RemoveGuard), restored by Run like the masquerade rules.
+//
 // The rule and set computation (compute.go) is pure; the backends talk to
 // the kernel through github.com/google/nftables (netlink) and
 // github.com/coreos/go-iptables (the legacy iptables programs).
@@ -65,6 +71,15 @@ type backend interface {
 	// state may have changed (nil: none, the ticker alone), and a stop.
 	changes(ctx context.Context) (<-chan struct{}, func())
 	interval() time.Duration
+
+	// The guard (guard.go): guardSync reports whether the kernel holds
+	// exactly g (nil: no guard at all); guardApply converges to g;
+	// guardRemove deletes the guard (absent is fine); guardDrops is the
+	// number of packets its drop rules counted.
+	guardSync(g *guardRules) (ok bool, reason string, err error)
+	guardApply(g guardRules) error
+	guardRemove() error
+	guardDrops() (uint64, error)
 }
 
 // Manager owns the host NAT rules of one backend.
@@ -75,6 +90,10 @@ type Manager struct {
 
 	mu      sync.Mutex
 	desired *normalized // nil until the first Apply
+	guard   *guardRules // nil until ApplyGuard, and after RemoveGuard
+	// guardReport is told when the guard cannot be restored (err) and
+	// when it is back (nil).
+	guardReport func(error)
 }
 
 // New returns a Manager for backend "auto" (Detect), "nft" or
@@ -152,7 +171,17 @@ func (m *Manager) converge(n normalized, why string) error {
 	} else {
 		m.log.Debug("host NAT rules written", "differs", reason)
 	}
-	return m.be.apply(n)
+	if err := m.be.apply(n); err != nil {
+		return err
+	}
+	// Connections that started while the rules were missing are tracked
+	// untranslated and would stay so: let them start again (conntrack.go).
+	if c, err := m.flushUnNATed(n); err != nil {
+		m.log.Warn("host NAT: could not remove untranslated pod connections; they recover when conntrack forgets them", "err", err)
+	} else if c > 0 {
+		m.log.Info("host NAT: removed pod connections tracked before the masquerade rules existed", "flows", c)
+	}
+	return nil
 }
 
 // check re-reads the kernel and restores the desired rules.
@@ -163,6 +192,75 @@ func (m *Manager) check() error {
 		return nil
 	}
 	return m.converge(*m.desired, "reconcile")
+}
+
+// ApplyGuard installs the guard g (guard.go) and makes it what Run keeps
+// in place, independently of the masquerade rules. Idempotent.
+func (m *Manager) ApplyGuard(ctx context.Context, g Guard) error {
+	r, err := normalizeGuard(g)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.guard = &r
+	return m.convergeGuard(r, "apply")
+}
+
+// convergeGuard writes g when the kernel differs; m.mu is held.
+func (m *Manager) convergeGuard(g guardRules, why string) error {
+	ok, reason, err := m.be.guardSync(&g)
+	if err != nil {
+		return err
+	} else if ok {
+		return nil
+	}
+	if why != "apply" {
+		m.log.Warn("host firewall guard changed by someone else, restoring it", "differs", reason)
+	} else {
+		m.log.Debug("host firewall guard written", "differs", reason)
+	}
+	return m.be.guardApply(g)
+}
+
+// checkGuard re-reads the kernel and restores the guard.
+func (m *Manager) checkGuard() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.guard == nil {
+		return nil
+	}
+	return m.convergeGuard(*m.guard, "reconcile")
+}
+
+// RemoveGuard deletes the guard and forgets it, so a running Run stops
+// restoring it.
+func (m *Manager) RemoveGuard(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.guard = nil
+	return m.be.guardRemove()
+}
+
+// GuardDrops is the number of packets the guard's drop rules counted.
+func (m *Manager) GuardDrops() (uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.be.guardDrops()
+}
+
+// OnGuard sets what Run tells when the guard cannot be restored (the
+// error) and when it is back (nil); set it before Run.
+func (m *Manager) OnGuard(fn func(error)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.guardReport = fn
 }
 
 // Run keeps the rules of the last Apply in the kernel until ctx ends: the
@@ -179,7 +277,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	}()
 	t := time.NewTicker(m.be.interval())
 	defer t.Stop()
-	failing := false
+	failing, guardFailing := false, false
 	// One check right after subscribing: changes made before the
 	// subscription produced no event.
 	kick := make(chan struct{}, 1)
@@ -208,6 +306,17 @@ func (m *Manager) Run(ctx context.Context) error {
 				}
 			}
 		}
+		if err := m.checkGuard(); err != nil {
+			if !guardFailing {
+				m.log.Error("host firewall guard cannot be restored: pods can reach the node's OVN, node API and tunnel ports", "err", err)
+				m.reportGuard(err)
+			}
+			guardFailing = true
+		} else if guardFailing {
+			m.log.Info("host firewall guard restored")
+			m.reportGuard(nil)
+			guardFailing = false
+		}
 		if err := m.check(); err != nil {
 			if !failing {
 				m.log.Error("host NAT rules cannot be restored", "err", err)
@@ -222,9 +331,18 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 }
 
-// Remove deletes everything the Manager's backend creates (tables, chain,
-// jump rule) and forgets the desired rules, so a running Run stops
-// restoring them.
+func (m *Manager) reportGuard(err error) {
+	m.mu.Lock()
+	fn := m.guardReport
+	m.mu.Unlock()
+	if fn != nil {
+		fn(err)
+	}
+}
+
+// Remove deletes the masquerade rules the Manager's backend creates
+// (tables, chain, jump rule) and forgets them, so a running Run stops
+// restoring them. The guard stays (RemoveGuard).
 func (m *Manager) Remove(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -236,7 +354,8 @@ func (m *Manager) Remove(ctx context.Context) error {
 }
 
 // Cleanup removes what either backend may have left on the host (the nft
-// tables ip/ip6/inet ovnhost, the iptables-legacy chain and its jump) with
+// tables ip/ip6/inet ovnhost and inet ovnhost-guard, the iptables-legacy
+// chains OVNHOST-POSTROUTING and OVNHOST-GUARD and their jumps) with
 // no Manager state, for `ovnhost cleanup`. A backend whose kernel support or
 // programs are missing has nothing to remove and is skipped.
 func Cleanup(log *slog.Logger) error {
@@ -253,9 +372,15 @@ func Cleanup(log *slog.Logger) error {
 		if err := n.removeAll(); err != nil && !isUnsupported(err) {
 			errs = append(errs, err)
 		}
+		if err := n.guardRemove(); err != nil && !isUnsupported(err) {
+			errs = append(errs, err)
+		}
 	}
 	if l, err := newLegacy(ns, log); err == nil {
 		if err := l.remove(); err != nil {
+			errs = append(errs, err)
+		}
+		if err := l.guardRemove(); err != nil {
 			errs = append(errs, err)
 		}
 	} else {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 )
 
@@ -145,4 +146,21 @@ func (g *Group) startNoRollback(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// Describe names units in start order, a Parallel unit as its label and
+// its chains: "a ovn-central+ovs(b c | d e) f".
+func Describe(units []Unit) string {
+	names := make([]string, len(units))
+	for i, u := range units {
+		names[i] = u.Name()
+		if p, ok := u.(*Parallel); ok {
+			chains := make([]string, len(p.Chains))
+			for j, c := range p.Chains {
+				chains[j] = Describe(c)
+			}
+			names[i] += "(" + strings.Join(chains, " | ") + ")"
+		}
+	}
+	return strings.Join(names, " ")
 }

@@ -112,3 +112,11 @@ func TestParallelRunsChainsConcurrentlyAndCancelsOnFailure(t *testing.T) {
 		t.Fatalf("the other chain was not cancelled: %q", r2)
 	}
 }
+
+func TestDescribeNamesChains(t *testing.T) {
+	u := func(n string) Unit { return &unit{name: n} }
+	got := Describe([]Unit{u("a"), &Parallel{Label: "p", Chains: [][]Unit{{u("b"), u("c")}, {u("d")}}}, u("e")})
+	if want := "a p(b c | d) e"; got != want {
+		t.Fatalf("Describe = %q, want %q", got, want)
+	}
+}

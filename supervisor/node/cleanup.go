@@ -6,30 +6,50 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/vishvananda/netlink"
 
 	"github.com/ovnhost/ovnhost/cni/cniconf"
 	"github.com/ovnhost/ovnhost/internal/layout"
-	"github.com/ovnhost/ovnhost/supervisor/config"
+	"github.com/ovnhost/ovnhost/internal/nldump"
+	"github.com/ovnhost/ovnhost/internal/nodeconfig"
+	"github.com/ovnhost/ovnhost/supervisor/daemon"
 )
+
+// CleanupOptions say what `ovnhost cleanup` looks for: the node's files
+// and the devices and rules its features create.
+type CleanupOptions struct {
+	Layout layout.Layout
+	CNI    nodeconfig.CNI
+	// Links name the OVS devices of the node's features (br-egw,
+	// br-external), removed with the node's own.
+	Links []string
+	// AfterLinks removes what the features leave that is not a device (a
+	// centralized gateway's policy rules), after the devices; it returns
+	// what it removed.
+	AfterLinks func() ([]string, error)
+	// Purge also removes the state ovnhost created (databases,
+	// system-id, logs).
+	Purge bool
+}
 
 // Cleanup removes what ovnhost put on this host, for an uninstall or a
 // switch to another CNI: the installed plugin and conflist (only if they
 // are ours), the CNI socket, the datapath devices a killed ovs-vswitchd can
-// leave (br-int, ovs-netdev, ovn0, the mirror port, pods' host veths, a
-// centralized gateway's policy rules), and
+// leave (br-int, ovs-netdev, ovn0, the mirror port, pods' host veths, the
+// features' bridges and a centralized gateway's policy rules), and
 // with purge the state it created (databases, system-id, logs). It refuses
 // while any daemon of this node still runs. It returns what it removed.
-func Cleanup(cfg *config.Config, purge bool) ([]string, error) {
-	l := layout.New(cfg.Paths)
+func Cleanup(o CleanupOptions) ([]string, error) {
+	l := o.Layout
 	pidfiles := []struct{ prog, pidfile string }{
 		{"ovsdb-server", l.OVSDBPid}, {"ovs-vswitchd", l.VSwitchdPid}, {"ovn-controller", l.ControllerPid},
 		{"ovsdb-server", l.NBPid}, {"ovsdb-server", l.SBPid}, {"ovn-northd", l.NorthdPid},
 	}
 	for _, p := range pidfiles {
-		if pid, ok := livePid(p.pidfile, p.prog); ok {
+		if pid, ok := daemon.LivePid(p.pidfile, p.prog); ok {
 			return nil, fmt.Errorf("%s is still running as pid %d (%s): stop ovnhost first (systemctl stop ovnhost, or SIGTERM); "+
 				"if no ovnhost runs, it outlived a crash (adopt-children): `ovnhost run` takes it over, or kill %d", p.prog, pid, p.pidfile, pid)
 		}
@@ -45,27 +65,27 @@ func Cleanup(cfg *config.Config, purge bool) ([]string, error) {
 			errs = append(errs, err)
 		}
 	}
-	plugin := filepath.Join(cfg.CNIBinDir, cniconf.PluginType)
+	plugin := filepath.Join(o.CNI.BinDir, cniconf.PluginType)
 	if isOurPlugin(plugin) {
 		rm(plugin)
 	}
-	conflist := filepath.Join(cfg.CNIConfDir, cniconf.Conflist)
+	conflist := filepath.Join(o.CNI.ConfDir, cniconf.Conflist)
 	if isOurConflist(conflist) {
 		rm(conflist)
 	}
-	rm(cfg.CNISocket)
+	rm(o.CNI.Socket)
 	for _, p := range pidfiles {
-		rm(outputFIFO(p.pidfile))
+		rm(daemon.OutputFIFO(p.pidfile))
 	}
 
-	links, err := netlink.LinkList()
+	links, err := nldump.Retry(netlink.LinkList)
 	if err != nil {
 		errs = append(errs, err)
 	}
 	for _, link := range links {
 		name := link.Attrs().Name
 		ours := (link.Type() == "tuntap" || link.Type() == "openvswitch") &&
-			(name == "br-int" || name == "ovs-netdev" || name == "ovn0" || name == GatewayBridge || name == ExternalBridge || name == cfg.MirrorOutput)
+			(name == "br-int" || name == "ovs-netdev" || name == "ovn0" || slices.Contains(o.Links, name) || name == o.CNI.MirrorOutput)
 		// Host ends of pod veths, named by the CNI server "ovh" + 11 hex.
 		ours = ours || (link.Type() == "veth" && len(name) == 14 && strings.HasPrefix(name, "ovh"))
 		if !ours {
@@ -78,15 +98,17 @@ func Cleanup(cfg *config.Config, purge bool) ([]string, error) {
 		removed = append(removed, "link "+name)
 	}
 
-	// Centralized gateway return path (egwroute.go): rules are not bound
-	// to a link, so they outlive br-egw.
-	gone, err := RemoveGatewayReturnRoutes()
-	removed = append(removed, gone...)
-	if err != nil {
-		errs = append(errs, err)
+	// A centralized gateway's return path: rules are not bound to a
+	// link, so they outlive br-egw.
+	if o.AfterLinks != nil {
+		gone, err := o.AfterLinks()
+		removed = append(removed, gone...)
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
 
-	if purge {
+	if o.Purge {
 		files := []string{l.ConfDB, layout.LockFile(l.ConfDB), l.SystemIDFile, l.NBDB, layout.LockFile(l.NBDB), l.SBDB, layout.LockFile(l.SBDB)}
 		backups, _ := filepath.Glob(l.ConfDB + ".backup*")
 		files = append(files, backups...)

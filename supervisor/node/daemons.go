@@ -21,6 +21,7 @@ import (
 	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
 	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
 	"github.com/ovnhost/ovnhost/internal/unixctl"
+	"github.com/ovnhost/ovnhost/supervisor/daemon"
 	"github.com/ovnhost/ovnhost/supervisor/process"
 )
 
@@ -30,35 +31,35 @@ type dbServer struct {
 	extraArgs                             []string
 }
 
-func (n *Node) dbServerDaemon(s dbServer, slot **ovsdbconn.Conn, connect func(ctx context.Context, c *process.Child) error) *daemon {
+func (n *Node) dbServerDaemon(s dbServer, slot **ovsdbconn.Conn, connect func(ctx context.Context, c *process.Child) error) *daemon.Daemon {
 	d := n.newDaemon(s.name)
-	d.logFile, d.ctl, d.pidfile = s.log, fixedCtl(s.ctl), s.pid
+	d.LogFile, d.Ctl, d.Pidfile = s.log, fixedCtl(s.ctl), s.pid
 	// Our client goes first, or it logs reconnect failures as the server leaves.
-	d.beforeStop = func() { n.closeConn(slot) }
-	d.graceful = func(ctx context.Context, _ *process.Child, _ bool) error {
+	d.BeforeStop = func() { n.closeConn(slot) }
+	d.Graceful = func(ctx context.Context, _ *process.Child, _ bool) error {
 		_, err := unixctl.Call(ctx, s.ctl, "exit")
 		return err
 	}
-	d.prepare = func(ctx context.Context, _ bool) error {
-		if err := ClearStale(staleFiles{Prog: "ovsdb-server", Pidfile: s.pid, Others: []string{s.sock, s.ctl, layout.LockFile(s.db)}}); err != nil {
+	d.Prepare = func(ctx context.Context, _ bool) error {
+		if err := daemon.ClearStale("ovsdb-server", s.pid, s.sock, s.ctl, layout.LockFile(s.db)); err != nil {
 			return err
 		}
 		n.health.Waiting(s.name, "database "+s.db+" at the installed schema")
 		return ensureDB(ctx, n.bins["ovsdb-tool"], s.db, s.schema, n.log)
 	}
-	d.spec = func() (process.Spec, error) {
+	d.Spec = func() (process.Spec, error) {
 		args := []string{s.db, "--remote=punix:" + s.sock, "--pidfile=" + s.pid, "--unixctl=" + s.ctl}
 		args = append(args, s.extraArgs...)
 		args = append(args, logArgs(s.log)...)
 		return process.Spec{Name: s.name, Path: n.bins["ovsdb-server"], Args: args, Env: n.childEnv()}, nil
 	}
-	d.gate = func(ctx context.Context, c *process.Child) error {
+	d.Gate = func(ctx context.Context, c *process.Child) error {
 		n.health.Waiting(s.name, "unix:"+s.sock+" to answer")
 		return connect(ctx, c)
 	}
 	// The database socket itself, where clients are served.
-	d.probe = func(ctx context.Context, _ *process.Child) error { return unixctl.Echo(ctx, s.sock) }
-	d.needs = func(context.Context, *process.Child) error { return dbSpace(s.db) }
+	d.Probe = func(ctx context.Context, _ *process.Child) error { return unixctl.Echo(ctx, s.sock) }
+	d.Needs = func(context.Context, *process.Child) error { return dbSpace(s.db) }
 	return d
 }
 
@@ -107,15 +108,15 @@ func (n *Node) tlsFor(endpoint string) *tls.Config {
 	return n.tls.Config()
 }
 
-func (n *Node) nbDaemon() *daemon {
+func (n *Node) nbDaemon() *daemon.Daemon {
 	l := n.nc.Layout
-	return n.dbServerDaemon(dbServer{name: "ovsdb-nb", db: l.NBDB, schema: filepath.Join(n.cfg.OVNSchema, "ovn-nb.ovsschema"), sock: l.NBSock, pid: l.NBPid, ctl: l.NBCtl, log: l.NBLog}, &n.nb,
-		n.keepConn(&n.nb, subset(nbdb.FullDatabaseModel, &nbdb.NBGlobal{}), n.cfg.NBRemote, "ovsdb-server (OVN_Northbound)", []model.Model{&nbdb.NBGlobal{}}, ensureNBGlobal))
+	return n.dbServerDaemon(dbServer{name: "ovsdb-nb", db: l.NBDB, schema: filepath.Join(n.nc.Daemons.OVNSchema, "ovn-nb.ovsschema"), sock: l.NBSock, pid: l.NBPid, ctl: l.NBCtl, log: l.NBLog}, &n.nb,
+		n.keepConn(&n.nb, subset(nbdb.FullDatabaseModel, &nbdb.NBGlobal{}), n.nc.NB.Endpoint, "ovsdb-server (OVN_Northbound)", []model.Model{&nbdb.NBGlobal{}}, ensureNBGlobal))
 }
 
-func (n *Node) sbDaemon() *daemon {
+func (n *Node) sbDaemon() *daemon.Daemon {
 	l := n.nc.Layout
-	return n.dbServerDaemon(dbServer{name: "ovsdb-sb", db: l.SBDB, schema: filepath.Join(n.cfg.OVNSchema, "ovn-sb.ovsschema"), sock: l.SBSock, pid: l.SBPid, ctl: l.SBCtl, log: l.SBLog}, &n.sb,
+	return n.dbServerDaemon(dbServer{name: "ovsdb-sb", db: l.SBDB, schema: filepath.Join(n.nc.Daemons.OVNSchema, "ovn-sb.ovsschema"), sock: l.SBSock, pid: l.SBPid, ctl: l.SBCtl, log: l.SBLog}, &n.sb,
 		n.keepConn(&n.sb, subset(sbdb.FullDatabaseModel, sbTables()...), "unix:"+l.SBSock, "ovsdb-server (OVN_Southbound)", sbTables(), nil))
 }
 
@@ -208,19 +209,19 @@ func bumpCfg(ctx context.Context, c *ovsdbconn.Conn, table, column string) (int,
 	}
 }
 
-func (n *Node) northdDaemon() *daemon {
+func (n *Node) northdDaemon() *daemon.Daemon {
 	d := n.newDaemon("ovn-northd")
 	l := n.nc.Layout
-	d.logFile, d.ctl, d.pidfile = l.NorthdLog, fixedCtl(l.NorthdCtl), l.NorthdPid
-	d.prepare = func(context.Context, bool) error {
-		return ClearStale(staleFiles{Prog: "ovn-northd", Pidfile: l.NorthdPid, Others: []string{l.NorthdCtl}})
+	d.LogFile, d.Ctl, d.Pidfile = l.NorthdLog, fixedCtl(l.NorthdCtl), l.NorthdPid
+	d.Prepare = func(context.Context, bool) error {
+		return daemon.ClearStale("ovn-northd", l.NorthdPid, l.NorthdCtl)
 	}
-	d.spec = func() (process.Spec, error) {
-		args := []string{"--ovnnb-db=" + n.cfg.NBRemote, "--ovnsb-db=unix:" + l.SBSock, "--pidfile=" + l.NorthdPid, "--unixctl=" + l.NorthdCtl}
-		args = append(args, logArgs(d.logFile)...)
+	d.Spec = func() (process.Spec, error) {
+		args := []string{"--ovnnb-db=" + n.nc.NB.Endpoint, "--ovnsb-db=unix:" + l.SBSock, "--pidfile=" + l.NorthdPid, "--unixctl=" + l.NorthdCtl}
+		args = append(args, logArgs(d.LogFile)...)
 		return process.Spec{Name: "ovn-northd", Path: n.bins["ovn-northd"], Args: args, Env: n.childEnv()}, nil
 	}
-	d.gate = func(ctx context.Context, c *process.Child) error {
+	d.Gate = func(ctx context.Context, c *process.Child) error {
 		// What `ovn-nbctl --wait=sb sync` does: bump nb_cfg and wait
 		// for northd to report it applied to the SB database.
 		target, err := bumpCfg(ctx, n.nb, "NB_Global", "nb_cfg")
@@ -234,29 +235,32 @@ func (n *Node) northdDaemon() *daemon {
 			return len(rows) == 1 && rows[0].SbCfg >= target
 		}, c.Exited())
 	}
-	d.graceful = func(ctx context.Context, _ *process.Child, _ bool) error {
+	d.Graceful = func(ctx context.Context, _ *process.Child, _ bool) error {
 		_, err := unixctl.Call(ctx, l.NorthdCtl, "exit")
 		return err
 	}
 	return d
 }
 
-func (n *Node) ovsdbDaemon() *daemon {
+func (n *Node) ovsdbDaemon() *daemon.Daemon {
 	l := n.nc.Layout
-	d := n.dbServerDaemon(dbServer{name: "ovsdb-server", db: l.ConfDB, schema: n.cfg.OVSSchema, sock: l.DBSock, pid: l.OVSDBPid, ctl: l.OVSDBCtl,
+	d := n.dbServerDaemon(dbServer{name: "ovsdb-server", db: l.ConfDB, schema: n.nc.Daemons.OVSSchema, sock: l.DBSock, pid: l.OVSDBPid, ctl: l.OVSDBCtl,
 		log:       l.OVSDBLog,
 		extraArgs: []string{"--remote=db:Open_vSwitch,Open_vSwitch,manager_options"}}, &n.ovs,
 		n.keepConn(&n.ovs, vswitch.FullDatabaseModel, "unix:"+l.DBSock, "ovsdb-server (conf.db)", nil, nil))
 	return d
 }
 
-func (n *Node) vswitchdDaemon() *daemon {
+func (n *Node) vswitchdDaemon() *daemon.Daemon {
 	d := n.newDaemon("ovs-vswitchd")
 	l := n.nc.Layout
-	d.logFile, d.ctl, d.pidfile = l.VSwitchdLog, fixedCtl(l.VSwitchdCtl), l.VSwitchdPid
+	d.LogFile, d.Ctl, d.Pidfile = l.VSwitchdLog, fixedCtl(l.VSwitchdCtl), l.VSwitchdPid
 	var target int
-	d.prepare = func(ctx context.Context, _ bool) error {
-		if err := ClearStale(staleFiles{Prog: "ovs-vswitchd", Pidfile: l.VSwitchdPid, Others: []string{l.VSwitchdCtl}}); err != nil {
+	d.Prepare = func(ctx context.Context, _ bool) error {
+		if err := daemon.ClearStale("ovs-vswitchd", l.VSwitchdPid, l.VSwitchdCtl); err != nil {
+			return err
+		}
+		if err := n.waitForCPUCount(ctx); err != nil {
 			return err
 		}
 		if n.keptKernelDatapath() {
@@ -274,18 +278,18 @@ func (n *Node) vswitchdDaemon() *daemon {
 		target, err = bumpCfg(ctx, n.OVS(), "Open_vSwitch", "next_cfg")
 		return err
 	}
-	d.spec = func() (process.Spec, error) {
+	d.Spec = func() (process.Spec, error) {
 		args := []string{"unix:" + l.DBSock, "--pidfile=" + l.VSwitchdPid, "--unixctl=" + l.VSwitchdCtl}
 		if n.nc.Datapath.IsUserspace() {
 			args = append(args, "--disable-system")
 		}
-		if n.cfg.MLockAll {
+		if n.nc.Daemons.MLockAll {
 			args = append(args, "--mlockall")
 		}
-		args = append(args, logArgs(d.logFile)...)
+		args = append(args, logArgs(d.LogFile)...)
 		return process.Spec{Name: "ovs-vswitchd", Path: n.bins["ovs-vswitchd"], Args: args, Env: n.childEnv()}, nil
 	}
-	d.gate = func(ctx context.Context, c *process.Child) error {
+	d.Gate = func(ctx context.Context, c *process.Child) error {
 		what := fmt.Sprintf("Open_vSwitch.cur_cfg to reach next_cfg %d", target)
 		n.health.Waiting("ovs-vswitchd", what)
 		ovs := n.OVS()
@@ -295,7 +299,7 @@ func (n *Node) vswitchdDaemon() *daemon {
 			return len(rows) == 1 && rows[0].CurCfg >= target
 		}, c.Exited())
 	}
-	d.graceful = func(ctx context.Context, _ *process.Child, final bool) error {
+	d.Graceful = func(ctx context.Context, _ *process.Child, final bool) error {
 		args := []string{"--cleanup"}
 		if n.KeepingDatapath() || !final {
 			args = nil
@@ -303,7 +307,7 @@ func (n *Node) vswitchdDaemon() *daemon {
 		_, err := unixctl.Call(ctx, l.VSwitchdCtl, "exit", args...)
 		return err
 	}
-	d.afterStop = func(ctx context.Context) error {
+	d.AfterStop = func(ctx context.Context) error {
 		if n.KeepingDatapath() || !n.nc.Datapath.IsUserspace() {
 			return nil
 		}
@@ -343,13 +347,13 @@ func (n *Node) removeTaps(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (n *Node) controllerDaemon() *daemon {
+func (n *Node) controllerDaemon() *daemon.Daemon {
 	d := n.newDaemon("ovn-controller")
 	l := n.nc.Layout
-	d.logFile, d.pidfile = l.ControllerLog, l.ControllerPid
-	d.ctl = func(c *process.Child) string { return l.ControllerCtl(c.Pid()) }
-	d.prepare = func(ctx context.Context, _ bool) error {
-		if err := ClearStale(staleFiles{Prog: "ovn-controller", Pidfile: l.ControllerPid}); err != nil {
+	d.LogFile, d.Pidfile = l.ControllerLog, l.ControllerPid
+	d.Ctl = func(c *process.Child) string { return l.ControllerCtl(c.Pid()) }
+	d.Prepare = func(ctx context.Context, _ bool) error {
+		if err := daemon.ClearStale("ovn-controller", l.ControllerPid); err != nil {
 			return err
 		}
 		// ovn-controller writes ovn-nb-cfg(-ts) on br-int once its flows
@@ -357,20 +361,20 @@ func (n *Node) controllerDaemon() *daemon {
 		// there: removing both makes their reappearance the signal.
 		return n.clearBrIntKeys(ctx, "ovn-nb-cfg", "ovn-nb-cfg-ts")
 	}
-	d.spec = func() (process.Spec, error) {
+	d.Spec = func() (process.Spec, error) {
 		args := []string{"unix:" + l.DBSock, "--pidfile=" + l.ControllerPid}
-		if n.cfg.EnableSSL {
-			args = append(args, "--private-key="+n.cfg.SSLKey, "--certificate="+n.cfg.SSLCert, "--ca-cert="+n.cfg.SSLCACert)
+		if t := n.nc.Daemons.TLS; t.Enabled {
+			args = append(args, "--private-key="+t.Key, "--certificate="+t.Cert, "--ca-cert="+t.CACert)
 		}
-		args = append(args, logArgs(d.logFile)...)
+		args = append(args, logArgs(d.LogFile)...)
 		return process.Spec{Name: "ovn-controller", Path: n.bins["ovn-controller"], Args: args, Env: n.childEnv()}, nil
 	}
-	d.gate = func(ctx context.Context, c *process.Child) error {
+	d.Gate = func(ctx context.Context, c *process.Child) error {
 		sb, err := n.sbConn(ctx, c)
 		if err != nil {
 			return err
 		}
-		what := fmt.Sprintf("its Chassis row %q in the SB database (%s)", n.systemID, n.cfg.SBRemote)
+		what := fmt.Sprintf("its Chassis row %q in the SB database (%s)", n.systemID, n.nc.SB.Endpoint)
 		n.health.Waiting("ovn-controller", what)
 		if err := sb.WaitUntil(ctx, "ovn-controller to register "+what, func() bool {
 			return sb.Get(ctx, &sbdb.Chassis{Name: n.systemID}) == nil
@@ -387,13 +391,13 @@ func (n *Node) controllerDaemon() *daemon {
 		}
 		return err
 	}
-	d.needs = func(ctx context.Context, c *process.Child) error {
+	d.Needs = func(ctx context.Context, c *process.Child) error {
 		out, err := unixctl.Call(ctx, l.ControllerCtl(c.Pid()), "connection-status")
 		if err != nil {
 			return nil // unanswered: the liveness probe's business
 		}
 		if st := strings.TrimSpace(out); st != "connected" {
-			remote := n.cfg.SBRemote
+			remote := n.nc.SB.Endpoint
 			if remote == "" {
 				remote = "unix:" + l.SBSock
 			}
@@ -401,7 +405,7 @@ func (n *Node) controllerDaemon() *daemon {
 		}
 		return nil
 	}
-	d.graceful = func(ctx context.Context, c *process.Child, final bool) error {
+	d.Graceful = func(ctx context.Context, c *process.Child, final bool) error {
 		// "exit" removes our Chassis row and releases the ports bound to
 		// it; "--restart" keeps them, for a restart or an upgrade.
 		var args []string
@@ -465,8 +469,8 @@ func (n *Node) sbConn(ctx context.Context, c *process.Child) (*ovsdbconn.Conn, e
 	if sb != nil {
 		return sb, nil
 	}
-	n.health.Waiting("ovn-controller", "the SB database at "+n.cfg.SBRemote+" to answer")
-	err := n.keepConn(&n.sb, subset(sbdb.FullDatabaseModel, sbTables()...), n.cfg.SBRemote, "OVN_Southbound at "+n.cfg.SBRemote, sbTables(), nil)(ctx, c)
+	n.health.Waiting("ovn-controller", "the SB database at "+n.nc.SB.Endpoint+" to answer")
+	err := n.keepConn(&n.sb, subset(sbdb.FullDatabaseModel, sbTables()...), n.nc.SB.Endpoint, "OVN_Southbound at "+n.nc.SB.Endpoint, sbTables(), nil)(ctx, c)
 	if err != nil {
 		return nil, err
 	}

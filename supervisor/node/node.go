@@ -21,37 +21,28 @@ import (
 
 	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
-	"github.com/ovnhost/ovnhost/supervisor/config"
+	"github.com/ovnhost/ovnhost/supervisor/daemon"
 	"github.com/ovnhost/ovnhost/supervisor/health"
 	"github.com/ovnhost/ovnhost/supervisor/lifecycle"
 	"github.com/ovnhost/ovnhost/supervisor/process"
 )
 
-// Vendor marks what ovnhost creates in the databases.
-const Vendor = "ovnhost"
-
 // Node supervises the daemons of one node.
 type Node struct {
-	cfg    *config.Config
 	nc     *nodeconfig.NodeConfig
 	log    *slog.Logger
 	health *health.Reporter
-	// explainExec turns a failed exec into its cause (file capabilities
-	// beyond the bounding set); given by main, which owns the host checks.
-	explainExec func(binary string, err error) error
 
-	// ctx lives from Start to Stop; restarts run under it.
-	ctx    context.Context
-	cancel context.CancelFunc
+	// ctx lives from Start to Stop (the daemons' set's).
+	ctx context.Context
 
 	bins     map[string]string
 	systemID string
 	tls      *ovsdbconn.TLSFiles
 
 	lock *os.File // the instance lock, held from Start to Stop
-	// handover: Stop leaves the children running for the next ovnhost;
 	// upgrading: Stop keeps the datapath (as --keep-datapath).
-	handover, upgrading atomic.Bool
+	upgrading atomic.Bool
 
 	mu     sync.Mutex
 	ovs    *ovsdbconn.Conn // conf.db, long-lived
@@ -61,7 +52,7 @@ type Node struct {
 	restoreWait bool
 
 	group   lifecycle.Group
-	daemons map[string]*daemon
+	daemons daemon.Set
 	units   []lifecycle.Unit
 	extra   []lifecycle.Unit
 	// observed are the extra units whose readiness the group's observer
@@ -80,29 +71,22 @@ type Options struct {
 	ExplainExec func(binary string, err error) error
 }
 
-// New plans the node; nothing is started.
-func New(cfg *config.Config, nc *nodeconfig.NodeConfig, o Options) (*Node, error) {
-	n := &Node{cfg: cfg, nc: nc, log: o.Log, health: o.Health, tls: o.TLS, explainExec: o.ExplainExec, daemons: map[string]*daemon{}}
-	if n.explainExec == nil {
-		n.explainExec = func(_ string, err error) error { return err }
-	}
+// New plans the node from its resolved configuration; nothing is started.
+func New(nc *nodeconfig.NodeConfig, o Options) (*Node, error) {
+	dc := nc.Daemons
+	n := &Node{nc: nc, log: o.Log, health: o.Health, tls: o.TLS,
+		daemons: daemon.Set{Log: o.Log, Health: o.Health, ExplainExec: o.ExplainExec, Settings: daemon.Settings{
+			StartTimeout: dc.StartTimeout, StopTimeout: dc.StopTimeout,
+			ProbeInterval: dc.ProbeInterval, ProbeMisses: dc.ProbeMisses, AdoptChildren: dc.AdoptChildren}}}
 	progs := []string{"ovsdb-server", "ovs-vswitchd", "ovn-controller", "ovsdb-tool"}
-	if !cfg.Remote() {
+	if nc.AllInOne {
 		progs = append(progs, "ovn-northd")
 	}
-	n.bins = map[string]string{}
-	var missing []string
-	for _, p := range progs {
-		path, ok := findProgram(cfg.BinDirs, p)
-		if !ok {
-			missing = append(missing, p)
-			continue
-		}
-		n.bins[p] = path
-	}
+	bins, missing := daemon.FindPrograms(dc.BinDirs, progs...)
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("programs not found in %v: %v; install openvswitch-switch, ovn-host (and ovn-central for all-in-one) or set --bin-dirs", cfg.BinDirs, missing)
+		return nil, fmt.Errorf("programs not found in %v: %v; install openvswitch-switch, ovn-host (and ovn-central for all-in-one) or set --bin-dirs", dc.BinDirs, missing)
 	}
+	n.bins = bins
 	n.units = n.plan()
 	return n, nil
 }
@@ -111,20 +95,19 @@ func New(cfg *config.Config, nc *nodeconfig.NodeConfig, o Options) (*Node, error
 // with health, so /readyz and READY=1 know every child before any starts.
 func (n *Node) plan() []lifecycle.Unit {
 	var central []lifecycle.Unit
-	if !n.cfg.Remote() {
+	if n.nc.AllInOne {
 		central = []lifecycle.Unit{n.nbDaemon(), n.sbDaemon(), n.northdDaemon()}
 	}
 	ovsdb := n.ovsdbDaemon()
 	vswitchd := n.vswitchdDaemon()
 	controller := n.controllerDaemon()
-	vswitchd.dependants = []*daemon{controller}
+	// One recovery at a time within the chain, so ovn-controller restarted
+	// by ovs-vswitchd's recovery is not also recovered as a crash of its own.
+	vswitchd.SetDependants(controller)
 	// An ovn-controller that outlived ovnhost is kept only with the
 	// ovs-vswitchd it was connected to: a fresh ovs-vswitchd needs a fresh
 	// one, as after any ovs-vswitchd restart.
-	controller.adoptWith = vswitchd
-	// One recovery at a time within the chain, so ovn-controller restarted
-	// by ovs-vswitchd's recovery is not also recovered as a crash of its own.
-	controller.restarts = vswitchd.restarts
+	controller.AdoptWith = vswitchd
 	local := []lifecycle.Unit{ovsdb, &ovsConfigUnit{n: n}, vswitchd}
 	if n.wantTunnelBridge() {
 		local = append(local, &tunnelBridgeUnit{n: n})
@@ -137,18 +120,8 @@ func (n *Node) plan() []lifecycle.Unit {
 	return []lifecycle.Unit{&lifecycle.Parallel{Label: "ovn-central+ovs", Chains: [][]lifecycle.Unit{central, local}, Log: n.log}, controller}
 }
 
-func findProgram(dirs []string, name string) (string, bool) {
-	for _, d := range dirs {
-		p := filepath.Join(d, name)
-		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-			return p, true
-		}
-	}
-	return "", false
-}
-
 // AddUnit appends a unit started after ovn-controller is ready and stopped
-// before it (the CNI server).
+// before it (the node's features: host NAT, external gateway, CNI server).
 // Registered now, so READY=1 also waits for it.
 func (n *Node) AddUnit(u lifecycle.Unit) {
 	if n.observed == nil {
@@ -157,6 +130,11 @@ func (n *Node) AddUnit(u lifecycle.Unit) {
 	n.health.Register(u.Name())
 	n.observed[u.Name()] = u
 	n.extra = append(n.extra, u)
+}
+
+// Units are the node's units in start order: its daemons, then the added ones.
+func (n *Node) Units() []lifecycle.Unit {
+	return append(append([]lifecycle.Unit(nil), n.units...), n.extra...)
 }
 
 // unitHealth reports the added units' start to health through the
@@ -201,8 +179,8 @@ func (n *Node) Config() *nodeconfig.NodeConfig { return n.nc }
 // Start prepares the directories and starts every unit in order, returning
 // once the whole node is ready.
 func (n *Node) Start(ctx context.Context) error {
-	n.ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	if err := PrepareDirs(n.nc.Layout.Paths, n.nc.AllInOne, n.cfg.RunOwner); err != nil {
+	n.ctx = n.daemons.Start(ctx)
+	if err := daemon.PrepareDirs(n.nc.Layout.Paths.Dirs(n.nc.AllInOne), n.nc.Daemons.RunOwner); err != nil {
 		return err
 	}
 	if err := n.lockInstance(); err != nil {
@@ -213,37 +191,27 @@ func (n *Node) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	go n.rotateLogs(n.ctx)
-	units := append(n.units, n.extra...)
-	n.group = lifecycle.Group{Units: units, Log: n.log, Observer: unitHealth{n}}
-	return n.group.Start(ctx, n.cfg.StopTimeout)
+	go n.daemons.RotateLogs(n.ctx, n.nc.Daemons.LogFileMaxSize, n.nc.Daemons.LogRotateInterval)
+	n.group = lifecycle.Group{Units: n.Units(), Log: n.log, Observer: unitHealth{n}}
+	return n.group.Start(ctx, n.nc.Daemons.StopTimeout)
 }
 
 // Stop stops everything in reverse order within the stop timeout per unit.
 func (n *Node) Stop(ctx context.Context) error {
-	if n.cancel != nil {
-		n.cancel()
-	}
-	// Let recoveries in progress notice the cancellation and finish.
-	locked := map[*sync.Mutex]bool{}
-	for _, d := range n.daemons {
-		if !locked[d.restarts] {
-			locked[d.restarts] = true
-			d.restarts.Lock()
-			defer d.restarts.Unlock()
+	// Recoveries in progress notice the cancellation and finish.
+	return n.daemons.Stop(ctx, func(ctx context.Context) error {
+		err := n.group.Stop(ctx)
+		n.mu.Lock()
+		for _, c := range []*ovsdbconn.Conn{n.ovs, n.nb, n.sb} {
+			if c != nil {
+				closeBounded(c, n.log)
+			}
 		}
-	}
-	err := n.group.Stop(ctx)
-	n.mu.Lock()
-	for _, c := range []*ovsdbconn.Conn{n.ovs, n.nb, n.sb} {
-		if c != nil {
-			closeBounded(c, n.log)
-		}
-	}
-	n.ovs, n.nb, n.sb = nil, nil, nil
-	n.mu.Unlock()
-	n.unlockInstance()
-	return err
+		n.ovs, n.nb, n.sb = nil, nil, nil
+		n.mu.Unlock()
+		n.unlockInstance()
+		return err
+	})
 }
 
 // StopForUpgrade stops for the next ovnhost (an upgrade of ovnhost itself:
@@ -252,15 +220,16 @@ func (n *Node) Stop(ctx context.Context) error {
 // they stop as with --keep-datapath (they would die with us anyway).
 func (n *Node) StopForUpgrade(ctx context.Context) (handedOver bool, err error) {
 	n.upgrading.Store(true)
-	if n.cfg.AdoptChildren {
-		n.handover.Store(true)
+	adopt := n.nc.Daemons.AdoptChildren
+	if adopt {
+		n.daemons.HandOver()
 	}
-	return n.cfg.AdoptChildren, n.Stop(ctx)
+	return adopt, n.Stop(ctx)
 }
 
 // KeepingDatapath reports whether a stop leaves the datapath in place:
 // --keep-datapath, or an upgrade.
-func (n *Node) KeepingDatapath() bool { return n.cfg.KeepDatapath || n.upgrading.Load() }
+func (n *Node) KeepingDatapath() bool { return n.nc.Daemons.KeepDatapath || n.upgrading.Load() }
 
 // lockInstance takes the node's instance lock for as long as ovnhost
 // runs: a second ovnhost on the same directories would otherwise fight the
@@ -291,17 +260,13 @@ func (n *Node) unlockInstance() {
 	}
 }
 
-func (n *Node) newDaemon(name string) *daemon {
-	d := &daemon{name: name, n: n, log: n.log, backoff: process.DefaultBackoff(), restarts: &sync.Mutex{}}
-	n.daemons[name] = d
-	// Known to health from the start: READY=1 waits for all of them.
-	n.health.Register(name)
-	return d
-}
+// newDaemon declares a daemon; known to health from the start: READY=1
+// waits for all of them.
+func (n *Node) newDaemon(name string) *daemon.Daemon { return n.daemons.New(name) }
 
 // Daemon returns the running child of a supervised daemon (tests, netctl).
 func (n *Node) Daemon(name string) *process.Child {
-	if d, ok := n.daemons[name]; ok {
+	if d := n.daemons.Get(name); d != nil {
 		return d.Child()
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 	"github.com/ovn-kubernetes/libovsdb/model"
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 
+	"github.com/ovnhost/ovnhost/internal/ovsconf"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
 )
 
@@ -54,12 +55,12 @@ func (u *ovsConfigUnit) Start(ctx context.Context) error {
 func (n *Node) ExternalIDs() map[string]string {
 	ids := map[string]string{
 		"system-id":                   n.systemID,
-		"hostname":                    n.cfg.NodeName,
-		"ovn-remote":                  n.cfg.SBRemote,
-		"ovn-encap-type":              n.cfg.TunnelType,
+		"hostname":                    n.nc.Name,
+		"ovn-remote":                  n.nc.SB.Endpoint,
+		"ovn-encap-type":              n.nc.TunnelType,
 		"ovn-encap-ip":                n.nc.EncapIP,
-		"ovn-remote-probe-interval":   strconv.FormatInt(n.cfg.ProbeInterval.Milliseconds(), 10),
-		"ovn-openflow-probe-interval": strconv.FormatInt(int64(n.cfg.OpenflowProbeInterval.Seconds()), 10),
+		"ovn-remote-probe-interval":   strconv.FormatInt(n.nc.Daemons.RemoteProbeInterval.Milliseconds(), 10),
+		"ovn-openflow-probe-interval": strconv.FormatInt(int64(n.nc.Daemons.OpenflowProbeInterval.Seconds()), 10),
 		"ovn-bridge-datapath-type":    string(n.nc.Datapath),
 		"ovn-bridge":                  "br-int",
 	}
@@ -114,7 +115,7 @@ func (n *Node) ovsConfigOps(ctx context.Context, roots []vswitch.OpenvSwitch) ([
 		port := &vswitch.Port{UUID: "brintport", Name: "br-int", Interfaces: []string{iface.UUID}}
 		nb := &vswitch.Bridge{UUID: "brint", Name: "br-int", DatapathType: string(n.nc.Datapath), FailMode: &secure,
 			OtherConfig: map[string]string{"disable-in-band": "true"},
-			ExternalIDs: map[string]string{"vendor": Vendor},
+			ExternalIDs: map[string]string{"vendor": ovsconf.Vendor},
 			Ports:       []string{port.UUID}}
 		for _, m := range []model.Model{iface, port, nb} {
 			o, err := ovs.Create(m)
@@ -155,7 +156,7 @@ func (n *Node) otherConfig(cur map[string]string) map[string]string {
 	if oc == nil {
 		oc = map[string]string{}
 	}
-	if n.cfg.HWOffload {
+	if n.nc.Daemons.HWOffload {
 		oc["hw-offload"] = "true"
 	} else {
 		delete(oc, "hw-offload")

@@ -11,7 +11,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/ovnhost/ovnhost/internal/nldump"
 	"github.com/ovnhost/ovnhost/internal/nodeconfig"
+	"github.com/ovnhost/ovnhost/internal/ovsconf"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
 )
 
@@ -66,7 +68,7 @@ func (n *Node) tunnelBridgeOps(ctx context.Context, root *vswitch.OpenvSwitch, n
 		// Same MAC as the underlay NIC: the network knows that one.
 		&vswitch.Bridge{UUID: "phybr", Name: nodeconfig.PhysBridge, DatapathType: string(nodeconfig.Userspace), FailMode: &standalone,
 			OtherConfig: map[string]string{"hwaddr": link.Attrs().HardwareAddr.String(), "disable-in-band": "true"},
-			ExternalIDs: map[string]string{"vendor": Vendor}, Ports: []string{"phybrport", "phyport"}},
+			ExternalIDs: map[string]string{"vendor": ovsconf.Vendor}, Ports: []string{"phybrport", "phyport"}},
 	}
 	for _, m := range steps {
 		if err := add(m); err != nil {
@@ -130,38 +132,10 @@ func moveAddresses(from, to string) (moved int, err error) {
 	if err != nil {
 		return 0, err
 	}
-	srcAddrs, err := netlink.AddrList(src, netlink.FAMILY_ALL)
+	m, err := planMove(src, dst, from, to)
 	if err != nil {
-		return 0, fmt.Errorf("listing the addresses of %s: %w", from, err)
+		return 0, err
 	}
-	srcRoutes, err := netlink.RouteList(src, netlink.FAMILY_ALL)
-	if err != nil {
-		return 0, fmt.Errorf("listing the routes of %s: %w", from, err)
-	}
-	dstAddrs, err := netlink.AddrList(dst, netlink.FAMILY_ALL)
-	if err != nil {
-		return 0, fmt.Errorf("listing the addresses of %s: %w", to, err)
-	}
-	dstRoutes, err := netlink.RouteList(dst, netlink.FAMILY_ALL)
-	if err != nil {
-		return 0, fmt.Errorf("listing the routes of %s: %w", to, err)
-	}
-	var addrs []netlink.Addr
-	for _, a := range srcAddrs {
-		if a.Scope == int(netlink.SCOPE_UNIVERSE) && !a.IP.IsLinkLocalUnicast() {
-			addrs = append(addrs, a)
-		}
-	}
-	// Routes the kernel made for the addresses follow them; the others
-	// (default route, static ones) are re-added through the new link.
-	var routes []netlink.Route
-	for _, r := range srcRoutes {
-		if r.Protocol == unix.RTPROT_KERNEL || r.Dst != nil && r.Dst.IP.IsLinkLocalUnicast() {
-			continue
-		}
-		routes = append(routes, r)
-	}
-	routes = directFirst(routes)
 
 	tx := &moveTx{}
 	ok := false
@@ -172,28 +146,10 @@ func moveAddresses(from, to string) (moved int, err error) {
 		}
 	}()
 
-	if mtu := src.Attrs().MTU; dst.Attrs().MTU != mtu {
-		old := dst.Attrs().MTU
-		if err := tx.step(stepSetMTU, fmt.Sprintf("set the MTU of %s to %d", to, mtu), func() error {
-			return netlink.LinkSetMTU(dst, mtu)
-		}); err != nil {
-			return 0, err
-		}
-		tx.onUndo(stepSetMTU, fmt.Sprintf("set the MTU of %s back to %d", to, old),
-			fmt.Sprintf("ip link set dev %s mtu %d", to, old),
-			func() error { return netlink.LinkSetMTU(dst, old) })
+	if err := tx.prepareTarget(src, dst, to); err != nil {
+		return 0, err
 	}
-	if dst.Attrs().RawFlags&unix.IFF_UP == 0 {
-		if err := tx.step(stepSetUp, fmt.Sprintf("set %s up", to), func() error {
-			return netlink.LinkSetUp(dst)
-		}); err != nil {
-			return 0, err
-		}
-		tx.onUndo(stepSetUp, fmt.Sprintf("set %s down again", to),
-			fmt.Sprintf("ip link set dev %s down", to),
-			func() error { return netlink.LinkSetDown(dst) })
-	}
-	if len(addrs) == 0 && len(routes) == 0 {
+	if len(m.addrs) == 0 && len(m.routes) == 0 {
 		ok = true
 		return 0, nil
 	}
@@ -203,9 +159,92 @@ func moveAddresses(from, to string) (moved int, err error) {
 	// routes that need it (all of them with the last IPv4 address, and the
 	// secondaries of a primary): every original address and route is
 	// re-added, in their original order, whichever of them is missing.
-	tx.restoreSource(src, from, addrs, routes)
+	tx.restoreSource(src, from, m.addrs, m.routes)
 
-	for _, a := range addrs {
+	if moved, err = tx.moveAddrs(src, dst, from, to, m); err != nil {
+		return 0, err
+	}
+	if err := tx.moveRoutes(dst, to, m); err != nil {
+		return 0, err
+	}
+	ok = true
+	return moved, nil
+}
+
+// move is what moveAddresses moves, and what the target link already has.
+type move struct {
+	addrs     []netlink.Addr
+	routes    []netlink.Route
+	dstAddrs  []netlink.Addr
+	dstRoutes []netlink.Route
+}
+
+// planMove lists the global addresses of src and the routes through it
+// that are not the kernel's own, and what dst already has.
+func planMove(src, dst netlink.Link, from, to string) (*move, error) {
+	srcAddrs, err := nldump.Retry(func() ([]netlink.Addr, error) { return netlink.AddrList(src, netlink.FAMILY_ALL) })
+	if err != nil {
+		return nil, fmt.Errorf("listing the addresses of %s: %w", from, err)
+	}
+	srcRoutes, err := nldump.Retry(func() ([]netlink.Route, error) { return netlink.RouteList(src, netlink.FAMILY_ALL) })
+	if err != nil {
+		return nil, fmt.Errorf("listing the routes of %s: %w", from, err)
+	}
+	dstAddrs, err := nldump.Retry(func() ([]netlink.Addr, error) { return netlink.AddrList(dst, netlink.FAMILY_ALL) })
+	if err != nil {
+		return nil, fmt.Errorf("listing the addresses of %s: %w", to, err)
+	}
+	dstRoutes, err := nldump.Retry(func() ([]netlink.Route, error) { return netlink.RouteList(dst, netlink.FAMILY_ALL) })
+	if err != nil {
+		return nil, fmt.Errorf("listing the routes of %s: %w", to, err)
+	}
+	m := &move{dstAddrs: dstAddrs, dstRoutes: dstRoutes}
+	for _, a := range srcAddrs {
+		if a.Scope == int(netlink.SCOPE_UNIVERSE) && !a.IP.IsLinkLocalUnicast() {
+			m.addrs = append(m.addrs, a)
+		}
+	}
+	// Routes the kernel made for the addresses follow them; the others
+	// (default route, static ones) are re-added through the new link.
+	for _, r := range srcRoutes {
+		if r.Protocol == unix.RTPROT_KERNEL || r.Dst != nil && r.Dst.IP.IsLinkLocalUnicast() {
+			continue
+		}
+		m.routes = append(m.routes, r)
+	}
+	m.routes = directFirst(m.routes)
+	return m, nil
+}
+
+// prepareTarget gives dst src's MTU and sets it up.
+func (tx *moveTx) prepareTarget(src, dst netlink.Link, to string) error {
+	if mtu := src.Attrs().MTU; dst.Attrs().MTU != mtu {
+		old := dst.Attrs().MTU
+		if err := tx.step(stepSetMTU, fmt.Sprintf("set the MTU of %s to %d", to, mtu), func() error {
+			return netlink.LinkSetMTU(dst, mtu)
+		}); err != nil {
+			return err
+		}
+		tx.onUndo(stepSetMTU, fmt.Sprintf("set the MTU of %s back to %d", to, old),
+			fmt.Sprintf("ip link set dev %s mtu %d", to, old),
+			func() error { return netlink.LinkSetMTU(dst, old) })
+	}
+	if dst.Attrs().RawFlags&unix.IFF_UP == 0 {
+		if err := tx.step(stepSetUp, fmt.Sprintf("set %s up", to), func() error {
+			return netlink.LinkSetUp(dst)
+		}); err != nil {
+			return err
+		}
+		tx.onUndo(stepSetUp, fmt.Sprintf("set %s down again", to),
+			fmt.Sprintf("ip link set dev %s down", to),
+			func() error { return netlink.LinkSetDown(dst) })
+	}
+	return nil
+}
+
+// moveAddrs moves m's addresses from src to dst; it returns how many.
+func (tx *moveTx) moveAddrs(src, dst netlink.Link, from, to string, m *move) (moved int, err error) {
+	for _, a := range m.addrs {
 		if err := tx.step(stepAddrDel, fmt.Sprintf("remove address %s from %s", a.IPNet, from), func() error {
 			err := netlink.AddrDel(src, &a)
 			if errors.Is(err, unix.EADDRNOTAVAIL) {
@@ -215,21 +254,21 @@ func moveAddresses(from, to string) (moved int, err error) {
 		}); err != nil {
 			return 0, err
 		}
-		if hasAddr(dstAddrs, a) {
+		if hasAddr(m.dstAddrs, a) {
 			moved++
 			continue
 		}
-		m := a
-		m.Label = ""
-		if err := tx.step(stepAddrAdd, fmt.Sprintf("add address %s to %s", m.IPNet, to), func() error {
-			return netlink.AddrAdd(dst, &m)
+		na := a
+		na.Label = ""
+		if err := tx.step(stepAddrAdd, fmt.Sprintf("add address %s to %s", na.IPNet, to), func() error {
+			return netlink.AddrAdd(dst, &na)
 		}); err != nil {
 			return 0, err
 		}
-		tx.onUndo(stepAddrAdd, fmt.Sprintf("remove address %s from %s", m.IPNet, to),
-			fmt.Sprintf("ip address del %s dev %s", m.IPNet, to),
+		tx.onUndo(stepAddrAdd, fmt.Sprintf("remove address %s from %s", na.IPNet, to),
+			fmt.Sprintf("ip address del %s dev %s", na.IPNet, to),
 			func() error {
-				err := netlink.AddrDel(dst, &m)
+				err := netlink.AddrDel(dst, &na)
 				if errors.Is(err, unix.EADDRNOTAVAIL) {
 					return nil
 				}
@@ -237,14 +276,19 @@ func moveAddresses(from, to string) (moved int, err error) {
 			})
 		moved++
 	}
-	for _, r := range routes {
-		m := routeVia(r, dst.Attrs().Index)
+	return moved, nil
+}
+
+// moveRoutes re-adds m's routes through dst.
+func (tx *moveTx) moveRoutes(dst netlink.Link, to string, m *move) error {
+	for _, r := range m.routes {
+		nr := routeVia(r, dst.Attrs().Index)
 		if err := tx.step(stepRouteAdd, fmt.Sprintf("move route %s to %s", routeSpec(r, ""), to), func() error {
-			return netlink.RouteReplace(&m)
+			return netlink.RouteReplace(&nr)
 		}); err != nil {
-			return 0, err
+			return err
 		}
-		if prior, found := sameRoute(dstRoutes, m); found {
+		if prior, found := sameRoute(m.dstRoutes, nr); found {
 			// The replace overwrote a route of to: put that one back.
 			p := routeVia(prior, prior.LinkIndex)
 			tx.onUndo(stepRouteAdd, fmt.Sprintf("put route %s of %s back", routeSpec(p, ""), to),
@@ -252,18 +296,17 @@ func moveAddresses(from, to string) (moved int, err error) {
 				func() error { return netlink.RouteReplace(&p) })
 			continue
 		}
-		tx.onUndo(stepRouteAdd, fmt.Sprintf("remove route %s from %s", routeSpec(m, ""), to),
-			routeCmd("del", m, to),
+		tx.onUndo(stepRouteAdd, fmt.Sprintf("remove route %s from %s", routeSpec(nr, ""), to),
+			routeCmd("del", nr, to),
 			func() error {
-				err := netlink.RouteDel(&m)
+				err := netlink.RouteDel(&nr)
 				if errors.Is(err, unix.ESRCH) {
 					return nil
 				}
 				return err
 			})
 	}
-	ok = true
-	return moved, nil
+	return nil
 }
 
 // moveFault, when set, is called before each step of moveAddresses and of

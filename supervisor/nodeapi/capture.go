@@ -12,7 +12,7 @@ import (
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 	"golang.org/x/sys/unix"
 
-	"github.com/ovnhost/ovnhost/supervisor/health"
+	api "github.com/ovnhost/ovnhost/internal/nodeapi"
 )
 
 // Capture writes the packets seen on a pod's host veth (or another OVS
@@ -20,10 +20,11 @@ import (
 // duration, or ctx ends. It reads an AF_PACKET socket bound to that one
 // interface; no filter is applied here (netctl filters with tcpdump on the
 // operator's side).
-func (o *Ops) Capture(ctx context.Context, namespace, pod, iface string, count int, d time.Duration, w io.Writer, started func()) error {
+func (o *Ops) Capture(ctx context.Context, r api.CaptureRequest, w io.Writer, started func()) error {
+	iface, count, d := r.Iface, r.Count, r.Duration
 	switch {
-	case pod != "":
-		p, err := o.Pod(ctx, namespace, pod)
+	case r.Pod != "":
+		p, err := o.Pod(ctx, r.Namespace, r.Pod)
 		if err != nil {
 			return err
 		}
@@ -33,7 +34,7 @@ func (o *Ops) Capture(ctx context.Context, namespace, pod, iface string, count i
 			return err
 		}
 	default:
-		return health.BadRequest{Err: errors.New("give pod (with namespace) or iface")}
+		return BadRequest{Err: errors.New("give pod (with namespace) or iface")}
 	}
 	ifi, err := net.InterfaceByName(iface)
 	if err != nil {
@@ -89,7 +90,7 @@ func (o *Ops) isOVSInterface(ctx context.Context, name string) error {
 		return err
 	}
 	if len(rows) == 0 {
-		return health.BadRequest{Err: fmt.Errorf("%s is not an OVS interface of this node; capture works on pod veths and OVS ports only", name)}
+		return BadRequest{Err: fmt.Errorf("%s is not an OVS interface of this node; capture works on pod veths and OVS ports only", name)}
 	}
 	return nil
 }

@@ -13,13 +13,13 @@ import (
 	"github.com/ovn-kubernetes/libovsdb/model"
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 
+	api "github.com/ovnhost/ovnhost/internal/nodeapi"
 	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/sbdb"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
 	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
 	"github.com/ovnhost/ovnhost/internal/unixctl"
-	"github.com/ovnhost/ovnhost/supervisor/health"
 )
 
 // Ops is the node's side of the API. Its zero value is not usable: fill
@@ -34,6 +34,8 @@ type Ops struct {
 	// SSL files for ovn-trace against ssl: databases.
 	SSLKey, SSLCert, SSLCACert string
 	Log                        *slog.Logger
+	// QueryCaps bound OVSDB answers (zero: DefaultQueryCaps).
+	QueryCaps QueryCaps
 }
 
 // readOnlyAppctl are the control-socket commands the API passes through,
@@ -50,17 +52,84 @@ var readOnlyAppctl = map[string][]string{
 		"coverage/show", "memory/show", "vlog/list", "version", "list-commands"},
 }
 
+// CheckOFProtoTraceArgs refuses the ofproto/trace arguments that have side
+// effects. ovs-vswitchd(8): "The trace commands only perform side effects
+// when a packet is specified": with -generate (a packet made from the
+// flow) or a packet in hex as the last argument, the trace executes the
+// datapath actions but outputs (ofproto-dpif-trace.c,
+// execute_actions_except_outputs): conntrack commits, packet-ins to
+// ovn-controller (which may write MAC_Binding rows, answer DHCP, ...),
+// sampling, MAC learning and learn() flows. Without a packet the trace
+// only translates the flow. Options are taken from what ofproto/trace
+// parses (--ct-next, --l7, --l7-len); everything else starting with "-"
+// is refused here, as is a third positional argument (always a packet).
+func CheckOFProtoTraceArgs(args []string) error {
+	const fix = "trace the flow alone (ofproto/trace [BRIDGE] FLOW [--ct-next FLAGS]); the node API runs no trace that acts on the datapath"
+	positional := 0
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "-generate" || a == "--generate":
+			return fmt.Errorf("ofproto/trace argument %q: it makes a packet and executes the flow's actions on the datapath (conntrack, packet-ins to ovn-controller, learning); %s", a, fix)
+		case a == "--ct-next" || a == "--l7" || a == "--l7-len":
+			if i+1 >= len(args) {
+				return fmt.Errorf("ofproto/trace option %s needs a value", a)
+			}
+			i++
+		case strings.HasPrefix(a, "-"):
+			return fmt.Errorf("ofproto/trace argument %q: not an option the node API passes (allowed: --ct-next FLAGS, --l7 HEX, --l7-len N); %s", a, fix)
+		default:
+			positional++
+			if positional > 2 || isHexPacket(a) {
+				return fmt.Errorf("ofproto/trace argument %q: a packet (hex) makes the trace execute the flow's actions on the datapath (conntrack, packet-ins to ovn-controller, learning); %s", short(a), fix)
+			}
+		}
+	}
+	if positional == 0 {
+		return fmt.Errorf("ofproto/trace needs a flow: ofproto/trace [BRIDGE] FLOW")
+	}
+	return nil
+}
+
+// isHexPacket is what ovs-vswitchd would take for a packet: hex digits
+// (spaces allowed) for at least an Ethernet header (14 bytes).
+func isHexPacket(s string) bool {
+	n := 0
+	for _, c := range s {
+		switch {
+		case c == ' ' || c == '\t' || c == '\n':
+		case c >= '0' && c <= '9', c >= 'a' && c <= 'f', c >= 'A' && c <= 'F':
+			n++
+		default:
+			return false
+		}
+	}
+	return n >= 28
+}
+
+func short(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
+}
+
 // AppctlTargets names the daemons and their allowed commands (for help).
 func AppctlTargets() map[string][]string { return readOnlyAppctl }
 
 // Appctl passes one read-only command to a daemon's control socket.
-func (o *Ops) Appctl(ctx context.Context, r health.AppctlRequest) (string, error) {
+func (o *Ops) Appctl(ctx context.Context, r api.AppctlRequest) (string, error) {
 	allowed, ok := readOnlyAppctl[r.Target]
 	if !ok {
-		return "", health.BadRequest{Err: fmt.Errorf("target %q: use ovs-vswitchd, ovn-controller or ovsdb-server", r.Target)}
+		return "", BadRequest{Err: fmt.Errorf("target %q: use ovs-vswitchd, ovn-controller or ovsdb-server", r.Target)}
 	}
 	if !slices.Contains(allowed, r.Command) {
-		return "", health.BadRequest{Err: fmt.Errorf("%s %q is not a read-only command the node API passes; allowed: %s", r.Target, r.Command, strings.Join(allowed, ", "))}
+		return "", BadRequest{Err: fmt.Errorf("%s %q is not a read-only command the node API passes; allowed: %s", r.Target, r.Command, strings.Join(allowed, ", "))}
+	}
+	if r.Target == "ovs-vswitchd" && r.Command == "ofproto/trace" {
+		if err := CheckOFProtoTraceArgs(r.Args); err != nil {
+			return "", BadRequest{Err: err}
+		}
 	}
 	sock, err := o.socket(r.Target)
 	if err != nil {
@@ -88,7 +157,7 @@ func (o *Ops) socket(target string) (string, error) {
 		}
 		return l.ControllerCtl(pid), nil
 	}
-	return "", health.BadRequest{Err: fmt.Errorf("unknown target %q", target)}
+	return "", BadRequest{Err: fmt.Errorf("unknown target %q", target)}
 }
 
 // dial opens a short-lived, unmonitored connection to one database of this
@@ -105,13 +174,13 @@ func (o *Ops) dial(ctx context.Context, db string) (*ovsdbconn.Conn, error) {
 		dbm, err = nbdb.FullDatabaseModel()
 		remote = o.Config.NB
 		if remote.Endpoint == "" {
-			return nil, health.BadRequest{Err: errors.New("this node does not know the northbound database (it was given OVN_SB_ADDR only); set OVN_DB_IPS on the node, or ask a node that has it with --node")}
+			return nil, BadRequest{Err: errors.New("this node does not know the northbound database (it was given OVN_SB_ADDR only); set OVN_DB_IPS on the node, or ask a node that has it with --node")}
 		}
 	case "OVN_Southbound":
 		dbm, err = sbdb.FullDatabaseModel()
 		remote = o.Config.SB
 	default:
-		return nil, health.BadRequest{Err: fmt.Errorf("database %q: use Open_vSwitch, OVN_Northbound or OVN_Southbound", db)}
+		return nil, BadRequest{Err: fmt.Errorf("database %q: use Open_vSwitch, OVN_Northbound or OVN_Southbound", db)}
 	}
 	if err != nil {
 		return nil, err
@@ -120,22 +189,22 @@ func (o *Ops) dial(ctx context.Context, db string) (*ovsdbconn.Conn, error) {
 }
 
 // OVSDB answers a ctl-style read query.
-func (o *Ops) OVSDB(ctx context.Context, r health.OVSDBRequest) (any, error) {
+func (o *Ops) OVSDB(ctx context.Context, r api.OVSDBRequest) (*api.OVSDBResult, error) {
 	c, err := o.dial(ctx, r.DB)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	out, err := QueryRows(ctx, c.Client, r.Args)
+	out, err := QueryRows(ctx, c.Client, r.Args, o.QueryCaps)
 	if IsBadArgs(err) {
-		return nil, health.BadRequest{Err: err}
+		return nil, BadRequest{Err: err}
 	}
 	return out, err
 }
 
 // Pod reports the pod's OVS interface (by external_ids:iface-id) and the
 // chassis its SB Port_Binding is bound to.
-func (o *Ops) Pod(ctx context.Context, namespace, name string) (*health.PodPort, error) {
+func (o *Ops) Pod(ctx context.Context, namespace, name string) (*api.PodPort, error) {
 	lsp := name + "." + namespace
 	c, err := o.dial(ctx, "Open_vSwitch")
 	if err != nil {
@@ -148,10 +217,10 @@ func (o *Ops) Pod(ctx context.Context, namespace, name string) (*health.PodPort,
 		return nil, err
 	}
 	if len(rows) == 0 {
-		return nil, health.BadRequest{Err: fmt.Errorf("no OVS interface with external_ids:iface-id=%s on this node: the CNI ADD did not run here or failed (see the node daemon's log)", lsp)}
+		return nil, BadRequest{Err: fmt.Errorf("no OVS interface with external_ids:iface-id=%s on this node: the CNI ADD did not run here or failed (see the node daemon's log)", lsp)}
 	}
 	r := rows[0]
-	p := &health.PodPort{Interface: str(r, "name"), ExternalIDs: stringMap(r["external_ids"])}
+	p := &api.PodPort{Interface: str(r, "name"), ExternalIDs: stringMap(r["external_ids"])}
 	p.OFPort = intOf(r["ofport"])
 	p.OVNInstalled = p.ExternalIDs["ovn-installed"] == "true"
 	p.Ingress, p.IngressBurst = intOf(r["ingress_policing_rate"]), intOf(r["ingress_policing_burst"])

@@ -1,8 +1,3 @@
-// Package nodeapi does the work behind the node daemon's authenticated API
-// (supervisor/health serves and guards it): read-only OVSDB queries in the
-// manner of ovs-vsctl/ovn-nbctl/ovn-sbctl, read-only control-socket
-// commands, packet traces (ovn-trace and ofproto/trace), a pod's OVS port,
-// and packet capture on a pod's host veth. It changes nothing on the node.
 package nodeapi
 
 import (
@@ -17,6 +12,7 @@ import (
 	"github.com/ovn-kubernetes/libovsdb/client"
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 
+	api "github.com/ovnhost/ovnhost/internal/nodeapi"
 	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
 )
 
@@ -33,37 +29,101 @@ func badf(format string, a ...any) error { return badArgs{fmt.Sprintf(format, a.
 // QueryUsage lists the read operations Query understands.
 const QueryUsage = "show | list TABLE [RECORD] | get TABLE RECORD COLUMN[:KEY] | find TABLE COLUMN[:KEY]=VALUE..."
 
-// Result is a query's answer: the text the ctl programs would print, and
-// for list and find the rows with every value formatted as in the text.
-type Result struct {
-	Text string              `json:"output"`
-	Rows []map[string]string `json:"rows,omitempty"`
+// QueryCaps bound what one query answers: rows of list and find, and bytes
+// of the text (and of the rows beside it). Past them the answer is cut and
+// says so in Truncated and in its text's last line.
+type QueryCaps struct {
+	MaxRows  int
+	MaxBytes int
 }
 
-// QueryRows is Query with the rows too.
-func QueryRows(ctx context.Context, cl client.Client, args []string) (*Result, error) {
+// DefaultQueryCaps: a list of a big table (Logical_Flow, Port_Binding of
+// a large cluster) is cut at 2000 rows or 4 MiB of text.
+var DefaultQueryCaps = QueryCaps{MaxRows: 2000, MaxBytes: 4 << 20}
+
+func (c QueryCaps) orDefault() QueryCaps {
+	if c.MaxRows <= 0 {
+		c.MaxRows = DefaultQueryCaps.MaxRows
+	}
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = DefaultQueryCaps.MaxBytes
+	}
+	return c
+}
+
+const narrow = "narrow the query: list TABLE RECORD, find TABLE COLUMN=VALUE, or get TABLE RECORD COLUMN"
+
+// QueryRows is Query with the rows too: the text the ctl programs would
+// print, and for list and find the rows with every value formatted as in
+// the text; both within caps (zero fields: DefaultQueryCaps).
+func QueryRows(ctx context.Context, cl client.Client, args []string, caps QueryCaps) (*api.OVSDBResult, error) {
+	caps = caps.orDefault()
 	if len(args) > 0 && (args[0] == "list" || args[0] == "find") {
 		rows, err := queryRows(ctx, cl, args)
 		if err != nil {
 			return nil, err
 		}
-		res := &Result{Text: formatRows(rows)}
-		for _, r := range rows {
-			m := make(map[string]string, len(r))
-			for k, v := range r {
-				if k != "_version" {
-					m[k] = formatValue(v)
-				}
-			}
-			res.Rows = append(res.Rows, m)
-		}
-		return res, nil
+		return capRows(rows, caps), nil
 	}
 	text, err := Query(ctx, cl, args)
 	if err != nil {
 		return nil, err
 	}
-	return &Result{Text: text}, nil
+	res := &api.OVSDBResult{Text: text}
+	capText(res, caps.MaxBytes)
+	return res, nil
+}
+
+// capRows formats rows as list does, within caps.
+func capRows(rows []row, caps QueryCaps) *api.OVSDBResult {
+	caps = caps.orDefault()
+	total := len(rows)
+	res := &api.OVSDBResult{}
+	if total > caps.MaxRows {
+		rows = rows[:caps.MaxRows]
+		res.Truncated = fmt.Sprintf("%d of %d rows shown (the node API answers at most %d); %s", caps.MaxRows, total, caps.MaxRows, narrow)
+	}
+	var text strings.Builder
+	size := 0
+	for i, r := range rows {
+		one := formatRows([]row{r})
+		if i > 0 {
+			one = "\n" + one
+		}
+		// The row travels twice: in the text and in Rows.
+		if size+2*len(one) > caps.MaxBytes {
+			res.Truncated = fmt.Sprintf("%d of %d rows shown (the node API answers at most %d bytes); %s", i, total, caps.MaxBytes, narrow)
+			break
+		}
+		size += 2 * len(one)
+		m := make(map[string]string, len(r))
+		for k, v := range r {
+			if k != "_version" {
+				m[k] = formatValue(v)
+			}
+		}
+		text.WriteString(one)
+		res.Rows = append(res.Rows, m)
+	}
+	res.Text = text.String()
+	if res.Truncated != "" {
+		res.Text += "\n# truncated: " + res.Truncated + "\n"
+	}
+	return res
+}
+
+// capText cuts res.Text at the last whole line within max bytes.
+func capText(res *api.OVSDBResult, max int) {
+	if len(res.Text) <= max {
+		return
+	}
+	total := len(res.Text)
+	cut := res.Text[:max]
+	if i := strings.LastIndexByte(cut, '\n'); i >= 0 {
+		cut = cut[:i+1]
+	}
+	res.Truncated = fmt.Sprintf("%d of %d bytes shown (the node API answers at most %d bytes); %s", len(cut), total, max, narrow)
+	res.Text = cut + "# truncated: " + res.Truncated + "\n"
 }
 
 // queryRows runs list or find.

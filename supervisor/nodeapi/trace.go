@@ -3,6 +3,7 @@ package nodeapi
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"regexp"
 	"strconv"
@@ -10,8 +11,8 @@ import (
 
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 
+	api "github.com/ovnhost/ovnhost/internal/nodeapi"
 	"github.com/ovnhost/ovnhost/internal/unixctl"
-	"github.com/ovnhost/ovnhost/supervisor/health"
 )
 
 var (
@@ -27,8 +28,8 @@ var (
 // at which the trace ended (an explicit drop, an ACL verdict, no flow);
 // the ACL stages with user priorities (northd adds 1000) and the load
 // balancers that rewrote the destination.
-func ParseOVNTrace(out string) health.TraceVerdict {
-	var v health.TraceVerdict
+func ParseOVNTrace(out string) api.TraceVerdict {
+	var v api.TraceVerdict
 	var dp, stage, flow string
 	var lastStage, lastFlow string
 	for _, line := range strings.Split(out, "\n") {
@@ -89,10 +90,10 @@ func ParseOFProtoTrace(out string) string {
 // Trace traces a packet from a pod on this node: the logical path with
 // ovn-trace against the SB database, the physical path with ofproto/trace
 // on br-int. The pod's MAC, IP and ofport come from its OVS interface.
-func (o *Ops) Trace(ctx context.Context, r health.TraceRequest) (*health.TraceResult, error) {
+func (o *Ops) Trace(ctx context.Context, r api.TraceRequest) (*api.TraceResult, error) {
 	dst, err := netip.ParseAddr(r.Dst)
 	if err != nil || !dst.Is4() {
-		return nil, health.BadRequest{Err: fmt.Errorf("destination %q: want an IPv4 address", r.Dst)}
+		return nil, BadRequest{Err: fmt.Errorf("destination %q: want an IPv4 address", r.Dst)}
 	}
 	proto := strings.ToLower(r.Protocol)
 	switch proto {
@@ -100,10 +101,20 @@ func (o *Ops) Trace(ctx context.Context, r health.TraceRequest) (*health.TraceRe
 		proto = "icmp"
 	case "tcp", "udp", "icmp":
 	default:
-		return nil, health.BadRequest{Err: fmt.Errorf("protocol %q: use tcp, udp or icmp", r.Protocol)}
+		return nil, BadRequest{Err: fmt.Errorf("protocol %q: use tcp, udp or icmp", r.Protocol)}
 	}
 	if (proto == "tcp" || proto == "udp") && (r.Port <= 0 || r.Port > 65535) {
-		return nil, health.BadRequest{Err: fmt.Errorf("%s needs a destination port 1-65535", proto)}
+		return nil, BadRequest{Err: fmt.Errorf("%s needs a destination port 1-65535", proto)}
+	}
+	// The MACs are written into ovn-trace's microflow and ofproto/trace's
+	// flow: only MACs, nothing more of either syntax.
+	for _, m := range []struct{ name, v string }{{"srcMAC", r.SrcMAC}, {"dstMAC", r.DstMAC}} {
+		if m.v == "" {
+			continue
+		}
+		if hw, err := net.ParseMAC(m.v); err != nil || len(hw) != 6 {
+			return nil, BadRequest{Err: fmt.Errorf("%s %q: want an Ethernet MAC such as 0a:58:0a:10:00:01", m.name, m.v)}
+		}
 	}
 	port, err := o.Pod(ctx, r.Namespace, r.Pod)
 	if err != nil {
@@ -139,7 +150,7 @@ func (o *Ops) Trace(ctx context.Context, r health.TraceRequest) (*health.TraceRe
 		micro += fmt.Sprintf(" && %s && %s.src == 40000 && %s.dst == %d", proto, proto, proto, r.Port)
 		of = fmt.Sprintf("%s,%s,tp_src=40000,tp_dst=%d", proto, of, r.Port)
 	}
-	res := &health.TraceResult{Microflow: micro}
+	res := &api.TraceResult{Microflow: micro}
 	res.Logical, err = o.runOVNTrace(ctx, "--ct=new", micro)
 	if err != nil {
 		return nil, err

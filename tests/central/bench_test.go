@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ovnhost/ovnhost/internal/ovncluster"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
 	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
 	"github.com/ovnhost/ovnhost/internal/unixctl"
-	"github.com/ovnhost/ovnhost/supervisor/central"
+	"github.com/ovnhost/ovnhost/tests/harness/centralcluster"
 )
 
 // Cluster formation: from three empty members started at once to READY=1
@@ -26,14 +27,14 @@ func BenchmarkClusterFormation(b *testing.B) {
 			var total time.Duration
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				c := newCluster(b, n)
+				c := centralcluster.New(b, n)
 				b.StartTimer()
 				t0 := time.Now()
-				c.startAll()
+				c.StartAll()
 				total += time.Since(t0)
 				b.StopTimer()
-				for _, m := range c.members {
-					m.stop()
+				for _, m := range c.Members {
+					m.Stop()
 				}
 				b.StartTimer()
 			}
@@ -55,28 +56,28 @@ func BenchmarkLeaderFailover(b *testing.B) {
 			var elections []time.Duration
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				c := newCluster(b, 3)
-				c.startAll()
-				c.sameCluster(nbName, 3)
-				nb := dial(b, nbdb.FullDatabaseModel, c.nbRemote())
+				c := centralcluster.New(b, 3)
+				c.StartAll()
+				c.SameCluster(nbName, 3)
+				nb := dial(b, nbdb.FullDatabaseModel, c.NBRemote())
 				w := startTimedWriter(nb)
 				w.waitAcks(b, 50)
-				leader := c.leaderOf(nbName)
-				st, _ := leader.status(nbName)
+				leader := c.LeaderOf(nbName)
+				st, _ := leader.Status(nbName)
 				b.StartTimer()
 				t0 := time.Now()
 				if how == "crash" {
-					leader.crash()
+					leader.Crash()
 				} else {
-					leader.stop()
+					leader.Stop()
 				}
 				var other *member
-				for _, m := range c.members {
+				for _, m := range c.Members {
 					if m != leader {
 						other = m
 					}
 				}
-				other.waitStatus(nbName, "a new leader", 20*time.Second, func(s *central.ClusterStatus) bool {
+				other.WaitStatus(nbName, "a new leader", 20*time.Second, func(s *ovncluster.Status) bool {
 					return s.LeaderKnown() && s.Term > st.Term
 				})
 				elections = append(elections, time.Since(t0))
@@ -85,9 +86,9 @@ func BenchmarkLeaderFailover(b *testing.B) {
 				b.StopTimer()
 				outages = append(outages, w.finish(t0))
 				nb.Close()
-				for _, m := range c.members {
-					if m.running() {
-						m.stop()
+				for _, m := range c.Members {
+					if m.Running() {
+						m.Stop()
 					}
 				}
 				b.StartTimer()
@@ -184,9 +185,9 @@ func BenchmarkNBWriteThroughput(b *testing.B) {
 		for _, n := range []int{1, 3} {
 			b.Run(fmt.Sprintf("writers=%d/members=%d", writers, n), func(b *testing.B) {
 				b.StopTimer()
-				c := newCluster(b, n)
-				c.startAll()
-				nb := dial(b, nbdb.FullDatabaseModel, c.nbRemote())
+				c := centralcluster.New(b, n)
+				c.StartAll()
+				nb := dial(b, nbdb.FullDatabaseModel, c.NBRemote())
 				ctx := context.Background()
 				var total time.Duration
 				for i := 0; i < b.N; i++ {
@@ -216,8 +217,8 @@ func BenchmarkNBWriteThroughput(b *testing.B) {
 				}
 				b.ReportMetric(float64(rows*b.N)/total.Seconds(), "rows/s")
 				nb.Close()
-				for _, m := range c.members {
-					m.stop()
+				for _, m := range c.Members {
+					m.Stop()
 				}
 			})
 		}
@@ -241,10 +242,10 @@ func rawFormation(b *testing.B, c *cluster) time.Duration {
 			_ = p.Wait()
 		}
 	}()
-	nbR, sbR := c.nbRemote(), c.sbRemote()
+	nbR, sbR := c.NBRemote(), c.SBRemote()
 	t0 := time.Now()
-	for i, m := range c.members {
-		dir := m.path("raw")
+	for i, m := range c.Members {
+		dir := m.Path("raw")
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			b.Fatal(err)
 		}
@@ -253,26 +254,26 @@ func rawFormation(b *testing.B, c *cluster) time.Duration {
 			port, raft   int
 		}{{nbName, "/usr/share/ovn/ovn-nb.ovsschema", 6641, 6643}, {sbName, "/usr/share/ovn/ovn-sb.ovsschema", 6642, 6644}} {
 			file := filepath.Join(dir, d.name+".db")
-			local := fmt.Sprintf("tcp:%s:%d", m.ip, d.raft)
+			local := fmt.Sprintf("tcp:%s:%d", m.IP, d.raft)
 			var args []string
 			if i == 0 {
 				args = []string{"create-cluster", file, d.schema, local}
 			} else {
-				args = []string{"join-cluster", file, d.name, local, fmt.Sprintf("tcp:%s:%d", c.members[0].ip, d.raft)}
+				args = []string{"join-cluster", file, d.name, local, fmt.Sprintf("tcp:%s:%d", c.Members[0].IP, d.raft)}
 			}
 			if out, err := exec.Command("ovsdb-tool", args...).CombinedOutput(); err != nil {
 				b.Fatalf("ovsdb-tool %v: %v %s", args, err, out)
 			}
 			ctl := filepath.Join(dir, d.name+".ctl")
-			p := exec.Command("ip", "netns", "exec", m.ns, "ovsdb-server", file, "--remote=punix:"+filepath.Join(dir, d.name+".sock"),
-				fmt.Sprintf("--remote=ptcp:%d:%s", d.port, m.ip), "--unixctl="+ctl, "--no-chdir", "-vconsole:off", "--log-file="+filepath.Join(dir, d.name+".log"))
+			p := exec.Command("ip", "netns", "exec", m.NS, "ovsdb-server", file, "--remote=punix:"+filepath.Join(dir, d.name+".sock"),
+				fmt.Sprintf("--remote=ptcp:%d:%s", d.port, m.IP), "--unixctl="+ctl, "--no-chdir", "-vconsole:off", "--log-file="+filepath.Join(dir, d.name+".log"))
 			if err := p.Start(); err != nil {
 				b.Fatal(err)
 			}
 			procs = append(procs, p)
 			servers = append(servers, srv{ctl: ctl, db: d.name})
 		}
-		p := exec.Command("ip", "netns", "exec", m.ns, "ovn-northd", "--ovnnb-db="+nbR, "--ovnsb-db="+sbR, "--unixctl="+filepath.Join(dir, "northd.ctl"), "--no-chdir", "-vconsole:off")
+		p := exec.Command("ip", "netns", "exec", m.NS, "ovn-northd", "--ovnnb-db="+nbR, "--ovnsb-db="+sbR, "--unixctl="+filepath.Join(dir, "northd.ctl"), "--no-chdir", "-vconsole:off")
 		if err := p.Start(); err != nil {
 			b.Fatal(err)
 		}
@@ -285,7 +286,7 @@ func rawFormation(b *testing.B, c *cluster) time.Duration {
 			out, err := unixctl.Call(ctx, s.ctl, "cluster/status", s.db)
 			cancel()
 			if err == nil {
-				if st, perr := central.ParseClusterStatus(out); perr == nil && st.Member() && st.LeaderKnown() {
+				if st, perr := ovncluster.ParseStatus(out); perr == nil && st.Member() && st.LeaderKnown() {
 					break
 				}
 			}
@@ -303,7 +304,7 @@ func BenchmarkClusterFormationRaw(b *testing.B) {
 	var total time.Duration
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		c := newCluster(b, 3)
+		c := centralcluster.New(b, 3)
 		b.StartTimer()
 		total += rawFormation(b, c)
 	}

@@ -3,12 +3,7 @@ package central_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,76 +11,7 @@ import (
 
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
 	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
-	"github.com/ovnhost/ovnhost/tests/testenv"
 )
-
-// nodeDaemon is an ovnhost node (role=node) on the lan, in standalone mode
-// against the central through the three-address OVN_DB_IPS.
-type nodeDaemon struct {
-	t      testing.TB
-	host   host
-	dir    string
-	cmd    *exec.Cmd
-	log    *os.File
-	notify *notifyListener
-	exited chan struct{}
-}
-
-func (c *cluster) startNode(name string) *nodeDaemon {
-	c.t.Helper()
-	testenv.RequireCommands(c.t, "ovs-vswitchd", "ovn-controller")
-	h := c.lan.addHost()
-	dir, err := os.MkdirTemp("", "ovnhost-cnode-")
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	c.t.Cleanup(func() { os.RemoveAll(dir) })
-	n := &nodeDaemon{t: c.t, host: h, dir: dir, notify: listenNotify(c.t, dir), exited: make(chan struct{})}
-	p := func(s string) string { return filepath.Join(dir, s) }
-	args := []string{"netns", "exec", h.ns, testenv.Binary(c.t, "ovnhost"), "run",
-		"--ovs-db-dir=" + p("ovs-db"), "--ovs-run-dir=" + p("ovs-run"), "--ovs-log-dir=" + p("log"),
-		"--ovn-db-dir=" + p("ovn-db"), "--ovn-run-dir=" + p("ovn-run"), "--ovn-log-dir=" + p("log"),
-		"--health-addr=127.0.0.1:10665", "--node-name=" + name, "--stop-timeout=5s", "--start-timeout=60s",
-		"--cni-socket=" + p("cni.sock"), "--cni-bin-dir=" + p("cni-bin"), "--cni-conf-dir=" + p("cni-conf")}
-	n.cmd = exec.Command("ip", args...)
-	n.log, err = os.Create(p("ovnhost.log"))
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
-	n.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "NOTIFY_SOCKET=" + n.notify.Path(), "OVN_DB_IPS=" + c.ips(), "IFACE=eth0"}
-	if err := n.cmd.Start(); err != nil {
-		c.t.Fatal(err)
-	}
-	go func() { _ = n.cmd.Wait(); close(n.exited) }()
-	c.t.Cleanup(func() {
-		select {
-		case <-n.exited:
-			return
-		default:
-		}
-		_ = n.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-n.exited:
-		case <-time.After(30 * time.Second):
-			_ = n.cmd.Process.Kill()
-			<-n.exited
-		}
-	})
-	if _, err := n.notify.WaitFor(0, "READY=1", 90*time.Second, n.exited); err != nil {
-		raw, _ := os.ReadFile(p("ovnhost.log"))
-		c.t.Fatalf("node %s: %v\n%s", name, err, tail(string(raw), 40))
-	}
-	return n
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(s, "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
 
 // syncHypervisors is `ovn-nbctl --wait=hv sync`: bump NB_Global.nb_cfg and
 // wait until northd reports every chassis caught up (hv_cfg). It proves
@@ -188,7 +114,7 @@ func insertSwitch(ctx context.Context, nb *ovsdbconn.Conn, name string) error {
 // database over its unix socket (a fresh connection, no cache of ours).
 func switchNames(t testing.TB, m *member) map[string]bool {
 	t.Helper()
-	nb := dial(t, nbdb.FullDatabaseModel, "unix:"+m.path("run", "ovnnb_db.sock"))
+	nb := dial(t, nbdb.FullDatabaseModel, "unix:"+m.Path("run", "ovnnb_db.sock"))
 	defer nb.Close()
 	var ls []nbdb.LogicalSwitch
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ovnhost/ovnhost/internal/nodeapi"
+	"github.com/ovnhost/ovnhost/internal/ovncluster"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
-	"github.com/ovnhost/ovnhost/supervisor/central"
-	"github.com/ovnhost/ovnhost/supervisor/health"
+	"github.com/ovnhost/ovnhost/tests/harness/centralcluster"
+	"github.com/ovnhost/ovnhost/tests/harness/proc"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
@@ -21,51 +23,21 @@ const (
 	sbName = "OVN_Southbound"
 )
 
-// sameCluster checks that every running member is in one cluster of size
-// members for db, with one leader they all name.
-func (c *cluster) sameCluster(db string, size int) {
-	c.t.Helper()
-	var cid string
-	leaders := map[string]bool{}
-	for _, m := range c.members {
-		if !m.running() {
-			continue
-		}
-		st := m.waitStatus(db, "membership with a known leader and "+itoa(size)+" servers", 30*time.Second, func(s *central.ClusterStatus) bool {
-			return s.Member() && s.LeaderKnown() && len(s.Servers) == size
-		})
-		if cid == "" {
-			cid = st.ClusterID
-		}
-		if st.ClusterID != cid {
-			c.t.Fatalf("%s %s is in cluster %s, another member in %s", m.name, db, st.ClusterID, cid)
-		}
-		l := st.Leader
-		if l == "self" {
-			l = st.SelfShort
-		}
-		leaders[l] = true
-	}
-	if len(leaders) != 1 {
-		c.t.Fatalf("%s: members name different leaders %v", db, leaders)
-	}
-}
-
 func itoa(n int) string { return strconv.Itoa(n) }
 
 // Three members form both clusters; a node daemon and the controller's NB
 // client (the libovsdb access layer) work through the three-address
 // OVN_DB_IPS; /status, /metrics and netctl status show the Raft state.
 func TestThreeMembersFormAClusterThatNodesAndTheControllerUse(t *testing.T) {
-	c := newCluster(t, 3)
-	c.startAll()
-	c.sameCluster(nbName, 3)
-	c.sameCluster(sbName, 3)
+	c := centralcluster.New(t, 3)
+	c.StartAll()
+	c.SameCluster(nbName, 3)
+	c.SameCluster(sbName, 3)
 
 	// Every member reports both databases with their three members, and
 	// exactly one ovn-northd is active (the one holding the SB lock).
-	for _, m := range c.members {
-		m.waitSnapshot("both databases with 3 connected members", func(snap *health.Snapshot) bool {
+	for _, m := range c.Members {
+		m.WaitSnapshot("both databases with 3 connected members", func(snap *nodeapi.Snapshot) bool {
 			if !snap.Ready || snap.Central == nil || len(snap.Central.Databases) != 2 {
 				return false
 			}
@@ -89,8 +61,8 @@ func TestThreeMembersFormAClusterThatNodesAndTheControllerUse(t *testing.T) {
 	var active int
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		active = 0
-		for _, m := range c.members {
-			if s, err := m.snapshot(); err == nil && s.Central.Northd == "active" {
+		for _, m := range c.Members {
+			if s, err := m.Snapshot(); err == nil && s.Central.Northd == "active" {
 				active++
 			}
 		}
@@ -102,7 +74,7 @@ func TestThreeMembersFormAClusterThatNodesAndTheControllerUse(t *testing.T) {
 	if active != 1 {
 		t.Fatalf("%d active ovn-northd for 20 s, want 1", active)
 	}
-	code, metrics, err := httpGet(c.members[0].ns, "/metrics")
+	code, metrics, err := httpGet(c.Members[0].NS, "/metrics")
 	if err != nil || code != 200 {
 		t.Fatal(code, err)
 	}
@@ -111,13 +83,13 @@ func TestThreeMembersFormAClusterThatNodesAndTheControllerUse(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
-	out, err := exec.Command("ip", "netns", "exec", c.members[1].ns, testenv.Binary(t, "netctl"), "status", "--role=central", "--ovn-db-ips="+c.ips()).CombinedOutput()
+	out, err := exec.Command("ip", "netns", "exec", c.Members[1].NS, testenv.Binary(t, "netctl"), "status", "--role=central", "--ovn-db-ips="+c.IPs()).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "OVN_Northbound") || !strings.Contains(string(out), "cluster member") || !strings.Contains(string(out), "(connected)") {
 		t.Fatalf("netctl status: %v\n%s", err, out)
 	}
 
 	// The controller's NB access layer over the three addresses.
-	nb := dial(t, nbdb.FullDatabaseModel, c.nbRemote())
+	nb := dial(t, nbdb.FullDatabaseModel, c.NBRemote())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := insertSwitch(ctx, nb, "formed"); err != nil {
@@ -125,20 +97,20 @@ func TestThreeMembersFormAClusterThatNodesAndTheControllerUse(t *testing.T) {
 	}
 	// A node daemon with OVN_DB_IPS: ready means its chassis is in the
 	// SB and its flows are installed; --wait=hv proves the loop back.
-	c.startNode("node-a")
+	c.StartNode("node-a")
 	if err := syncHypervisors(ctx, nb); err != nil {
-		t.Fatalf("%v\n%s", err, c.members[0].logTail())
+		t.Fatalf("%v\n%s", err, c.Members[0].LogTail())
 	}
-	for _, m := range c.members {
+	for _, m := range c.Members {
 		if !waitSwitch(t, m, "formed") {
-			t.Fatalf("%s does not serve the row written through the cluster", m.name)
+			t.Fatalf("%s does not serve the row written through the cluster", m.Name)
 		}
 	}
 }
 
 // waitSwitch waits until member m's own database has the switch.
 func waitSwitch(t testing.TB, m *member, name string) bool {
-	nb := dial(t, nbdb.FullDatabaseModel, "unix:"+m.path("run", "ovnnb_db.sock"))
+	nb := dial(t, nbdb.FullDatabaseModel, "unix:"+m.Path("run", "ovnnb_db.sock"))
 	defer nb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -159,27 +131,27 @@ func waitSwitch(t testing.TB, m *member, name string) bool {
 // dead connection), a writing client loses no acknowledged row, and the
 // node daemon keeps working through the new leader.
 func TestLeaderCrashElectsANewLeaderAndLosesNoRows(t *testing.T) {
-	c := newCluster(t, 3)
-	c.startAll()
-	c.sameCluster(nbName, 3)
-	c.startNode("node-a")
-	nb := dial(t, nbdb.FullDatabaseModel, c.nbRemote())
+	c := centralcluster.New(t, 3)
+	c.StartAll()
+	c.SameCluster(nbName, 3)
+	c.StartNode("node-a")
+	nb := dial(t, nbdb.FullDatabaseModel, c.NBRemote())
 	w := startWriter(nb, "ls")
 	waitCount(t, w, 20)
 
-	old := c.leaderOf(nbName)
-	oldSt, _ := old.status(nbName)
+	old := c.LeaderOf(nbName)
+	oldSt, _ := old.Status(nbName)
 	t0 := time.Now()
-	old.crash()
+	old.Crash()
 	var survivor *member
-	for _, m := range c.members {
+	for _, m := range c.Members {
 		if m != old {
 			survivor = m
 		}
 	}
 	// OVN's election timer is 1 s plus up to 1 s of jitter; a crashed
 	// leader's connections close at once. 5 s is the failover target.
-	st := survivor.waitStatus(nbName, "a new leader within 5 s", 5*time.Second, func(s *central.ClusterStatus) bool {
+	st := survivor.WaitStatus(nbName, "a new leader within 5 s", 5*time.Second, func(s *ovncluster.Status) bool {
 		return s.LeaderKnown() && s.Term > oldSt.Term && s.Leader != oldSt.SelfShort
 	})
 	elected := time.Since(t0)
@@ -189,19 +161,19 @@ func TestLeaderCrashElectsANewLeaderAndLosesNoRows(t *testing.T) {
 	acked, failed, outages := w.finish()
 	t.Logf("writer: %d acknowledged, %d failed, outages %v", len(acked), failed, outages)
 
-	for _, m := range c.members {
+	for _, m := range c.Members {
 		if m == old {
 			continue
 		}
 		for _, name := range []string{acked[len(acked)-1], acked[0]} {
 			if !waitSwitch(t, m, name) {
-				t.Fatalf("%s lacks acknowledged row %s", m.name, name)
+				t.Fatalf("%s lacks acknowledged row %s", m.Name, name)
 			}
 		}
 		have := switchNames(t, m)
 		for _, name := range acked {
 			if !have[name] {
-				t.Fatalf("%s lost acknowledged row %s (of %d)", m.name, name, len(acked))
+				t.Fatalf("%s lost acknowledged row %s (of %d)", m.Name, name, len(acked))
 			}
 		}
 	}
@@ -211,9 +183,9 @@ func TestLeaderCrashElectsANewLeaderAndLosesNoRows(t *testing.T) {
 		t.Fatalf("the node does not follow the new leader: %v", err)
 	}
 	// The crashed member comes back with its data and rejoins.
-	old.startNoWait(c.ips())
-	old.waitReady(60 * time.Second)
-	c.sameCluster(nbName, 3)
+	old.StartNoWait(c.IPs())
+	old.WaitReady(60 * time.Second)
+	c.SameCluster(nbName, 3)
 	if !waitSwitch(t, old, acked[len(acked)-1]) {
 		t.Fatal("the restarted member did not catch up")
 	}
@@ -233,33 +205,33 @@ func waitCount(t testing.TB, w *writer, n int) {
 // A member whose database is deleted rejoins under a new server ID, and
 // its stale ID is kicked from the cluster configuration.
 func TestWipedMemberRejoinsAndItsStaleIDIsKicked(t *testing.T) {
-	c := newCluster(t, 3)
-	c.startAll()
-	c.sameCluster(nbName, 3)
-	c.sameCluster(sbName, 3)
-	m := c.members[2]
-	oldNB, _ := m.status(nbName)
-	oldSB, _ := m.status(sbName)
-	if code := m.stop(); code != 0 {
-		t.Fatalf("exit %d\n%s", code, m.logTail())
+	c := centralcluster.New(t, 3)
+	c.StartAll()
+	c.SameCluster(nbName, 3)
+	c.SameCluster(sbName, 3)
+	m := c.Members[2]
+	oldNB, _ := m.Status(nbName)
+	oldSB, _ := m.Status(sbName)
+	if code := m.Stop(); code != 0 {
+		t.Fatalf("exit %d\n%s", code, m.LogTail())
 	}
-	for _, f := range []string{m.path("db", "ovnnb_db.db"), m.path("db", "ovnsb_db.db")} {
+	for _, f := range []string{m.Path("db", "ovnnb_db.db"), m.Path("db", "ovnsb_db.db")} {
 		if err := os.Remove(f); err != nil {
 			t.Fatal(err)
 		}
 	}
-	m.startNoWait(c.ips())
-	m.waitReady(60 * time.Second)
+	m.StartNoWait(c.IPs())
+	m.WaitReady(60 * time.Second)
 	for _, x := range []struct {
 		db  string
 		old string
 	}{{nbName, oldNB.SelfShort}, {sbName, oldSB.SelfShort}} {
-		st, _ := m.status(x.db)
+		st, _ := m.Status(x.db)
 		if st.SelfShort == x.old {
-			t.Fatalf("%s rejoined %s under its old ID %s", m.name, x.db, x.old)
+			t.Fatalf("%s rejoined %s under its old ID %s", m.Name, x.db, x.old)
 		}
-		for _, o := range c.members {
-			o.waitStatus(x.db, "the stale ID "+x.old+" gone", 20*time.Second, func(s *central.ClusterStatus) bool {
+		for _, o := range c.Members {
+			o.WaitStatus(x.db, "the stale ID "+x.old+" gone", 20*time.Second, func(s *ovncluster.Status) bool {
 				for _, srv := range s.Servers {
 					if srv.ID == x.old {
 						return false
@@ -269,47 +241,47 @@ func TestWipedMemberRejoinsAndItsStaleIDIsKicked(t *testing.T) {
 			})
 		}
 	}
-	if !strings.Contains(m.logText(), "kicked this member's stale server ID") {
-		t.Fatalf("the kick was not logged\n%s", m.logTail())
+	if !strings.Contains(m.LogText(), "kicked this member's stale server ID") {
+		t.Fatalf("the kick was not logged\n%s", m.LogTail())
 	}
-	c.sameCluster(nbName, 3)
+	c.SameCluster(nbName, 3)
 }
 
 // The whole cluster stops and starts again in another order, and re-forms
 // with its data.
 func TestWholeClusterRestartsInAnyOrder(t *testing.T) {
-	c := newCluster(t, 3)
-	c.startAll()
-	c.sameCluster(nbName, 3)
-	nb := dial(t, nbdb.FullDatabaseModel, c.nbRemote())
+	c := centralcluster.New(t, 3)
+	c.StartAll()
+	c.SameCluster(nbName, 3)
+	nb := dial(t, nbdb.FullDatabaseModel, c.NBRemote())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := insertSwitch(ctx, nb, "before-restart"); err != nil {
 		t.Fatal(err)
 	}
 	nb.Close()
-	cid, _ := c.members[0].status(nbName)
-	for _, m := range c.members {
-		if code := m.stop(); code != 0 {
-			t.Fatalf("%s exit %d\n%s", m.name, code, m.logTail())
+	cid, _ := c.Members[0].Status(nbName)
+	for _, m := range c.Members {
+		if code := m.Stop(); code != 0 {
+			t.Fatalf("%s exit %d\n%s", m.Name, code, m.LogTail())
 		}
 	}
 	// Last first; the bootstrap member last of all.
 	for _, i := range []int{2, 1, 0} {
-		c.members[i].startNoWait(c.ips())
+		c.Members[i].StartNoWait(c.IPs())
 	}
-	for _, m := range c.members {
-		m.waitReady(90 * time.Second)
+	for _, m := range c.Members {
+		m.WaitReady(90 * time.Second)
 	}
-	c.sameCluster(nbName, 3)
-	c.sameCluster(sbName, 3)
-	st, _ := c.members[0].status(nbName)
+	c.SameCluster(nbName, 3)
+	c.SameCluster(sbName, 3)
+	st, _ := c.Members[0].Status(nbName)
 	if st.ClusterID != cid.ClusterID {
 		t.Fatalf("a new cluster %s was formed instead of %s re-forming", st.ClusterID, cid.ClusterID)
 	}
-	for _, m := range c.members {
+	for _, m := range c.Members {
 		if !waitSwitch(t, m, "before-restart") {
-			t.Fatalf("%s lost the row written before the restart", m.name)
+			t.Fatalf("%s lost the row written before the restart", m.Name)
 		}
 	}
 }
@@ -319,30 +291,30 @@ func TestWholeClusterRestartsInAnyOrder(t *testing.T) {
 // the leader's "become leader" to another member, so nobody waits out an
 // election timeout.
 func TestSIGTERMHandsLeadershipOver(t *testing.T) {
-	c := newCluster(t, 3)
-	c.startAll()
-	c.sameCluster(nbName, 3)
-	leader := c.leaderOf(nbName)
-	st, _ := leader.status(nbName)
-	if code := leader.stop(); code != 0 {
-		t.Fatalf("exit %d\n%s", code, leader.logTail())
+	c := centralcluster.New(t, 3)
+	c.StartAll()
+	c.SameCluster(nbName, 3)
+	leader := c.LeaderOf(nbName)
+	st, _ := leader.Status(nbName)
+	if code := leader.Stop(); code != 0 {
+		t.Fatalf("exit %d\n%s", code, leader.LogTail())
 	}
 	want := "received leadership transfer from " + st.SelfShort
 	found := false
-	for _, m := range c.members {
+	for _, m := range c.Members {
 		if m == leader {
 			continue
 		}
-		if strings.Contains(m.logText(), want) || waitLog(m.path("log", "ovsdb-server-nb.log"), want, time.Second) == nil {
+		if strings.Contains(m.LogText(), want) || waitLog(m.Path("log", "ovsdb-server-nb.log"), want, time.Second) == nil {
 			found = true
 		}
 	}
 	if !found {
-		t.Fatalf("no member logged %q\n%s", want, leader.logTail())
+		t.Fatalf("no member logged %q\n%s", want, leader.LogTail())
 	}
-	for _, m := range c.members {
+	for _, m := range c.Members {
 		if m != leader {
-			m.waitStatus(nbName, "a new leader", 5*time.Second, func(s *central.ClusterStatus) bool {
+			m.WaitStatus(nbName, "a new leader", 5*time.Second, func(s *ovncluster.Status) bool {
 				return s.LeaderKnown() && s.Leader != st.SelfShort && s.Term > st.Term
 			})
 		}
@@ -352,35 +324,35 @@ func TestSIGTERMHandsLeadershipOver(t *testing.T) {
 // A member dropped from OVN_DB_IPS leaves the cluster (cluster/leave),
 // exits 0 and keeps its database aside; the cluster shrinks to two.
 func TestMemberDroppedFromOVNDBIPSLeaves(t *testing.T) {
-	c := newCluster(t, 3)
-	c.startAll()
-	c.sameCluster(nbName, 3)
-	m := c.members[2]
-	if code := m.stop(); code != 0 {
+	c := centralcluster.New(t, 3)
+	c.StartAll()
+	c.SameCluster(nbName, 3)
+	m := c.Members[2]
+	if code := m.Stop(); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	two := c.members[0].ip + "," + c.members[1].ip
-	m.startNoWait(two)
-	if code := m.wait(60 * time.Second); code != 0 {
-		t.Fatalf("the leaving member exited %d\n%s", code, m.logTail())
+	two := c.Members[0].IP + "," + c.Members[1].IP
+	m.StartNoWait(two)
+	if code := m.Wait(60 * time.Second); code != 0 {
+		t.Fatalf("the leaving member exited %d\n%s", code, m.LogTail())
 	}
-	if !strings.Contains(m.logText(), "left the cluster") {
-		t.Fatalf("no word of leaving\n%s", m.logTail())
+	if !strings.Contains(m.LogText(), "left the cluster") {
+		t.Fatalf("no word of leaving\n%s", m.LogTail())
 	}
-	if _, err := os.Stat(m.path("db", "ovnnb_db.db")); !os.IsNotExist(err) {
+	if _, err := os.Stat(m.Path("db", "ovnnb_db.db")); !os.IsNotExist(err) {
 		t.Fatalf("the database is still in place: %v", err)
 	}
-	for _, o := range c.members[:2] {
+	for _, o := range c.Members[:2] {
 		for _, db := range []string{nbName, sbName} {
-			o.waitStatus(db, "two servers", 20*time.Second, func(s *central.ClusterStatus) bool {
+			o.WaitStatus(db, "two servers", 20*time.Second, func(s *ovncluster.Status) bool {
 				return len(s.Servers) == 2 && s.LeaderKnown()
 			})
 		}
 	}
 	// Without a database and not listed, it refuses to start (exit 2).
-	m.startNoWait(two)
-	if code := m.wait(30 * time.Second); code != 2 || !strings.Contains(m.logText(), "OVN_DB_IPS") {
-		t.Fatalf("exit %d, want 2 naming OVN_DB_IPS\n%s", code, m.logTail())
+	m.StartNoWait(two)
+	if code := m.Wait(30 * time.Second); code != 2 || !strings.Contains(m.LogText(), "OVN_DB_IPS") {
+		t.Fatalf("exit %d, want 2 naming OVN_DB_IPS\n%s", code, m.LogTail())
 	}
 }
 
@@ -388,16 +360,16 @@ func TestMemberDroppedFromOVNDBIPSLeaves(t *testing.T) {
 // it reopens its database and is a member with a leader again; /status
 // counts the restart.
 func TestKilledDatabaseServerIsRestartedAndRejoins(t *testing.T) {
-	c := newCluster(t, 3)
-	c.startAll()
-	c.sameCluster(nbName, 3)
-	m := c.members[1]
-	before, _ := m.status(nbName)
-	pid := readPid(t, m.path("run", "ovnnb_db.pid"))
+	c := centralcluster.New(t, 3)
+	c.StartAll()
+	c.SameCluster(nbName, 3)
+	m := c.Members[1]
+	before, _ := m.Status(nbName)
+	pid := readPid(t, m.Path("run", "ovnnb_db.pid"))
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	m.waitSnapshot("ovsdb-nb restarted and ready", func(s *health.Snapshot) bool {
+	m.WaitSnapshot("ovsdb-nb restarted and ready", func(s *nodeapi.Snapshot) bool {
 		for _, ch := range s.Children {
 			if ch.Name == "ovsdb-nb" {
 				return ch.Restarts >= 1 && ch.Ready && ch.Pid != pid && s.Ready
@@ -405,7 +377,7 @@ func TestKilledDatabaseServerIsRestartedAndRejoins(t *testing.T) {
 		}
 		return false
 	})
-	after := m.waitStatus(nbName, "member with a leader", 20*time.Second, func(s *central.ClusterStatus) bool { return s.Member() && s.LeaderKnown() })
+	after := m.WaitStatus(nbName, "member with a leader", 20*time.Second, func(s *ovncluster.Status) bool { return s.Member() && s.LeaderKnown() })
 	if after.ServerID != before.ServerID {
 		t.Fatalf("the restarted server has a new ID %s (was %s): it should reopen its database", after.ServerID, before.ServerID)
 	}
@@ -413,11 +385,7 @@ func TestKilledDatabaseServerIsRestartedAndRejoins(t *testing.T) {
 
 func readPid(t testing.TB, pidfile string) int {
 	t.Helper()
-	raw, err := os.ReadFile(pidfile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	pid, err := proc.ReadPidfile(pidfile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,63 +396,63 @@ func readPid(t testing.TB, pidfile string) int {
 // for a quorum beyond --start-timeout (running, not ready, /readyz saying
 // what it waits for) and is ready once a second member is up.
 func TestLoneMemberWaitsForAQuorumBeyondTheStartTimeout(t *testing.T) {
-	c := newCluster(t, 3)
-	c.startAll()
-	c.sameCluster(nbName, 3)
-	for _, m := range c.members {
-		if code := m.stop(); code != 0 {
-			t.Fatalf("%s exit %d", m.name, code)
+	c := centralcluster.New(t, 3)
+	c.StartAll()
+	c.SameCluster(nbName, 3)
+	for _, m := range c.Members {
+		if code := m.Stop(); code != 0 {
+			t.Fatalf("%s exit %d", m.Name, code)
 		}
 	}
-	first := c.members[1]
-	first.startNoWait(c.ips(), "--start-timeout=2s")
-	first.waitSnapshot("waiting for a Raft leader", func(s *health.Snapshot) bool {
+	first := c.Members[1]
+	first.StartNoWait(c.IPs(), "--start-timeout=2s")
+	first.WaitSnapshot("waiting for a Raft leader", func(s *nodeapi.Snapshot) bool {
 		return !s.Ready && strings.Contains(s.Status, "a Raft leader of OVN_Northbound")
 	})
 	// Well past the start timeout: still running, still waiting.
-	if err := waitLog(first.path("ovnhost.log"), "start failed", 4*time.Second); err == nil {
-		t.Fatalf("the lone member gave up\n%s", first.logTail())
+	if err := waitLog(first.Path("ovnhost.log"), "start failed", 4*time.Second); err == nil {
+		t.Fatalf("the lone member gave up\n%s", first.LogTail())
 	}
-	if !first.running() {
-		t.Fatalf("the lone member exited\n%s", first.logTail())
+	if !first.Running() {
+		t.Fatalf("the lone member exited\n%s", first.LogTail())
 	}
-	code, body, err := httpGet(first.ns, "/readyz")
+	code, body, err := httpGet(first.NS, "/readyz")
 	if err != nil || code != 503 || !strings.Contains(body, "Raft leader") {
 		t.Fatalf("/readyz %d %q %v", code, body, err)
 	}
-	second := c.members[2]
-	second.startNoWait(c.ips(), "--start-timeout=2s")
-	first.waitReady(60 * time.Second)
-	second.waitReady(60 * time.Second)
-	c.members[0].startNoWait(c.ips())
-	c.members[0].waitReady(60 * time.Second)
-	c.sameCluster(nbName, 3)
+	second := c.Members[2]
+	second.StartNoWait(c.IPs(), "--start-timeout=2s")
+	first.WaitReady(60 * time.Second)
+	second.WaitReady(60 * time.Second)
+	c.Members[0].StartNoWait(c.IPs())
+	c.Members[0].WaitReady(60 * time.Second)
+	c.SameCluster(nbName, 3)
 }
 
 // --election-timer changed on a running cluster: the leader moves the
 // cluster's timer there (in steps: OVSDB at most doubles it at once), and
 // every member reports the new value.
 func TestElectionTimerFollowsTheSetting(t *testing.T) {
-	c := newCluster(t, 3)
-	c.startAll()
-	c.sameCluster(nbName, 3)
-	for _, m := range c.members {
-		if st, _ := m.status(nbName); st.ElectionTimer != 1000 {
-			t.Fatalf("%s starts with election timer %d, want 1000", m.name, st.ElectionTimer)
+	c := centralcluster.New(t, 3)
+	c.StartAll()
+	c.SameCluster(nbName, 3)
+	for _, m := range c.Members {
+		if st, _ := m.Status(nbName); st.ElectionTimer != 1000 {
+			t.Fatalf("%s starts with election timer %d, want 1000", m.Name, st.ElectionTimer)
 		}
-		if code := m.stop(); code != 0 {
+		if code := m.Stop(); code != 0 {
 			t.Fatalf("exit %d", code)
 		}
 	}
-	for _, m := range c.members {
-		m.startNoWait(c.ips(), "--election-timer=3000")
+	for _, m := range c.Members {
+		m.StartNoWait(c.IPs(), "--election-timer=3000")
 	}
-	for _, m := range c.members {
-		m.waitReady(60 * time.Second)
+	for _, m := range c.Members {
+		m.WaitReady(60 * time.Second)
 	}
-	for _, m := range c.members {
+	for _, m := range c.Members {
 		for _, db := range []string{nbName, sbName} {
-			m.waitStatus(db, "election timer 3000", 30*time.Second, func(s *central.ClusterStatus) bool { return s.ElectionTimer == 3000 })
+			m.WaitStatus(db, "election timer 3000", 30*time.Second, func(s *ovncluster.Status) bool { return s.ElectionTimer == 3000 })
 		}
 	}
 }

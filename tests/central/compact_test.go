@@ -11,19 +11,20 @@ import (
 	"github.com/ovn-kubernetes/libovsdb/model"
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 
+	"github.com/ovnhost/ovnhost/internal/ovncluster"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
-	"github.com/ovnhost/ovnhost/supervisor/central"
+	"github.com/ovnhost/ovnhost/tests/harness/centralcluster"
 )
 
 // A database whose file passes --db-compact-size is compacted: the Raft
 // log is folded into a snapshot, the file shrinks, the rows stay, and the
 // compaction is counted in /metrics.
 func TestDatabaseIsCompactedPastItsSizeThreshold(t *testing.T) {
-	c := newCluster(t, 1)
-	m := c.members[0]
-	m.startNoWait(c.ips(), "--db-compact-size=256Ki", "--db-compact-interval=0")
-	m.waitReady(60 * time.Second)
-	nb := dial(t, nbdb.FullDatabaseModel, c.nbRemote())
+	c := centralcluster.New(t, 1)
+	m := c.Members[0]
+	m.StartNoWait(c.IPs(), "--db-compact-size=256Ki", "--db-compact-interval=0")
+	m.WaitReady(60 * time.Second)
+	nb := dial(t, nbdb.FullDatabaseModel, c.NBRemote())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// Each row is rewritten many times: the log grows, the data does not.
@@ -34,12 +35,12 @@ func TestDatabaseIsCompactedPastItsSizeThreshold(t *testing.T) {
 	}
 	big := strings.Repeat("x", 2000)
 	for round := 0; ; round++ {
-		if strings.Contains(m.logText(), "compacted database") {
+		if strings.Contains(m.LogText(), "compacted database") {
 			break
 		}
 		if round > 2000 {
-			fi, _ := os.Stat(m.path("db", "ovnnb_db.db"))
-			t.Fatalf("no compaction after %d updates; file %d bytes\n%s", round, fi.Size(), m.logTail())
+			fi, _ := os.Stat(m.Path("db", "ovnnb_db.db"))
+			t.Fatalf("no compaction after %d updates; file %d bytes\n%s", round, fi.Size(), m.LogTail())
 		}
 		ls := &nbdb.LogicalSwitch{Name: fmt.Sprintf("sw-%02d", round%20),
 			ExternalIDs: map[string]string{"vendor": "ovnhost-test", "round": fmt.Sprint(round), "pad": big}}
@@ -51,11 +52,11 @@ func TestDatabaseIsCompactedPastItsSizeThreshold(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	st := m.waitStatus(nbName, "a short log after the snapshot", 10*time.Second, func(s *central.ClusterStatus) bool { return s.LogEnd-s.LogStart < 50 })
-	if fi, err := os.Stat(m.path("db", "ovnnb_db.db")); err != nil || fi.Size() >= 256<<10 {
+	st := m.WaitStatus(nbName, "a short log after the snapshot", 10*time.Second, func(s *ovncluster.Status) bool { return s.LogEnd-s.LogStart < 50 })
+	if fi, err := os.Stat(m.Path("db", "ovnnb_db.db")); err != nil || fi.Size() >= 256<<10 {
 		t.Fatalf("file not smaller than the threshold after compaction: %v %v", fi.Size(), err)
 	}
-	_, metrics, _ := httpGet(m.ns, "/metrics")
+	_, metrics, _ := httpGet(m.NS, "/metrics")
 	if !strings.Contains(metrics, `ovnhost_raft_compactions_total{db="OVN_Northbound"} 1`) && !strings.Contains(metrics, `ovnhost_raft_compactions_total{db="OVN_Northbound"} 2`) {
 		t.Fatalf("compaction not counted:\n%s", grepLines(metrics, "compactions"))
 	}
@@ -80,11 +81,11 @@ func grepLines(s, sub string) string {
 // With only the time threshold, a database that has new log entries is
 // compacted once --db-compact-interval has passed since the last snapshot.
 func TestDatabaseIsCompactedPastItsTimeThreshold(t *testing.T) {
-	c := newCluster(t, 1)
-	m := c.members[0]
-	m.startNoWait(c.ips(), "--db-compact-size=0", "--db-compact-interval=2s")
-	m.waitReady(60 * time.Second)
-	nb := dial(t, nbdb.FullDatabaseModel, c.nbRemote())
+	c := centralcluster.New(t, 1)
+	m := c.Members[0]
+	m.StartNoWait(c.IPs(), "--db-compact-size=0", "--db-compact-interval=2s")
+	m.WaitReady(60 * time.Second)
+	nb := dial(t, nbdb.FullDatabaseModel, c.NBRemote())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for i := 0; i < 10; i++ {
@@ -92,10 +93,10 @@ func TestDatabaseIsCompactedPastItsTimeThreshold(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := waitLog(m.path("ovnhost.log"), "no snapshot for", 20*time.Second); err != nil {
-		t.Fatalf("%v\n%s", err, m.logTail())
+	if err := waitLog(m.Path("ovnhost.log"), "no snapshot for", 20*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, m.LogTail())
 	}
-	m.waitStatus(nbName, "the log folded into a snapshot", 10*time.Second, func(s *central.ClusterStatus) bool { return s.LogEnd-s.LogStart <= 2 })
+	m.WaitStatus(nbName, "the log folded into a snapshot", 10*time.Second, func(s *ovncluster.Status) bool { return s.LogEnd-s.LogStart <= 2 })
 	if !waitSwitch(t, m, "t-09") {
 		t.Fatal("row lost in the compaction")
 	}

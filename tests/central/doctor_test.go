@@ -7,25 +7,26 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ovnhost/ovnhost/supervisor/preflight"
+	"github.com/ovnhost/ovnhost/internal/hostcheck"
+	"github.com/ovnhost/ovnhost/tests/harness/centralcluster"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
 type doctorReport struct {
-	Status preflight.Status  `json:"status"`
-	Checks []preflight.Check `json:"checks"`
+	Status hostcheck.Status  `json:"status"`
+	Checks []hostcheck.Check `json:"checks"`
 }
 
 // doctor runs `netctl doctor --role=central` in m's namespace with ips as
 // OVN_DB_IPS and returns its exit code and report.
-func doctor(t testing.TB, m *member, ips string) (int, map[string]preflight.Check) {
+func doctor(t testing.TB, m *member, ips string) (int, map[string]hostcheck.Check) {
 	t.Helper()
 	return doctorArgs(t, m, ips)
 }
 
-func doctorArgs(t testing.TB, m *member, ips string, extra ...string) (int, map[string]preflight.Check) {
+func doctorArgs(t testing.TB, m *member, ips string, extra ...string) (int, map[string]hostcheck.Check) {
 	t.Helper()
-	args := append([]string{"netns", "exec", m.ns, testenv.Binary(t, "netctl"), "doctor", "--output=json"}, m.args(ips)...)
+	args := append([]string{"netns", "exec", m.NS, testenv.Binary(t, "netctl"), "doctor", "--output=json"}, m.Args(ips)...)
 	args = append(args, extra...)
 	cmd := exec.Command("ip", args...)
 	out, err := cmd.Output()
@@ -39,7 +40,7 @@ func doctorArgs(t testing.TB, m *member, ips string, extra ...string) (int, map[
 	if err := json.Unmarshal(out, &r); err != nil {
 		t.Fatalf("doctor output: %v\n%s", err, out)
 	}
-	checks := map[string]preflight.Check{}
+	checks := map[string]hostcheck.Check{}
 	for _, c := range r.Checks {
 		checks[c.Name] = c
 	}
@@ -50,31 +51,31 @@ func doctorArgs(t testing.TB, m *member, ips string, extra ...string) (int, map[
 // member is named as not connected; a fourth address whose member runs a
 // cluster of its own is a split brain.
 func TestDoctorChecksTheCentral(t *testing.T) {
-	c := newCluster(t, 3)
-	c.startAll()
-	c.sameCluster(nbName, 3)
-	c.sameCluster(sbName, 3)
-	m := c.members[0]
-	code, checks := doctor(t, m, c.ips())
+	c := centralcluster.New(t, 3)
+	c.StartAll()
+	c.SameCluster(nbName, 3)
+	c.SameCluster(sbName, 3)
+	m := c.Members[0]
+	code, checks := doctor(t, m, c.IPs())
 	for _, name := range []string{"raft:OVN_Northbound", "raft:OVN_Southbound", "members:OVN_Northbound", "members:OVN_Southbound", "split-brain:OVN_Northbound", "split-brain:OVN_Southbound", "clock"} {
-		if checks[name].Status != preflight.Pass {
+		if checks[name].Status != hostcheck.Pass {
 			t.Errorf("healthy cluster: %s = %+v", name, checks[name])
 		}
 	}
-	if _, ok := checks["disk:"+m.path("db")]; !ok {
+	if _, ok := checks["disk:"+m.Path("db")]; !ok {
 		t.Errorf("no disk check: %v", checks)
 	}
-	if code != 0 && checks["disk:"+m.path("db")].Status == preflight.Pass {
+	if code != 0 && checks["disk:"+m.Path("db")].Status == hostcheck.Pass {
 		t.Errorf("exit %d on a healthy cluster: %+v", code, checks)
 	}
 
-	down := c.members[2]
-	down.crash()
+	down := c.Members[2]
+	down.Crash()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		code, checks = doctor(t, m, c.ips())
+		code, checks = doctor(t, m, c.IPs())
 		mc := checks["members:OVN_Northbound"]
-		if mc.Status == preflight.Fail && strings.Contains(mc.Found, "not connected: "+down.ip) {
+		if mc.Status == hostcheck.Fail && strings.Contains(mc.Found, "not connected: "+down.IP) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -84,19 +85,19 @@ func TestDoctorChecksTheCentral(t *testing.T) {
 	if code != 2 {
 		t.Errorf("exit %d with a member down, want 2", code)
 	}
-	if sb := checks["split-brain:OVN_Northbound"]; sb.Status != preflight.Warn || !strings.Contains(sb.Found, "no answer from "+down.ip) {
+	if sb := checks["split-brain:OVN_Northbound"]; sb.Status != hostcheck.Warn || !strings.Contains(sb.Found, "no answer from "+down.IP) {
 		t.Errorf("split-brain with a silent member: %+v", sb)
 	}
 
 	// A fourth host runs a cluster of its own: listing it is a split central.
-	stranger := c.newMember()
-	stranger.startNoWait(stranger.ip)
-	stranger.waitReady(60 * time.Second)
-	_, checks = doctor(t, m, c.ips()+","+stranger.ip)
-	if sb := checks["split-brain:OVN_Northbound"]; sb.Status != preflight.Fail || !strings.Contains(sb.Found, "different clusters") {
+	stranger := c.NewMember()
+	stranger.StartNoWait(stranger.IP)
+	stranger.WaitReady(60 * time.Second)
+	_, checks = doctor(t, m, c.IPs()+","+stranger.IP)
+	if sb := checks["split-brain:OVN_Northbound"]; sb.Status != hostcheck.Fail || !strings.Contains(sb.Found, "different clusters") {
 		t.Errorf("two clusters not reported: %+v", sb)
 	}
-	if mc := checks["members:OVN_Northbound"]; mc.Status != preflight.Fail || !strings.Contains(mc.Found, "missing from the cluster: "+stranger.ip) {
+	if mc := checks["members:OVN_Northbound"]; mc.Status != hostcheck.Fail || !strings.Contains(mc.Found, "missing from the cluster: "+stranger.IP) {
 		t.Errorf("missing member not reported: %+v", mc)
 	}
 }

@@ -6,9 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ovnhost/ovnhost/internal/hostcheck"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
 	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
-	"github.com/ovnhost/ovnhost/supervisor/preflight"
+	"github.com/ovnhost/ovnhost/tests/harness/centralcluster"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
@@ -17,26 +18,26 @@ import (
 // and a certificate of its own writes through the three ssl: addresses,
 // and doctor's clock check completes a TLS handshake with every member.
 func TestSSLClusterFormsAndServesSSLClients(t *testing.T) {
-	c := newCluster(t, 3)
+	c := centralcluster.New(t, 3)
 	pki := testenv.NewPKI(t, t.TempDir())
 	sslArgs := map[*member][]string{}
 	ssl := func(m *member) []string {
 		if a, ok := sslArgs[m]; ok {
 			return a
 		}
-		key, cert := pki.Issue(t, m.name, "ovn-central-"+m.name)
+		key, cert := pki.Issue(t, m.Name, "ovn-central-"+m.Name)
 		sslArgs[m] = []string{"--enable-ssl", "--ssl-key=" + key, "--ssl-cert=" + cert, "--ssl-ca-cert=" + pki.CACert()}
 		return sslArgs[m]
 	}
-	for _, m := range c.members {
-		m.startNoWait(c.ips(), ssl(m)...)
+	for _, m := range c.Members {
+		m.StartNoWait(c.IPs(), ssl(m)...)
 	}
-	for _, m := range c.members {
-		m.waitReady(90 * time.Second)
+	for _, m := range c.Members {
+		m.WaitReady(90 * time.Second)
 	}
-	c.sameCluster(nbName, 3)
-	c.sameCluster(sbName, 3)
-	st, _ := c.members[1].status(nbName)
+	c.SameCluster(nbName, 3)
+	c.SameCluster(sbName, 3)
+	st, _ := c.Members[1].Status(nbName)
 	if !strings.HasPrefix(st.Address, "ssl:") {
 		t.Fatalf("Raft address %s is not ssl:", st.Address)
 	}
@@ -45,7 +46,7 @@ func TestSSLClusterFormsAndServesSSLClients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nbRemote, _ := ovsdbconn.ClusterRemotes(strings.Split(c.ips(), ","), true)
+	nbRemote, _ := ovsdbconn.ClusterRemotes(strings.Split(c.IPs(), ","), true)
 	m, _ := nbdb.FullDatabaseModel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -57,18 +58,18 @@ func TestSSLClusterFormsAndServesSSLClients(t *testing.T) {
 	if err := insertSwitch(ctx, nb, "over-ssl"); err != nil {
 		t.Fatal(err)
 	}
-	for _, mem := range c.members {
+	for _, mem := range c.Members {
 		if !waitSwitch(t, mem, "over-ssl") {
-			t.Fatalf("%s lacks the row written over SSL", mem.name)
+			t.Fatalf("%s lacks the row written over SSL", mem.Name)
 		}
 	}
 	// doctor with the same settings: its TLS handshakes with the members.
-	m0 := c.members[0]
-	_, checks := doctorArgs(t, m0, c.ips(), ssl(m0)...)
-	if ck := checks["clock"]; ck.Status == preflight.Fail || !strings.Contains(ck.Found, "TLS handshakes with the 3 members pass") {
+	m0 := c.Members[0]
+	_, checks := doctorArgs(t, m0, c.IPs(), ssl(m0)...)
+	if ck := checks["clock"]; ck.Status == hostcheck.Fail || !strings.Contains(ck.Found, "TLS handshakes with the 3 members pass") {
 		t.Fatalf("clock check: %+v", ck)
 	}
-	if ck := checks["split-brain:OVN_Northbound"]; ck.Status != preflight.Pass {
+	if ck := checks["split-brain:OVN_Northbound"]; ck.Status != hostcheck.Pass {
 		t.Fatalf("split-brain over ssl: %+v", ck)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
+	"github.com/ovnhost/ovnhost/tests/harness/centralcluster"
 	"github.com/ovnhost/ovnhost/tests/harness/debschema"
 )
 
@@ -31,10 +32,10 @@ func TestOVNUpgradeConvertsTheClusterOnline(t *testing.T) {
 	if oldNB == newNB {
 		t.Fatalf("trixie's NB schema %s is the installed one: nothing to upgrade", newNB)
 	}
-	c := newCluster(t, 3)
-	c.startAll()
-	c.sameCluster(nbName, 3)
-	nb := dial(t, nbdb.FullDatabaseModel, c.nbRemote())
+	c := centralcluster.New(t, 3)
+	c.StartAll()
+	c.SameCluster(nbName, 3)
+	nb := dial(t, nbdb.FullDatabaseModel, c.NBRemote())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var names []string
@@ -47,41 +48,41 @@ func TestOVNUpgradeConvertsTheClusterOnline(t *testing.T) {
 	}
 	nb.Close()
 
-	first := c.members[0]
-	for i, m := range c.members {
-		if code := m.stop(); code != 0 {
-			t.Fatalf("%s exit %d\n%s", m.name, code, m.logTail())
+	first := c.Members[0]
+	for i, m := range c.Members {
+		if code := m.Stop(); code != 0 {
+			t.Fatalf("%s exit %d\n%s", m.Name, code, m.LogTail())
 		}
-		m.startNoWait(c.ips(), "--ovn-schema-dir="+newer)
-		m.waitReady(90 * time.Second)
+		m.StartNoWait(c.IPs(), "--ovn-schema-dir="+newer)
+		m.WaitReady(90 * time.Second)
 		if i == 0 {
-			if !strings.Contains(m.logText(), "converted the clustered database to the installed schema") {
-				t.Fatalf("%s did not convert\n%s", m.name, m.logTail())
+			if !strings.Contains(m.LogText(), "converted the clustered database to the installed schema") {
+				t.Fatalf("%s did not convert\n%s", m.Name, m.LogTail())
 			}
 		}
-		for _, o := range c.members {
+		for _, o := range c.Members {
 			if got := servedVersion(t, o, nbName); got != newNB {
-				t.Fatalf("after %s restarted, %s serves NB schema %s, want %s", m.name, o.name, got, newNB)
+				t.Fatalf("after %s restarted, %s serves NB schema %s, want %s", m.Name, o.Name, got, newNB)
 			}
 		}
 	}
-	for _, m := range c.members[1:] {
-		if strings.Contains(m.logText(), "converted the clustered database") {
-			t.Fatalf("%s converted again", m.name)
+	for _, m := range c.Members[1:] {
+		if strings.Contains(m.LogText(), "converted the clustered database") {
+			t.Fatalf("%s converted again", m.Name)
 		}
 	}
 	// Every row survived, on every member, read with ovsdb-client (the
 	// models of this build are the older schema's).
-	for _, m := range c.members {
-		got := dumpSwitchNames(t, "unix:"+m.path("run", "ovnnb_db.sock"))
+	for _, m := range c.Members {
+		got := dumpSwitchNames(t, "unix:"+m.Path("run", "ovnnb_db.sock"))
 		for _, n := range names {
 			if !got[n] {
-				t.Fatalf("%s lost %s in the conversion", m.name, n)
+				t.Fatalf("%s lost %s in the conversion", m.Name, n)
 			}
 		}
 	}
 	// The backup is a standalone database of the old schema with the rows.
-	backups, _ := filepath.Glob(first.path("db", "ovnnb_db.db.backup-"+oldNB+"-*"))
+	backups, _ := filepath.Glob(first.Path("db", "ovnnb_db.db.backup-"+oldNB+"-*"))
 	if len(backups) != 1 {
 		t.Fatalf("backups %v, want one ovnnb_db.db.backup-%s-*", backups, oldNB)
 	}
@@ -93,7 +94,7 @@ func TestOVNUpgradeConvertsTheClusterOnline(t *testing.T) {
 		t.Fatalf("backup lacks the rows: %v %.300s", err, q)
 	}
 	// And it keeps taking writes (raw transact: our models are older).
-	out, err := exec.Command("ovsdb-client", "transact", c.nbRemote(), `["OVN_Northbound",{"op":"insert","table":"Logical_Switch","row":{"name":"post-upgrade"}}]`).CombinedOutput()
+	out, err := exec.Command("ovsdb-client", "transact", c.NBRemote(), `["OVN_Northbound",{"op":"insert","table":"Logical_Switch","row":{"name":"post-upgrade"}}]`).CombinedOutput()
 	if err != nil || strings.Contains(string(out), "error") {
 		t.Fatalf("write after the upgrade: %v %s", err, out)
 	}
@@ -114,9 +115,9 @@ func schemaVersion(t testing.TB, path string) string {
 
 func servedVersion(t testing.TB, m *member, db string) string {
 	t.Helper()
-	out, err := exec.Command("ovsdb-client", "get-schema-version", "unix:"+m.path("run", "ovnnb_db.sock"), db).CombinedOutput()
+	out, err := exec.Command("ovsdb-client", "get-schema-version", "unix:"+m.Path("run", "ovnnb_db.sock"), db).CombinedOutput()
 	if err != nil {
-		t.Fatalf("%s: %v %s", m.name, err, out)
+		t.Fatalf("%s: %v %s", m.Name, err, out)
 	}
 	return strings.TrimSpace(string(out))
 }

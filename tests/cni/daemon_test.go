@@ -4,16 +4,15 @@ import (
 	"bytes"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
 
 	"github.com/ovnhost/ovnhost/cni/podnet/podnettest"
+	"github.com/ovnhost/ovnhost/tests/harness/proc"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
@@ -38,47 +37,25 @@ func TestDaemonAllInOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	notify := filepath.Join(dir, "notify.sock")
-	nconn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notify, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nconn.Close()
+	notify := testenv.ListenNotify(t, dir)
 	sock := filepath.Join(dir, "cni.sock")
 	binDir, confDir := filepath.Join(dir, "cnibin"), filepath.Join(dir, "cniconf")
 	var logs bytes.Buffer
-	cmd := exec.Command(bin, "run", "--node-name", "e2e1", "--datapath", "netdev", "--encap-ip", "127.0.0.1",
+	spec := proc.Spec{Name: "ovnhost run", Path: bin, Args: []string{"run", "--node-name", "e2e1", "--datapath", "netdev", "--encap-ip", "127.0.0.1",
 		"--ovs-db-dir", filepath.Join(dir, "ovsdb"), "--ovs-run-dir", filepath.Join(dir, "ovsrun"), "--ovs-log-dir", filepath.Join(dir, "ovslog"),
 		"--ovn-db-dir", filepath.Join(dir, "ovndb"), "--ovn-run-dir", filepath.Join(dir, "ovnrun"), "--ovn-log-dir", filepath.Join(dir, "ovnlog"),
-		"--health-addr", "127.0.0.1:0", "--cni-socket", sock, "--cni-bin-dir", binDir, "--cni-conf-dir", confDir)
+		"--health-addr", "127.0.0.1:0", "--cni-socket", sock, "--cni-bin-dir", binDir, "--cni-conf-dir", confDir},
+		Output: &logs, Notify: notify, Pdeathsig: true}
 	// The daemon reads OVNHOST_* variables as settings: hand it none of the
 	// test's own.
 	for _, e := range os.Environ() {
 		if !strings.HasPrefix(e, "OVNHOST_") && !strings.HasPrefix(e, "KUBECONFIG=") {
-			cmd.Env = append(cmd.Env, e)
+			spec.Env = append(spec.Env, e)
 		}
 	}
-	cmd.Env = append(cmd.Env, "NOTIFY_SOCKET="+notify)
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stopped := false
+	daemon := proc.MustStart(t, spec)
 	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
+		daemon.Terminate(30 * time.Second)
 		for _, l := range []string{"br-int", "ovs-netdev", "ovn0", "mirror0"} {
 			if link, err := netlink.LinkByName(l); err == nil {
 				_ = netlink.LinkDel(link)
@@ -92,34 +69,11 @@ func TestDaemonAllInOne(t *testing.T) {
 		}
 	})
 	// READY=1 through sd_notify: no polling.
-	ready := make(chan error, 1)
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := nconn.Read(buf)
-			if err != nil {
-				ready <- err
-				return
-			}
-			if strings.Contains(string(buf[:n]), "READY=1") {
-				ready <- nil
-				return
-			}
-		}
-	}()
-	select {
-	case err := <-ready:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case err := <-exited:
-		stopped = true
-		t.Fatalf("ovnhost run exited before READY=1: %v", err)
-	case <-time.After(90 * time.Second):
-		t.Fatal("no READY=1 from ovnhost run within 90 s")
+	if _, err := daemon.WaitNotify("READY=1", 90*time.Second); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := os.Stat(sock); err != nil {
-		t.Skipf("ovnhost run is ready but serves no CNI socket at %s: the daemon does not embed the CNI server yet", sock)
+		t.Fatalf("ovnhost run is ready but serves no CNI socket at %s: %v", sock, err)
 	}
 	plugin := filepath.Join(binDir, "ovnhost-cni")
 	conf, err := os.ReadFile(filepath.Join(confDir, "00-ovnhost.conflist"))

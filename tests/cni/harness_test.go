@@ -26,12 +26,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/ovn-kubernetes/libovsdb/client"
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 
+	"github.com/ovnhost/ovnhost/cni/cniconf"
 	"github.com/ovnhost/ovnhost/cni/podnet"
 	"github.com/ovnhost/ovnhost/cni/podnet/podnettest"
 	"github.com/ovnhost/ovnhost/cni/server"
@@ -40,6 +40,7 @@ import (
 	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
 	"github.com/ovnhost/ovnhost/tests/harness/kubeapi"
 	"github.com/ovnhost/ovnhost/tests/harness/ovncentral"
+	"github.com/ovnhost/ovnhost/tests/harness/proc"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
@@ -188,13 +189,10 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
+// daemon is one OVS/OVN daemon of the node, restartable with its spec.
 type daemon struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
-	bin  string
-	args []string
-	env  []string
+	spec proc.Spec
+	proc *proc.Process
 }
 
 type nodeOpts struct {
@@ -228,11 +226,14 @@ func startNode(t testing.TB, o nodeOpts) *node {
 	}
 	sock := filepath.Join(dir, "db.sock")
 	env := []string{"OVS_RUNDIR=" + dir, "OVS_LOGDIR=" + dir, "OVS_DBDIR=" + dir, "OVS_SYSCONFDIR=" + dir, "OVN_RUNDIR=" + dir, "OVN_LOGDIR=" + dir}
-	waitFile(t, sock, func() {
+	if err := proc.WaitFile(sock, 20*time.Second, func() error {
 		n.start("ovsdb-server", env, look(t, "ovsdb-server"), db, "--remote=punix:"+sock,
 			"--unixctl="+filepath.Join(dir, "ovsdb-server.ctl"), "--log-file="+filepath.Join(dir, "ovsdb-server.log"),
 			"-vconsole:off", "--no-chdir")
-	})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	dbm, err := vswitch.FullDatabaseModel()
 	if err != nil {
 		t.Fatal(err)
@@ -363,52 +364,38 @@ func (n *node) transact(ctx context.Context, ops ...ovsdb.Operation) []ovsdb.Ope
 }
 
 func (n *node) start(name string, env []string, bin string, args ...string) {
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		n.t.Fatalf("start %s: %v", name, err)
-	}
-	d := &daemon{name: name, cmd: cmd, done: make(chan struct{}), bin: bin, args: args, env: env}
-	go func() { _ = cmd.Wait(); close(d.done) }()
+	n.t.Helper()
+	d := &daemon{spec: proc.Spec{Name: name, Path: bin, Args: args, Env: append(os.Environ(), env...), Pdeathsig: true}}
+	d.proc = proc.MustStart(n.t, d.spec)
 	n.procs = append(n.procs, d)
+}
+
+func (n *node) daemon(name string) *daemon {
+	n.t.Helper()
+	for _, d := range n.procs {
+		if d.spec.Name == name {
+			return d
+		}
+	}
+	n.t.Fatalf("no daemon %s", name)
+	return nil
 }
 
 // kill stops a daemon for good (SIGTERM).
 func (n *node) kill(name string) {
 	n.t.Helper()
-	for _, d := range n.procs {
-		if d.name == name {
-			_ = d.cmd.Process.Signal(syscall.SIGTERM)
-			<-d.done
-			return
-		}
-	}
-	n.t.Fatalf("no daemon %s", name)
+	d := n.daemon(name)
+	_ = d.proc.Signal(syscall.SIGTERM)
+	<-d.proc.Exited()
 }
 
 // crash kills a daemon with SIGKILL and starts it again with the same
 // arguments, as a supervisor would.
 func (n *node) crash(name string) {
 	n.t.Helper()
-	for i, d := range n.procs {
-		if d.name != name {
-			continue
-		}
-		_ = d.cmd.Process.Kill()
-		<-d.done
-		cmd := exec.Command(d.bin, d.args...)
-		cmd.Env = append(os.Environ(), d.env...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			n.t.Fatalf("restart %s: %v", name, err)
-		}
-		nd := &daemon{name: name, cmd: cmd, done: make(chan struct{}), bin: d.bin, args: d.args, env: d.env}
-		go func() { _ = cmd.Wait(); close(nd.done) }()
-		n.procs[i] = nd
-		return
-	}
-	n.t.Fatalf("no daemon %s", name)
+	d := n.daemon(name)
+	d.proc.Kill()
+	d.proc = proc.MustStart(n.t, d.spec)
 }
 
 func (n *node) stop() {
@@ -417,14 +404,7 @@ func (n *node) stop() {
 		n.ovs.Close()
 	}
 	for i := len(n.procs) - 1; i >= 0; i-- {
-		d := n.procs[i]
-		_ = d.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-d.done:
-		case <-time.After(5 * time.Second):
-			_ = d.cmd.Process.Kill()
-			<-d.done
-		}
+		n.procs[i].proc.Terminate(5 * time.Second)
 	}
 	// netdev bridges are tap devices that outlive vswitchd.
 	for _, l := range []string{"br-int", "ovs-netdev", "ovn0", "mirror0"} {
@@ -446,33 +426,6 @@ func (n *node) stop() {
 	os.RemoveAll(n.dir)
 }
 
-// waitFile runs start and waits (inotify) until path exists.
-func waitFile(t testing.TB, path string, start func()) {
-	t.Helper()
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	if err := w.Add(filepath.Dir(path)); err != nil {
-		t.Fatal(err)
-	}
-	start()
-	timeout := time.After(20 * time.Second)
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		select {
-		case <-w.Events:
-		case err := <-w.Errors:
-			t.Fatal(err)
-		case <-timeout:
-			t.Fatalf("%s did not appear", path)
-		}
-	}
-}
-
 // ---------------------------------------------------------------- playing kubelet
 
 type cniCall struct {
@@ -492,7 +445,7 @@ type cniOut struct {
 // netconf is the installed conflist's plugin entry as a runtime passes it.
 func (n *node) netconf(t testing.TB, version string, extra map[string]any) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(n.cfg.ConfDir, server.ConflistName))
+	b, err := os.ReadFile(filepath.Join(n.cfg.ConfDir, cniconf.Conflist))
 	if err != nil {
 		t.Fatalf("installed conflist: %v", err)
 	}

@@ -361,3 +361,35 @@ func TestKubeNodeAddressChange(t *testing.T) {
 		t.Fatal(out.Err.Msg)
 	}
 }
+
+// Issue 23, item 6: an invalid rate annotation on a running pod removes the
+// limit it replaced (it used to leave the old QoS in place, also across a
+// restart), and the pod's deletion leaves no QoS or Queue row.
+func TestKubeInvalidRateRemovesQoS(t *testing.T) {
+	k := startKubeNode(t, 60*time.Second)
+	p := k.addPod(t, "shaped", map[string]string{"ovn.kubernetes.io/ingress_rate": "10", "ovn.kubernetes.io/egress_rate": "5"})
+	k.waitQoSRate(t, "shaped.default", 10)
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{"ovn.kubernetes.io/ingress_rate": "fast"}}})
+	if _, err := k.cs.CoreV1().Pods("default").Patch(context.Background(), "shaped", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// ovsdb-server's own wait: the pod's port points to no QoS any more
+	// (the same transaction deletes its QoS and Queue rows: checked
+	// below); the valid egress_rate stays.
+	ms := 20000
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	byPod := []ovsdb.Condition{ovsdb.NewCondition("external_ids", ovsdb.ConditionIncludes, ovsdb.OvsMap{GoMap: map[any]any{"iface-id": "shaped.default"}})}
+	k.transact(ctx,
+		ovsdb.Operation{Op: ovsdb.OperationWait, Table: "Port", Timeout: &ms, Where: byPod, Columns: []string{"qos"}, Until: "==",
+			Rows: []ovsdb.Row{{"qos": ovsdb.OvsSet{GoSet: []any{}}}}},
+		ovsdb.Operation{Op: ovsdb.OperationWait, Table: "Interface", Timeout: &ms, Where: byPod, Columns: []string{"ingress_policing_rate"}, Until: "==",
+			Rows: []ovsdb.Row{{"ingress_policing_rate": 5000}}})
+	if q, qs := k.selectRows(t, "QoS"), k.selectRows(t, "Queue"); len(q) != 0 || len(qs) != 0 {
+		t.Fatalf("%d QoS and %d Queue rows left after the ingress limit was removed", len(q), len(qs))
+	}
+	if out := k.del(t, p); out.Code != 0 {
+		t.Fatal(out.Err.Msg)
+	}
+	k.assertClean(t) // no QoS or Queue row either
+}

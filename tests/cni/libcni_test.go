@@ -24,10 +24,10 @@ import (
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 	"github.com/vishvananda/netlink"
 
+	"github.com/ovnhost/ovnhost/cni/cniconf"
 	"github.com/ovnhost/ovnhost/cni/podnet"
 	"github.com/ovnhost/ovnhost/cni/podnet/podnettest"
 	"github.com/ovnhost/ovnhost/cni/protocol"
-	"github.com/ovnhost/ovnhost/cni/server"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
@@ -101,7 +101,7 @@ func withHostEth0(t testing.TB) {
 // conflistAt is the installed conflist with cniVersion v ("" as installed).
 func (n *node) conflistAt(t testing.TB, v string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(n.cfg.ConfDir, server.ConflistName))
+	b, err := os.ReadFile(filepath.Join(n.cfg.ConfDir, cniconf.Conflist))
 	if err != nil {
 		t.Fatalf("installed conflist: %v", err)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/ovnhost/ovnhost/cni/podnet"
 	"github.com/ovnhost/ovnhost/cni/server"
 	"github.com/ovnhost/ovnhost/internal/ovnnb"
+	"github.com/ovnhost/ovnhost/tests/harness/proc"
 )
 
 // listen opens a TCP listener inside netns (it stays there).
@@ -384,7 +385,9 @@ func TestInstallRestoresConflist(t *testing.T) {
 	if err := os.Remove(conf); err != nil {
 		t.Fatal(err)
 	}
-	waitFile(t, conf, func() {})
+	if err := proc.WaitFile(conf, 20*time.Second, nil); err != nil {
+		t.Fatal(err)
+	}
 	got, _ := os.ReadFile(conf)
 	if !bytes.Equal(got, want) {
 		t.Fatalf("restored conflist differs:\n%s\nwant\n%s", got, want)

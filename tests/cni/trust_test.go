@@ -2,11 +2,13 @@ package cni_test
 
 import (
 	"context"
+	"encoding/json"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -131,6 +133,88 @@ func TestKubeNodeActsOnlyOnControllerConfirmedValues(t *testing.T) {
 	}
 	t.Logf("forged pod refused: %s", out.Err.Msg)
 	if out := k.del(t, a); out.Code != 0 {
+		t.Fatal(out.Err.Msg)
+	}
+	k.assertClean(t)
+}
+
+// waitAllocated watches pod name until the controller has annotated it
+// (allocated=true) and returns its annotations.
+func (k *kubeNode) waitAllocated(t *testing.T, name string) map[string]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w, err := k.cs.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		if p, ok := ev.Object.(*corev1.Pod); ok && p.Annotations["ovn.kubernetes.io/allocated"] == "true" {
+			return p.Annotations
+		}
+	}
+	t.Fatalf("the controller did not annotate pod %s within 30 s", name)
+	return nil
+}
+
+// Issue 23, item 6: trust by managedFields can be forged. A pod's author
+// claims the controller's field manager (kubectl annotate
+// --field-manager=ovnhost-controller) and writes another pod's address and
+// MAC into its own pod's annotations. The node compares them with the
+// Port_Binding ovn-northd made from the controller's logical switch port
+// and refuses the ADD, naming the pod, the annotation and both values;
+// nothing of the other pod's address is wired.
+func TestKubeForgedFieldManagerAddressIsNotWired(t *testing.T) {
+	k := startKubeNode(t, 30*time.Second)
+	victim := k.addPod(t, "victim", nil)
+	vann := k.waitAllocated(t, "victim")
+	k.createPod(t, "thief", nil)
+	own := k.waitAllocated(t, "thief")["ovn.kubernetes.io/ip_address"]
+	if own == "" || own == victim.ip {
+		t.Fatalf("the controller gave thief %q (victim has %s)", own, victim.ip)
+	}
+	// The forgery, through the real API server under the controller's
+	// field manager name. The invalid port_security in the same write
+	// makes the controller refuse the pod before it would re-annotate it
+	// (it keeps the pod's port): the forged values stay in place for the
+	// ADD below, deterministically, instead of for the controller's
+	// reaction time.
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		"ovn.kubernetes.io/ip_address": victim.ip, "ovn.kubernetes.io/mac_address": vann["ovn.kubernetes.io/mac_address"],
+		"ovn.kubernetes.io/port_security": "maybe",
+	}}})
+	if _, err := k.cs.CoreV1().Pods("default").Patch(context.Background(), "thief", types.MergePatchType, patch,
+		metav1.PatchOptions{FieldManager: "ovnhost-controller"}); err != nil {
+		t.Fatal(err)
+	}
+	ns := podnettest.NewNetNS(t, "ovht-thief")
+	out := runPlugin(t, k.installedPlugin(), cniCall{Command: "ADD", ContainerID: "cid-thief", Netns: ns, IfName: "eth0",
+		Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=thief", Conf: k.netconf(t, "", nil)})
+	if out.Code == 0 {
+		_ = runPlugin(t, k.installedPlugin(), cniCall{Command: "DEL", ContainerID: "cid-thief", Netns: ns, IfName: "eth0",
+			Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=thief", Conf: k.netconf(t, "", nil)})
+		t.Fatalf("ADD of a pod whose forged annotations carry victim's address %s was wired: %s", victim.ip, out.Stdout)
+	}
+	for _, want := range []string{"default/thief", "ovn.kubernetes.io/ip_address", victim.ip, own, "the annotation does not match what the controller programmed in OVN"} {
+		if !strings.Contains(out.Err.Msg, want) {
+			t.Fatalf("ADD refusal %q does not name %q", out.Err.Msg, want)
+		}
+	}
+	if out.Err.Code != 7 {
+		t.Fatalf("ADD refusal has CNI code %d, want 7 (invalid network configuration): %s", out.Err.Code, out.Err.Msg)
+	}
+	t.Logf("forged pod refused: %s", out.Err.Msg)
+	// Nothing of the thief was left on the node; the victim still answers.
+	if rows := k.selectRows(t, "Interface", ovsdb.NewCondition("external_ids", ovsdb.ConditionIncludes,
+		ovsdb.OvsMap{GoMap: map[any]any{"iface-id": "thief.default"}})); len(rows) != 0 {
+		t.Fatalf("the refused pod left OVS interfaces: %v", rows)
+	}
+	waitOVN0(t)
+	if out, err := exec.Command("ping", "-c", "2", "-i", "0.2", "-W", "2", victim.ip).CombinedOutput(); err != nil {
+		t.Fatalf("victim %s unreachable after the refused forgery: %v\n%s", victim.ip, err, out)
+	}
+	if out := k.del(t, victim); out.Code != 0 {
 		t.Fatal(out.Err.Msg)
 	}
 	k.assertClean(t)

@@ -23,14 +23,14 @@ import (
 	"github.com/ovn-kubernetes/libovsdb/model"
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 
+	"github.com/ovnhost/ovnhost/internal/hostcheck"
+	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 	"github.com/ovnhost/ovnhost/internal/ovnnb"
 	"github.com/ovnhost/ovnhost/internal/ovnnet"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/sbdb"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
 	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
-	"github.com/ovnhost/ovnhost/netctl/doctor"
-	"github.com/ovnhost/ovnhost/supervisor/config"
 	"github.com/ovnhost/ovnhost/tests/harness/debschema"
 	"github.com/ovnhost/ovnhost/tests/harness/ovncentral"
 	"github.com/ovnhost/ovnhost/tests/testenv"
@@ -320,11 +320,11 @@ func TestSBChassis(t *testing.T) {
 			}
 			// doctor's skew check reads the same row: a 25.03 central
 			// (Kube-OVN 1.15) against the bundle's 23.03 ovn-controller.
-			northd, err := doctor.NewHost(&config.Config{}).NorthdVersion(ctx, ep)
+			northd, err := hostcheck.NewDoctorHost(nodeconfig.HostSettings{}).NorthdVersion(ctx, ep)
 			if err != nil || northd != "25.03.0-20.41.0-78.0" {
 				t.Fatalf("doctor NorthdVersion = %q, %v", northd, err)
 			}
-			if c := doctor.CheckVersionSkew(northd, "23.03.1", false); c.Status != "fail" || !strings.Contains(c.Fix, "25.03") {
+			if c := hostcheck.CheckVersionSkew(northd, "23.03.1", false); c.Status != "fail" || !strings.Contains(c.Fix, "25.03") {
 				t.Errorf("skew check: %+v", c)
 			}
 		})

@@ -4,19 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 
 	"github.com/ovnhost/ovnhost/tests/harness/debschema"
+	"github.com/ovnhost/ovnhost/tests/harness/nodedaemon"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
@@ -44,7 +42,7 @@ func TestNode(t *testing.T) {
 
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			ovs := probe(t, ctx, "Open_vSwitch", "unix:"+n.path("ovs-run", "db.sock"))
+			ovs := probe(t, ctx, "Open_vSwitch", "unix:"+n.Path("ovs-run", "db.sock"))
 			root := selectRows(t, ctx, ovs, "Open_vSwitch")
 			if len(root) != 1 {
 				t.Fatalf("%d Open_vSwitch rows", len(root))
@@ -95,96 +93,22 @@ func TestNode(t *testing.T) {
 			if out := n.del(t, pod); out != "" {
 				t.Errorf("DEL: %s", out)
 			}
-			if code := n.stop(); code != 0 {
-				t.Errorf("ovnhost exited %d\n%s", code, n.logTail())
+			if code := n.Stop(); code != 0 {
+				t.Errorf("ovnhost exited %d\n%s", code, n.LogTail())
 			}
 		})
 	}
 }
 
-// node is one `ovnhost run` in its own network namespace.
-type node struct {
-	t      *testing.T
-	dir    string
-	ns     string
-	args   []string
-	cmd    *exec.Cmd
-	exited chan struct{}
-	notify *notifyListener
-}
-
-func (n *node) path(p ...string) string { return filepath.Join(append([]string{n.dir}, p...)...) }
-
-var nsSeq int
+// node is one `ovnhost run` in its own network namespace
+// (tests/harness/nodedaemon).
+type node struct{ *nodedaemon.Node }
 
 func startNode(t *testing.T, extra ...string) *node {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "ovnhost-compat-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	nsSeq++
-	n := &node{t: t, dir: dir, ns: fmt.Sprintf("ohc%d-%d", os.Getpid()%10000, nsSeq)}
-	run(t, "ip", "netns", "add", n.ns)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", n.ns).Run() })
-	run(t, "ip", "-n", n.ns, "link", "set", "lo", "up")
-	n.args = []string{
-		"--ovs-db-dir=" + n.path("ovs-db"), "--ovs-run-dir=" + n.path("ovs-run"), "--ovs-log-dir=" + n.path("log"),
-		"--ovn-db-dir=" + n.path("ovn-db"), "--ovn-run-dir=" + n.path("ovn-run"), "--ovn-log-dir=" + n.path("log"),
-		"--health-addr=127.0.0.1:10665", "--node-name=compat-node", "--stop-timeout=5s", "--start-timeout=30s",
-		"--cni-socket=" + n.path("cni.sock"), "--cni-bin-dir=" + n.path("cni-bin"), "--cni-conf-dir=" + n.path("cni-conf"),
-	}
-	n.notify = listenNotify(t, dir)
-	args := append(append([]string{"netns", "exec", n.ns, testenv.Binary(t, "ovnhost"), "run"}, n.args...), extra...)
-	n.cmd = exec.Command("ip", args...)
-	logf, err := os.Create(n.path("ovnhost.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.cmd.Stdout, n.cmd.Stderr = logf, logf
-	n.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "NOTIFY_SOCKET=" + n.notify.path}
-	if err := n.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	n.exited = make(chan struct{})
-	go func() { _ = n.cmd.Wait(); logf.Close(); close(n.exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-n.exited:
-		default:
-			_ = n.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-n.exited:
-			case <-time.After(30 * time.Second):
-				_ = n.cmd.Process.Kill()
-				<-n.exited
-			}
-		}
-	})
-	if err := n.notify.waitFor("READY=1", 60*time.Second, n.exited); err != nil {
-		t.Fatalf("%v\n%s", err, n.logTail())
-	}
-	return n
-}
-
-func (n *node) stop() int {
-	_ = n.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-n.exited:
-	case <-time.After(60 * time.Second):
-		n.t.Fatalf("ovnhost did not exit within 60 s of SIGTERM\n%s", n.logTail())
-	}
-	return n.cmd.ProcessState.ExitCode()
-}
-
-func (n *node) logTail() string {
-	raw, _ := os.ReadFile(n.path("ovnhost.log"))
-	lines := strings.Split(string(raw), "\n")
-	if len(lines) > 60 {
-		lines = lines[len(lines)-60:]
-	}
-	return "--- ovnhost log tail ---\n" + strings.Join(lines, "\n")
+	n := nodedaemon.New(t, nodedaemon.Options{Name: "compat-node"})
+	n.Start(extra...)
+	return &node{n}
 }
 
 type pod struct{ name, netns string }
@@ -193,7 +117,7 @@ type pod struct{ name, netns string }
 // installed plugin (standalone: the pod's requests ride in CNI_ARGS).
 func (n *node) add(t *testing.T, name, args string) pod {
 	t.Helper()
-	p := pod{name: name, netns: n.ns + "-" + name}
+	p := pod{name: name, netns: n.NS + "-" + name}
 	run(t, "ip", "netns", "add", p.netns)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", p.netns).Run() })
 	a := "K8S_POD_NAMESPACE=default;K8S_POD_NAME=" + name
@@ -202,7 +126,7 @@ func (n *node) add(t *testing.T, name, args string) pod {
 	}
 	out, err := n.cni(p, "ADD", a)
 	if err != nil {
-		t.Fatalf("CNI ADD %s: %v\n%s\n%s", name, err, out, n.logTail())
+		t.Fatalf("CNI ADD %s: %v\n%s\n%s", name, err, out, n.LogTail())
 	}
 	var res struct {
 		IPs []struct{ Address string } `json:"ips"`
@@ -222,7 +146,7 @@ func (n *node) del(t *testing.T, p pod) string {
 }
 
 func (n *node) cni(p pod, command, args string) (string, error) {
-	conf, err := os.ReadFile(n.path("cni-conf", "00-ovnhost.conflist"))
+	conf, err := os.ReadFile(n.Path("cni-conf", "00-ovnhost.conflist"))
 	if err != nil {
 		return "", err
 	}
@@ -238,9 +162,9 @@ func (n *node) cni(p pod, command, args string) (string, error) {
 	_ = json.Unmarshal(list.Plugins[0], &plugin)
 	plugin["cniVersion"], plugin["name"] = list.CNIVersion, list.Name
 	stdin, _ := json.Marshal(plugin)
-	cmd := exec.Command(n.path("cni-bin", "ovnhost-cni"))
+	cmd := exec.Command(n.Path("cni-bin", "ovnhost-cni"))
 	cmd.Env = []string{"CNI_COMMAND=" + command, "CNI_CONTAINERID=" + p.name, "CNI_NETNS=/var/run/netns/" + p.netns,
-		"CNI_IFNAME=eth0", "CNI_PATH=" + n.path("cni-bin"), "CNI_ARGS=" + args}
+		"CNI_IFNAME=eth0", "CNI_PATH=" + n.Path("cni-bin"), "CNI_ARGS=" + args}
 	cmd.Stdin = strings.NewReader(string(stdin))
 	out, err := cmd.CombinedOutput()
 	return string(out), err
@@ -270,7 +194,7 @@ func (r doctorReport) find(name string) (doctorCheck, bool) {
 
 func (n *node) doctor(t *testing.T) doctorReport {
 	t.Helper()
-	args := append([]string{"netns", "exec", n.ns, testenv.Binary(t, "netctl"), "doctor", "--output", "json"}, n.args...)
+	args := append([]string{"netns", "exec", n.NS, testenv.Binary(t, "netctl"), "doctor", "--output", "json"}, n.Args...)
 	out, _ := exec.Command("ip", args...).Output() // exit 1/2 for warnings/failures elsewhere on this host
 	var rep doctorReport
 	if err := json.Unmarshal(out, &rep); err != nil {
@@ -284,60 +208,5 @@ func run(t *testing.T, name string, args ...string) {
 	t.Helper()
 	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-}
-
-// notifyListener is the systemd side of sd_notify.
-type notifyListener struct {
-	path string
-	mu   sync.Mutex
-	msgs []string
-	cond chan struct{}
-}
-
-func listenNotify(t *testing.T, dir string) *notifyListener {
-	t.Helper()
-	l := &notifyListener{path: filepath.Join(dir, "notify.sock"), cond: make(chan struct{})}
-	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: l.path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			k, err := c.Read(buf)
-			if err != nil {
-				return
-			}
-			l.mu.Lock()
-			l.msgs = append(l.msgs, strings.Split(string(buf[:k]), "\n")...)
-			close(l.cond)
-			l.cond = make(chan struct{})
-			l.mu.Unlock()
-		}
-	}()
-	return l
-}
-
-func (l *notifyListener) waitFor(msg string, d time.Duration, exited <-chan struct{}) error {
-	deadline := time.After(d)
-	for {
-		l.mu.Lock()
-		for _, m := range l.msgs {
-			if m == msg {
-				l.mu.Unlock()
-				return nil
-			}
-		}
-		ch := l.cond
-		l.mu.Unlock()
-		select {
-		case <-ch:
-		case <-exited:
-			return fmt.Errorf("ovnhost exited before sd_notify %s", msg)
-		case <-deadline:
-			return fmt.Errorf("no sd_notify %s within %v", msg, d)
-		}
 	}
 }

@@ -43,7 +43,7 @@ func TestAdoptKubeOVNState(t *testing.T) {
 	} {
 		u := subnetObj(name, spec)
 		u.SetFinalizers([]string{"kubeovn.io/kube-ovn-controller"})
-		if _, err := e.dc.Resource(subnetGVR).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+		if _, err := e.dc.Resource(kubeovnv1.SubnetGVR).Create(ctx, u, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

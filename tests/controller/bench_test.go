@@ -157,7 +157,7 @@ func BenchmarkControllerPods1000(b *testing.B) {
 	b.ReportMetric(rate, "pods/s")
 	b.ReportMetric(crate, "creates/s")
 	b.ReportMetric(rate/45, "x-kube-ovn")
-	rss, _ := rssMiB(p.cmd.Process.Pid)
+	rss, _ := rssMiB(p.PID())
 	b.ReportMetric(rss, "RSS-MiB")
 }
 
@@ -171,7 +171,7 @@ func BenchmarkController10k(b *testing.B) {
 	p := e.startControllerProcess()
 	p.waitReady(b, 60*time.Second)
 	rate, _ := burst(b, e, "scale", 10000)
-	rss, hwm := rssMiB(p.cmd.Process.Pid)
+	rss, hwm := rssMiB(p.PID())
 	p.kill()
 	b.ResetTimer()
 	var f map[string]time.Duration
@@ -184,7 +184,7 @@ func BenchmarkController10k(b *testing.B) {
 		wall = time.Since(t0)
 		f = readyFields(line)
 		b.Logf("restart with 10k pods: exec-to-ready %s; %s", wall.Round(time.Millisecond), line)
-		rss2, _ = rssMiB(p2.cmd.Process.Pid)
+		rss2, _ = rssMiB(p2.PID())
 		p2.kill()
 	}
 	b.StopTimer()

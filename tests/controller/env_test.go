@@ -1,7 +1,6 @@
 package controller_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -13,12 +12,10 @@ import (
 	goruntime "runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	libovsdbclient "github.com/ovn-kubernetes/libovsdb/client"
-	"github.com/ovn-kubernetes/libovsdb/model"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,7 +34,9 @@ import (
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/sbdb"
 	"github.com/ovnhost/ovnhost/tests/harness/kubeapi"
+	"github.com/ovnhost/ovnhost/tests/harness/notify"
 	"github.com/ovnhost/ovnhost/tests/harness/ovncentral"
+	"github.com/ovnhost/ovnhost/tests/harness/proc"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
@@ -55,8 +54,7 @@ type env struct {
 	evs     cache.SharedIndexInformer
 	nodes   cache.SharedIndexInformer
 	subnets cache.SharedIndexInformer
-	mu      sync.Mutex
-	subs    map[chan struct{}]bool
+	changes notify.Notifier
 }
 
 func newEnv(t testing.TB) *env {
@@ -71,7 +69,7 @@ func newEnvWith(t testing.TB, central *ovncentral.Central) *env {
 	srv := kubeapi.Start(t)
 	srv.InstallCRD(t, crdPath())
 	srv.InstallCRD(t, ipCRDPath())
-	e := &env{t: t, srv: srv, central: central, subs: map[chan struct{}]bool{}}
+	e := &env{t: t, srv: srv, central: central}
 	e.kc = kubernetes.NewForConfigOrDie(srv.Config)
 	e.dc = dynamic.NewForConfigOrDie(srv.Config)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -82,10 +80,10 @@ func newEnvWith(t testing.TB, central *ovncentral.Central) *env {
 	}
 	t.Cleanup(nb.Close)
 	e.nb = nb
-	nb.Raw().Cache().AddEventHandler(&pokeHandler{e})
+	nb.Raw().Cache().AddEventHandler(e.changes.OVSDB())
 	f := informers.NewSharedInformerFactory(e.kc, 0)
 	e.pods = f.Core().V1().Pods().Informer()
-	h := cache.ResourceEventHandlerFuncs{AddFunc: func(any) { e.poke() }, UpdateFunc: func(any, any) { e.poke() }, DeleteFunc: func(any) { e.poke() }}
+	h := e.changes.Informer()
 	_, _ = e.pods.AddEventHandler(h)
 	e.evs = f.Core().V1().Events().Informer()
 	_, _ = e.evs.AddEventHandler(h)
@@ -106,48 +104,13 @@ func newEnvWith(t testing.TB, central *ovncentral.Central) *env {
 	return e
 }
 
-type pokeHandler struct{ e *env }
-
-func (p *pokeHandler) OnAdd(string, model.Model)                 { p.e.poke() }
-func (p *pokeHandler) OnUpdate(string, model.Model, model.Model) { p.e.poke() }
-func (p *pokeHandler) OnDelete(string, model.Model)              { p.e.poke() }
-
-func (e *env) poke() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for ch := range e.subs {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-}
+func (e *env) poke() { e.changes.Poke() }
 
 // waitFor re-evaluates cond on every pod, node, event, subnet or NB change until it holds
 // or the deadline passes; then it fails naming what was awaited and the last state.
 func (e *env) waitFor(d time.Duration, what string, cond func() (bool, string)) {
 	e.t.Helper()
-	ch := make(chan struct{}, 1)
-	e.mu.Lock()
-	e.subs[ch] = true
-	e.mu.Unlock()
-	defer func() { e.mu.Lock(); delete(e.subs, ch); e.mu.Unlock() }()
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		select {
-		case <-ch:
-		case <-timer.C:
-			if ok, state = cond(); ok {
-				return
-			}
-			e.t.Fatalf("timed out after %s waiting for %s; last state: %s", d, what, state)
-		}
-	}
+	e.changes.WaitFor(e.t, d, what, cond)
 }
 
 // startController runs the controller in this process until the test ends.
@@ -209,44 +172,20 @@ func controllerBinary(t testing.TB) string {
 	return binPath
 }
 
-// proc is a controller running as its own process (so it can be SIGKILLed).
-type proc struct {
-	cmd   *exec.Cmd
-	done  chan struct{}
-	ready chan string // the "controller ready" log line
-	mu    sync.Mutex
-	lines []string
-	more  chan struct{} // closed and replaced whenever a line arrives
-}
+// ctrlProc is a controller running as its own process (so it can be SIGKILLed).
+type ctrlProc struct{ *proc.Process }
 
 // waitLine waits for a log line containing s (already printed or to come).
-func (p *proc) waitLine(t testing.TB, s string, d time.Duration) string {
+func (p ctrlProc) waitLine(t testing.TB, s string, d time.Duration) string {
 	t.Helper()
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	seen := 0
-	for {
-		p.mu.Lock()
-		for ; seen < len(p.lines); seen++ {
-			if strings.Contains(p.lines[seen], s) {
-				l := p.lines[seen]
-				p.mu.Unlock()
-				return l
-			}
-		}
-		more := p.more
-		p.mu.Unlock()
-		select {
-		case <-more:
-		case <-p.done:
-			t.Fatalf("controller exited before logging %q", s)
-		case <-timer.C:
-			t.Fatalf("controller did not log %q within %s", s, d)
-		}
+	l, err := p.WaitLine(s, d)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return l
 }
 
-func (e *env) startControllerProcess(extra ...string) *proc {
+func (e *env) startControllerProcess(extra ...string) ctrlProc {
 	e.t.Helper()
 	bin := controllerBinary(e.t)
 	args := append([]string{"--kubeconfig", e.srv.Kubeconfig, "--ovn-nb-addr", e.central.NB(), "--health-addr", "",
@@ -254,56 +193,25 @@ func (e *env) startControllerProcess(extra ...string) *proc {
 	if x := os.Getenv("OVNHOST_CONTROLLER_ARGS"); x != "" { // e.g. "--health-addr=127.0.0.1:10660 --profiling" when profiling a benchmark
 		args = append(args, strings.Fields(x)...)
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, done: make(chan struct{}), ready: make(chan string, 1), more: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			p.mu.Lock()
-			p.lines = append(p.lines, line)
-			close(p.more)
-			p.more = make(chan struct{})
-			p.mu.Unlock()
-			if strings.Contains(line, "controller ready") {
-				select {
-				case p.ready <- line:
-				default:
-				}
-			}
+	p, err := proc.Start(proc.Spec{Name: "controller", Path: bin, Args: args, Env: os.Environ(), Pdeathsig: true, Lines: true,
+		OnLine: func(line string) {
 			if strings.Contains(line, "level=ERROR") || strings.Contains(line, "level=WARN") || strings.Contains(line, "connected to OVN") {
 				e.t.Log("controller: " + line)
 			}
-		}
-		_ = cmd.Wait()
-		close(p.done)
-	}()
-	e.t.Cleanup(func() { p.kill() })
-	return p
-}
-
-func (p *proc) kill() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-}
-
-func (p *proc) waitReady(t testing.TB, d time.Duration) string {
-	t.Helper()
-	select {
-	case l := <-p.ready:
-		return l
-	case <-p.done:
-		t.Fatal("controller process exited before it was ready")
-	case <-time.After(d):
-		t.Fatalf("controller process not ready after %s", d)
+		}})
+	if err != nil {
+		e.t.Fatal(err)
 	}
-	return ""
+	e.t.Cleanup(p.Kill)
+	return ctrlProc{p}
+}
+
+func (p ctrlProc) kill() { p.Kill() }
+
+// waitReady waits for the "controller ready" log line.
+func (p ctrlProc) waitReady(t testing.TB, d time.Duration) string {
+	t.Helper()
+	return p.waitLine(t, "controller ready", d)
 }
 
 // --- readers of what a user would look at ---

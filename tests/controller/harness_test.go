@@ -9,14 +9,12 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
 	"github.com/ovnhost/ovnhost/tests/harness/kubeapi"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
-
-var subnetGVR = schema.GroupVersionResource{Group: "kubeovn.io", Version: "v1", Resource: "subnets"}
 
 func crdPath() string {
 	return filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", "crd-subnets.yaml")
@@ -54,13 +52,13 @@ func TestSubnetAdmissionRejectsBadFields(t *testing.T) {
 		{map[string]any{"gateway": "10.20.0.1"}, "cidrBlock"},
 	}
 	for i, b := range bad {
-		_, err := dc.Resource(subnetGVR).Create(ctx, subnetObj("bad", b.spec), metav1.CreateOptions{})
+		_, err := dc.Resource(kubeovnv1.SubnetGVR).Create(ctx, subnetObj("bad", b.spec), metav1.CreateOptions{})
 		if err == nil || !strings.Contains(err.Error(), b.want) {
 			t.Errorf("case %d %v: got %v, want rejection mentioning %q", i, b.spec, err, b.want)
 		}
 	}
 	good := map[string]any{"cidrBlock": "10.20.0.0/16,fd00:20::/64", "gateway": "10.20.0.1,fd00:20::1", "excludeIps": []any{"10.20.0.2..10.20.0.9", "10.20.1.1"}}
-	if _, err := dc.Resource(subnetGVR).Create(ctx, subnetObj("good", good), metav1.CreateOptions{}); err != nil {
+	if _, err := dc.Resource(kubeovnv1.SubnetGVR).Create(ctx, subnetObj("good", good), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("valid dual-stack subnet rejected: %v", err)
 	}
 }

@@ -26,7 +26,7 @@ func TestIPObjectsInKubeOVNShape(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.createNode("node-a", "192.168.10.11")
-	if _, err := e.dc.Resource(subnetGVR).Create(ctx, subnetObj("dual", map[string]any{"cidrBlock": "10.72.0.0/24,fd00:10:72::/120", "protocol": "Dual"}), metav1.CreateOptions{}); err != nil {
+	if _, err := e.dc.Resource(kubeovnv1.SubnetGVR).Create(ctx, subnetObj("dual", map[string]any{"cidrBlock": "10.72.0.0/24,fd00:10:72::/120", "protocol": "Dual"}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, keep := range []struct{ name, reserved, podType string }{{"reserved.default", "true", ""}, {"vm1.default", "false", "VirtualMachine"}} {

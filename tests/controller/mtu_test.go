@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
 	"github.com/ovnhost/ovnhost/internal/annotations"
 )
 
@@ -25,7 +26,7 @@ func TestSubnetMTUIsAnnotatedOnItsPods(t *testing.T) {
 		"small-mtu": {"cidrBlock": "10.70.0.0/16", "mtu": int64(1300), "namespaces": []any{"mtu-ns"}},
 		"plain":     {"cidrBlock": "10.71.0.0/16"},
 	} {
-		if _, err := e.dc.Resource(subnetGVR).Create(ctx, subnetObj(name, spec), metav1.CreateOptions{}); err != nil {
+		if _, err := e.dc.Resource(kubeovnv1.SubnetGVR).Create(ctx, subnetObj(name, spec), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -45,7 +46,8 @@ func TestSubnetMTUIsAnnotatedOnItsPods(t *testing.T) {
 		mtu      string // "" = no annotation
 	}{
 		{"mtu-ns", "by-namespace", nil, "small-mtu", "1300"},
-		{"default", "by-pod", map[string]string{annotations.LogicalSwitch: "small-mtu"}, "small-mtu", "1300"},
+		// small-mtu is bound to mtu-ns: only that namespace's pods may name it.
+		{"mtu-ns", "by-pod", map[string]string{annotations.LogicalSwitch: "small-mtu"}, "small-mtu", "1300"},
 		{"default", "plain", map[string]string{annotations.LogicalSwitch: "plain"}, "plain", ""},
 		{"default", "default", nil, "ovn-default", ""},
 	}

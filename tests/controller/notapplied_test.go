@@ -37,7 +37,7 @@ func TestSubnetFieldsAcceptedNotApplied(t *testing.T) {
 		return c.Status == "True" && c.Reason == kubeovnv1.ValidationSucceeded && c.Message == "", fmt.Sprintf("%+v", *c)
 	})
 
-	if _, err := e.dc.Resource(subnetGVR).Create(ctx, subnetObj("nat-gw", map[string]any{
+	if _, err := e.dc.Resource(kubeovnv1.SubnetGVR).Create(ctx, subnetObj("nat-gw", map[string]any{
 		"cidrBlock": "10.80.0.0/24", "natOutgoing": true, "enableDHCP": true}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -145,12 +145,12 @@ func (e *env) expectWarnings(name string, want ...string) {
 func (e *env) editSubnet(name string, edit func(*unstructured.Unstructured)) {
 	e.t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		u, err := e.dc.Resource(subnetGVR).Get(context.Background(), name, metav1.GetOptions{})
+		u, err := e.dc.Resource(kubeovnv1.SubnetGVR).Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		edit(u)
-		_, err = e.dc.Resource(subnetGVR).Update(context.Background(), u, metav1.UpdateOptions{})
+		_, err = e.dc.Resource(kubeovnv1.SubnetGVR).Update(context.Background(), u, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {

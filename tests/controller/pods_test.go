@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
 	"github.com/ovnhost/ovnhost/internal/annotations"
 )
 
@@ -29,7 +30,7 @@ func Test200PodsTwoNodesSubnetChoiceStaticConflictAndReuse(t *testing.T) {
 		if name == "listed" {
 			spec["namespaces"] = []any{"team-b"}
 		}
-		if _, err := e.dc.Resource(subnetGVR).Create(ctx, subnetObj(name, spec), metav1.CreateOptions{}); err != nil {
+		if _, err := e.dc.Resource(kubeovnv1.SubnetGVR).Create(ctx, subnetObj(name, spec), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -197,7 +198,7 @@ func TestSubnetExhaustionReportedOnPodAndSubnet(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.createNode("node-a", "192.168.10.11")
-	if _, err := e.dc.Resource(subnetGVR).Create(ctx, subnetObj("tiny", map[string]any{"cidrBlock": "10.60.0.0/29", "namespaces": []any{"small"}}), metav1.CreateOptions{}); err != nil {
+	if _, err := e.dc.Resource(kubeovnv1.SubnetGVR).Create(ctx, subnetObj("tiny", map[string]any{"cidrBlock": "10.60.0.0/29", "namespaces": []any{"small"}}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.createNamespace("small", nil)

@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
-	"github.com/ovnhost/ovnhost/controller/kube"
+	"github.com/ovnhost/ovnhost/controller/subnets"
 	"github.com/ovnhost/ovnhost/internal/annotations"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
@@ -88,7 +88,7 @@ func TestControllerWorksWithItsRBACOnly(t *testing.T) {
 	e.waitSubnetReady("ovn-default")
 	e.waitFor(30*time.Second, "finalizer on ovn-default", func() (bool, string) {
 		s := e.subnet("ovn-default")
-		return s != nil && slices.Contains(s.Finalizers, kube.SubnetFinalizer), fmt.Sprint(s.Finalizers)
+		return s != nil && slices.Contains(s.Finalizers, subnets.SubnetFinalizer), fmt.Sprint(s.Finalizers)
 	})
 	e.createPod("default", "web", "node-a", nil)
 	e.createPod("default", "bad", "node-a", map[string]string{annotations.IPAddress: "10.99.0.1"})
@@ -106,13 +106,11 @@ func TestControllerWorksWithItsRBACOnly(t *testing.T) {
 		s := e.subnet("ovn-default")
 		return s != nil && s.Status.V4UsingIPs == 1, fmt.Sprintf("%+v", s.Status)
 	})
-	p.mu.Lock()
-	for _, l := range p.lines {
+	for _, l := range p.Output() {
 		if strings.Contains(l, "forbidden") {
 			t.Errorf("controller hit a permission error: %s", l)
 		}
 	}
-	p.mu.Unlock()
 
 	// The impersonation is real: an identity without the rules is refused.
 	nobody := e.startControllerProcess("--kubeconfig", e.kubeconfigAs("system:serviceaccount:ovnhost:nobody"), "--identity=nobody", "--lease-namespace", "ovnhost")

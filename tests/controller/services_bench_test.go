@@ -177,7 +177,7 @@ func BenchmarkServices1000(b *testing.B) {
 		w.mu.Unlock()
 		sort.Slice(lat, func(a, c int) bool { return lat[a] < lat[c] })
 		p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
-		rss, hwm := rssMiB(p.cmd.Process.Pid)
+		rss, hwm := rssMiB(p.PID())
 		b.ReportMetric(converge.Seconds(), "converge-s")
 		b.ReportMetric(total.Seconds(), "create+converge-s")
 		b.ReportMetric(float64(p50.Microseconds())/1000, "change-p50-ms")

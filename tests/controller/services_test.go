@@ -13,6 +13,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
 	"github.com/ovnhost/ovnhost/controller/kube"
 	"github.com/ovnhost/ovnhost/controller/services"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
@@ -135,7 +136,7 @@ func TestServicesBecomeLoadBalancers(t *testing.T) {
 	waitLBs("the two ready endpoints as backends", fmt.Sprintf("Service_default/web_TCP tcp [%s:80=10.16.0.11:8080,10.16.0.12:8080] {reject=true}", vip))
 
 	// A subnet created now gets the group on its switch too.
-	if _, err := e.dc.Resource(subnetGVR).Create(ctx, subnetObj("extra", map[string]any{"cidrBlock": "10.70.0.0/16", "protocol": "IPv4"}), metav1.CreateOptions{}); err != nil {
+	if _, err := e.dc.Resource(kubeovnv1.SubnetGVR).Create(ctx, subnetObj("extra", map[string]any{"cidrBlock": "10.70.0.0/16", "protocol": "IPv4"}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.waitSubnetReady("extra")

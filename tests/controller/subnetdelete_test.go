@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
-	"github.com/ovnhost/ovnhost/controller/kube"
+	"github.com/ovnhost/ovnhost/controller/subnets"
 	"github.com/ovnhost/ovnhost/internal/annotations"
 )
 
@@ -28,7 +28,7 @@ func TestSubnetDeletionWaitsForItsPods(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.createNode("node-a", "192.168.10.11")
-	if _, err := e.dc.Resource(subnetGVR).Create(ctx, subnetObj("doomed", map[string]any{"cidrBlock": "10.90.0.0/24"}), metav1.CreateOptions{}); err != nil {
+	if _, err := e.dc.Resource(kubeovnv1.SubnetGVR).Create(ctx, subnetObj("doomed", map[string]any{"cidrBlock": "10.90.0.0/24"}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	p := e.startControllerProcess()
@@ -36,7 +36,7 @@ func TestSubnetDeletionWaitsForItsPods(t *testing.T) {
 	e.waitSubnetReady("doomed")
 	e.waitFor(30*time.Second, "finalizer on Subnet doomed", func() (bool, string) {
 		s := e.subnet("doomed")
-		return s != nil && slices.Contains(s.Finalizers, kube.SubnetFinalizer), fmt.Sprint(s.Finalizers)
+		return s != nil && slices.Contains(s.Finalizers, subnets.SubnetFinalizer), fmt.Sprint(s.Finalizers)
 	})
 	on := map[string]string{annotations.LogicalSwitch: "doomed"}
 	e.createPod("default", "a", "node-a", on)
@@ -53,7 +53,7 @@ func TestSubnetDeletionWaitsForItsPods(t *testing.T) {
 		return true, ""
 	})
 
-	if err := e.dc.Resource(subnetGVR).Delete(ctx, "doomed", metav1.DeleteOptions{}); err != nil {
+	if err := e.dc.Resource(kubeovnv1.SubnetGVR).Delete(ctx, "doomed", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waiting := func(want ...string) {
@@ -109,7 +109,7 @@ func TestSubnetDeletionWaitsForItsPods(t *testing.T) {
 	})
 
 	// Same name and CIDR again: its first pod gets the first address.
-	if _, err := e.dc.Resource(subnetGVR).Create(ctx, subnetObj("doomed", map[string]any{"cidrBlock": "10.90.0.0/24"}), metav1.CreateOptions{}); err != nil {
+	if _, err := e.dc.Resource(kubeovnv1.SubnetGVR).Create(ctx, subnetObj("doomed", map[string]any{"cidrBlock": "10.90.0.0/24"}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.createPod("default", "c", "node-a", on)

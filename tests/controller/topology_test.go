@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
 	"github.com/ovnhost/ovnhost/internal/annotations"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
 )
@@ -115,7 +116,7 @@ func TestDefaultTopologyNodesAndSubnetValidation(t *testing.T) {
 		"mismatch":      {"cidrBlock": "10.32.0.0/24", "protocol": "IPv6"},
 		"overlap":       {"cidrBlock": "10.16.5.0/24"},
 	} {
-		if _, err := e.dc.Resource(subnetGVR).Create(ctx, subnetObj(name, spec), metav1.CreateOptions{}); err != nil {
+		if _, err := e.dc.Resource(kubeovnv1.SubnetGVR).Create(ctx, subnetObj(name, spec), metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create %s: %v", name, err)
 		}
 	}
@@ -139,7 +140,7 @@ func TestDefaultTopologyNodesAndSubnetValidation(t *testing.T) {
 		return strings.Contains(ev, `SubnetNotValid: subnet "vlan" is not valid (UnsupportedField`), ev
 	})
 	// A good extra subnet gets its switch and router port.
-	if _, err := e.dc.Resource(subnetGVR).Create(ctx, subnetObj("extra", map[string]any{"cidrBlock": "10.40.0.0/24", "gateway": "10.40.0.254", "excludeIps": []any{"10.40.0.1..10.40.0.9"}}), metav1.CreateOptions{}); err != nil {
+	if _, err := e.dc.Resource(kubeovnv1.SubnetGVR).Create(ctx, subnetObj("extra", map[string]any{"cidrBlock": "10.40.0.0/24", "gateway": "10.40.0.254", "excludeIps": []any{"10.40.0.1..10.40.0.9"}}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.waitSubnetReady("extra")
@@ -155,12 +156,12 @@ func TestDefaultTopologyNodesAndSubnetValidation(t *testing.T) {
 		t.Fatalf("extra status: %+v", s.Status)
 	}
 	// Editing a Subnet (excludeIps) is applied and reflected in its status.
-	u, err := e.dc.Resource(subnetGVR).Get(ctx, "extra", metav1.GetOptions{})
+	u, err := e.dc.Resource(kubeovnv1.SubnetGVR).Get(ctx, "extra", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = unstructured.SetNestedStringSlice(u.Object, []string{"10.40.0.1..10.40.0.99"}, "spec", "excludeIps")
-	if _, err := e.dc.Resource(subnetGVR).Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+	if _, err := e.dc.Resource(kubeovnv1.SubnetGVR).Update(ctx, u, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.waitFor(30*time.Second, "extra status after excludeIps edit", func() (bool, string) {
@@ -169,7 +170,7 @@ func TestDefaultTopologyNodesAndSubnetValidation(t *testing.T) {
 	})
 
 	// Deleting a Subnet removes its switch and router port pair.
-	if err := e.dc.Resource(subnetGVR).Delete(ctx, "extra", metav1.DeleteOptions{}); err != nil {
+	if err := e.dc.Resource(kubeovnv1.SubnetGVR).Delete(ctx, "extra", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.waitFor(30*time.Second, "switch extra and router port ovn-cluster-extra gone", func() (bool, string) {
@@ -181,7 +182,7 @@ func TestDefaultTopologyNodesAndSubnetValidation(t *testing.T) {
 	})
 
 	// Dual stack: one address per family, both on the port and the router port.
-	if _, err := e.dc.Resource(subnetGVR).Create(ctx, subnetObj("dual", map[string]any{"cidrBlock": "10.70.0.0/24,fd00:10:70::/120", "protocol": "Dual", "namespaces": []any{"v6ns"}}), metav1.CreateOptions{}); err != nil {
+	if _, err := e.dc.Resource(kubeovnv1.SubnetGVR).Create(ctx, subnetObj("dual", map[string]any{"cidrBlock": "10.70.0.0/24,fd00:10:70::/120", "protocol": "Dual", "namespaces": []any{"v6ns"}}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.createNamespace("v6ns", nil)

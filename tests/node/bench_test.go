@@ -17,6 +17,7 @@ import (
 
 	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
 	"github.com/ovnhost/ovnhost/tests/harness/ovncentral"
+	"github.com/ovnhost/ovnhost/tests/harness/proc"
 )
 
 // Benchmarks of the node daemon against Debian's own start-up scripts,
@@ -56,16 +57,16 @@ func BenchmarkColdStart(b *testing.B) {
 
 func ovnhostColdStart(b *testing.B, sb string) time.Duration {
 	n := newNode(b)
-	n.env = []string{"OVN_SB_ADDR=" + sb}
+	n.Env = []string{"OVN_SB_ADDR=" + sb}
 	t0 := time.Now()
-	if err := n.startNoWait(); err != nil {
+	if err := n.StartNoWait(); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := n.notify.WaitFor(0, "READY=1", 60*time.Second, n.exited); err != nil {
-		b.Fatalf("%v\n%s", err, n.logTail())
+	if _, err := n.Notify.WaitFor(0, "READY=1", 60*time.Second, n.Exited()); err != nil {
+		b.Fatalf("%v\n%s", err, n.LogTail())
 	}
 	d := time.Since(t0)
-	n.stop()
+	n.Stop()
 	return d
 }
 
@@ -166,15 +167,15 @@ func scriptsColdStart(b *testing.B, sb string) time.Duration {
 // ovs-vswitchd, under ovnhost and with ovs-vswitchd alone restarted at once.
 func BenchmarkVswitchdKillGap(b *testing.B) {
 	n := newNode(b)
-	n.start()
+	n.Start()
 	pods := []pod{
 		{hostIf: "veth-g1", lsp: "g1.default", mac: "0a:58:0a:10:00:21", ip: "10.16.0.21"},
 		{hostIf: "veth-g2", lsp: "g2.default", mac: "0a:58:0a:10:00:22", ip: "10.16.0.22"},
 	}
-	wirePods(b, "unix:"+n.path("ovn-run", "ovnnb_db.sock"), "unix:"+n.path("ovs-run", "db.sock"), n.ns, n.logTail, pods)
-	ours := pingGap(b, "ovnhost", pods, func() { _ = syscall.Kill(n.pid(n.path("ovs-run", "ovs-vswitchd.pid")), syscall.SIGKILL) })
-	rss := rssOf(n.cmd.Process.Pid)
-	n.stop()
+	wirePods(b, "unix:"+n.Path("ovn-run", "ovnnb_db.sock"), "unix:"+n.Path("ovs-run", "db.sock"), n.NS, n.LogTail, pods)
+	ours := pingGap(b, "ovnhost", pods, func() { _ = syscall.Kill(n.ReadPid(n.Path("ovs-run", "ovs-vswitchd.pid")), syscall.SIGKILL) })
+	rss := rssOf(n.PID())
+	n.Stop()
 
 	central := ovncentral.Start(b)
 	if err := central.WaitNorthd(context.Background()); err != nil {
@@ -204,7 +205,7 @@ func BenchmarkVswitchdKillGap(b *testing.B) {
 		monitor := parentOf(pid)
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 		for _, p := range []int{pid, monitor} {
-			for p > 1 && syscall.Kill(p, 0) == nil && !zombie(p) {
+			for p > 1 && syscall.Kill(p, 0) == nil && !proc.Zombie(p) {
 				runtime.Gosched()
 			}
 		}
@@ -273,15 +274,6 @@ func rssOf(pid int) int64 {
 	return 0
 }
 
-func zombie(pid int) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	i := strings.LastIndexByte(string(stat), ')')
-	return i > 0 && i+2 < len(stat) && stat[i+2] == 'Z'
-}
-
 // parentOf reads the parent pid from /proc/PID/stat.
 func parentOf(pid int) int {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -306,24 +298,23 @@ func parentOf(pid int) int {
 // one; the pods keep their addresses and ports either way.
 func BenchmarkNodeDaemonRestartGap(b *testing.B) {
 	n := newNode(b)
-	n.start("--keep-datapath")
+	n.Start("--keep-datapath")
 	pods := []pod{
 		{hostIf: "veth-d1", lsp: "d1.default", mac: "0a:58:0a:10:00:41", ip: "10.16.0.41"},
 		{hostIf: "veth-d2", lsp: "d2.default", mac: "0a:58:0a:10:00:42", ip: "10.16.0.42"},
 	}
-	wirePods(b, "unix:"+n.path("ovn-run", "ovnnb_db.sock"), "unix:"+n.path("ovs-run", "db.sock"), n.ns, n.logTail, pods)
-	b.Cleanup(func() { killProcessesUnder(n.dir) })
+	wirePods(b, "unix:"+n.Path("ovn-run", "ovnnb_db.sock"), "unix:"+n.Path("ovs-run", "db.sock"), n.NS, n.LogTail, pods)
+	b.Cleanup(func() { killProcessesUnder(n.Dir) })
 	restart := func(sig syscall.Signal, args ...string) func() {
 		return func() {
-			_ = n.cmd.Process.Signal(sig)
-			<-n.exited
-			n.log.Close()
-			mark := n.notify.Mark()
-			if err := n.startNoWait(args...); err != nil {
+			_ = n.Signal(sig)
+			<-n.Exited()
+			mark := n.Notify.Mark()
+			if err := n.StartNoWait(args...); err != nil {
 				b.Fatal(err)
 			}
-			if _, err := n.notify.WaitFor(mark, "READY=1", 60*time.Second, n.exited); err != nil {
-				b.Fatalf("not ready after the restart: %v\n%s", err, n.logTail())
+			if _, err := n.Notify.WaitFor(mark, "READY=1", 60*time.Second, n.Exited()); err != nil {
+				b.Fatalf("not ready after the restart: %v\n%s", err, n.LogTail())
 			}
 		}
 	}

@@ -42,28 +42,28 @@ func startCluster(t testing.TB, n int, extraArgs ...string) *cluster {
 		name := fmt.Sprintf("node-%c", 'a'+i)
 		ip := fmt.Sprintf("192.168.100.%d", i+1)
 		port := fmt.Sprintf("ul%c", 'a'+i)
-		run(t, "ip", "link", "add", "ul0", "netns", nd.ns, "type", "veth", "peer", "name", port, "netns", underlay)
+		run(t, "ip", "link", "add", "ul0", "netns", nd.NS, "type", "veth", "peer", "name", port, "netns", underlay)
 		run(t, "ip", "-n", underlay, "link", "set", port, "master", "br0", "up")
-		run(t, "ip", "-n", nd.ns, "addr", "add", ip+"/24", "dev", "ul0")
-		run(t, "ip", "-n", nd.ns, "link", "set", "ul0", "up")
+		run(t, "ip", "-n", nd.NS, "addr", "add", ip+"/24", "dev", "ul0")
+		run(t, "ip", "-n", nd.NS, "link", "set", "ul0", "up")
 		wan := fmt.Sprintf("wan%c", 'a'+i)
-		run(t, "ip", "link", "add", "wan0", "netns", nd.ns, "type", "veth", "peer", "name", wan, "netns", c.world.ns)
-		run(t, "ip", "-n", nd.ns, "addr", "add", fmt.Sprintf("192.168.%d.2/24", 207+i), "dev", "wan0")
-		run(t, "ip", "-n", nd.ns, "link", "set", "wan0", "up")
-		run(t, "ip", "-n", nd.ns, "route", "add", "default", "via", fmt.Sprintf("192.168.%d.1", 207+i))
+		run(t, "ip", "link", "add", "wan0", "netns", nd.NS, "type", "veth", "peer", "name", wan, "netns", c.world.ns)
+		run(t, "ip", "-n", nd.NS, "addr", "add", fmt.Sprintf("192.168.%d.2/24", 207+i), "dev", "wan0")
+		run(t, "ip", "-n", nd.NS, "link", "set", "wan0", "up")
+		run(t, "ip", "-n", nd.NS, "route", "add", "default", "via", fmt.Sprintf("192.168.%d.1", 207+i))
 		run(t, "ip", "-n", c.world.ns, "addr", "add", fmt.Sprintf("192.168.%d.1/24", 207+i), "dev", wan)
 		run(t, "ip", "-n", c.world.ns, "link", "set", wan, "up")
 		if _, err := cp.kc.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
 			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		proxyAPIInto(t, nd.ns, apiAddr)
-		nd.env = []string{"OVN_SB_ADDR=" + cp.central.SB(), "IFACE=ul0", "KUBECONFIG=" + cp.api.Kubeconfig}
+		proxyAPIInto(t, nd.NS, apiAddr)
+		nd.Env = []string{"OVN_SB_ADDR=" + cp.central.SB(), "IFACE=ul0", "KUBECONFIG=" + cp.api.Kubeconfig}
 		c.nodes, c.names = append(c.nodes, nd), append(c.names, name)
 	}
 	c.world.serve(t)
 	for i, nd := range c.nodes {
-		nd.start(append([]string{"--userspace-tunnel", "--node-name=" + c.names[i]}, extraArgs...)...)
+		nd.Start(append([]string{"--userspace-tunnel", "--node-name=" + c.names[i]}, extraArgs...)...)
 	}
 	return c
 }
@@ -93,18 +93,24 @@ func (c *cluster) ensureNamespace(t testing.TB, name string, labels map[string]s
 // interface is removed (CNI DEL) at the end of the test unless deletePod ran.
 func (c *cluster) addPod(t testing.TB, i int, namespace, name string, labels, annotations map[string]string) *clusterPod {
 	t.Helper()
+	return c.addPodPorts(t, i, namespace, name, labels, annotations, nil)
+}
+
+// addPodPorts is addPod with the container's ports in the Pod object.
+func (c *cluster) addPodPorts(t testing.TB, i int, namespace, name string, labels, annotations map[string]string, ports []corev1.ContainerPort) *clusterPod {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p := &clusterPod{node: c.nodes[i], nodeName: c.names[i], namespace: namespace, name: name}
 	if _, err := c.cp.kc.CoreV1().Pods(namespace).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: annotations},
-		Spec:       corev1.PodSpec{NodeName: p.nodeName, Containers: []corev1.Container{{Name: "c", Image: "none"}}}}, metav1.CreateOptions{}); err != nil {
+		Spec:       corev1.PodSpec{NodeName: p.nodeName, Containers: []corev1.Container{{Name: "c", Image: "none", Ports: ports}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	p.netns = newNetns(t, "ohk")
 	out, err := cniIn(p.node, "ADD", p.netns, namespace, name)
 	if err != nil {
-		t.Fatalf("CNI ADD %s/%s on %s: %v\n%s\n%s", namespace, name, p.nodeName, err, out, p.node.logTail())
+		t.Fatalf("CNI ADD %s/%s on %s: %v\n%s\n%s", namespace, name, p.nodeName, err, out, p.node.LogTail())
 	}
 	var res struct {
 		IPs []struct{ Address string } `json:"ips"`
@@ -146,10 +152,10 @@ func (c *cluster) addExternalNetwork(t testing.TB, nic string, nodes ...int) {
 	}
 	for _, i := range nodes {
 		peer := fmt.Sprintf("ext%c", 'a'+i)
-		run(t, "ip", "link", "add", nic, "netns", c.nodes[i].ns, "type", "veth", "peer", "name", peer, "netns", w)
+		run(t, "ip", "link", "add", nic, "netns", c.nodes[i].NS, "type", "veth", "peer", "name", peer, "netns", w)
 		run(t, "ip", "-n", w, "link", "set", peer, "master", "brext", "up")
 		run(t, "ip", "netns", "exec", w, "ethtool", "-K", peer, "tx", "off")
-		run(t, "ip", "netns", "exec", c.nodes[i].ns, "ethtool", "-K", nic, "tx", "off")
-		run(t, "ip", "-n", c.nodes[i].ns, "link", "set", nic, "up")
+		run(t, "ip", "netns", "exec", c.nodes[i].NS, "ethtool", "-K", nic, "tx", "off")
+		run(t, "ip", "-n", c.nodes[i].NS, "link", "set", nic, "up")
 	}
 }

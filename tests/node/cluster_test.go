@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -19,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/ovnhost/ovnhost/tests/harness/netns"
 )
 
 // The whole product on two nodes: a real kube-apiserver, the real
@@ -33,17 +33,17 @@ func TestClusterOfTwoNodesWiresPodsAcrossNodes(t *testing.T) {
 	defer cancel()
 
 	a, b := newNode(t), newNode(t)
-	run(t, "ip", "link", "add", "ul0", "netns", a.ns, "type", "veth", "peer", "name", "ul0", "netns", b.ns)
+	run(t, "ip", "link", "add", "ul0", "netns", a.NS, "type", "veth", "peer", "name", "ul0", "netns", b.NS)
 	// The outside: each node's uplink (wan0) leads to it; it answers with
 	// the source address it sees and routes back only to the nodes (and to
 	// the routed subnet below, whose pods keep their own address).
 	world := &outside{ns: newNetns(t, "ohx"), addr: "192.168.207.1:7000"}
 	for i, n := range []*node{a, b} {
 		peer := fmt.Sprintf("wan%c", 'a'+i)
-		run(t, "ip", "link", "add", "wan0", "netns", n.ns, "type", "veth", "peer", "name", peer, "netns", world.ns)
-		run(t, "ip", "-n", n.ns, "addr", "add", fmt.Sprintf("192.168.%d.2/24", 207+i), "dev", "wan0")
-		run(t, "ip", "-n", n.ns, "link", "set", "wan0", "up")
-		run(t, "ip", "-n", n.ns, "route", "add", "default", "via", fmt.Sprintf("192.168.%d.1", 207+i))
+		run(t, "ip", "link", "add", "wan0", "netns", n.NS, "type", "veth", "peer", "name", peer, "netns", world.ns)
+		run(t, "ip", "-n", n.NS, "addr", "add", fmt.Sprintf("192.168.%d.2/24", 207+i), "dev", "wan0")
+		run(t, "ip", "-n", n.NS, "link", "set", "wan0", "up")
+		run(t, "ip", "-n", n.NS, "route", "add", "default", "via", fmt.Sprintf("192.168.%d.1", 207+i))
 		run(t, "ip", "-n", world.ns, "addr", "add", fmt.Sprintf("192.168.%d.1/24", 207+i), "dev", peer)
 		run(t, "ip", "-n", world.ns, "link", "set", peer, "up")
 	}
@@ -53,18 +53,18 @@ func TestClusterOfTwoNodesWiresPodsAcrossNodes(t *testing.T) {
 	for i, n := range []*node{a, b} {
 		name := fmt.Sprintf("node-%c", 'a'+i)
 		ip := fmt.Sprintf("192.168.100.%d", i+1)
-		run(t, "ip", "-n", n.ns, "addr", "add", ip+"/24", "dev", "ul0")
-		run(t, "ip", "-n", n.ns, "link", "set", "ul0", "up")
+		run(t, "ip", "-n", n.NS, "addr", "add", ip+"/24", "dev", "ul0")
+		run(t, "ip", "-n", n.NS, "link", "set", "ul0", "up")
 		_, err := kc.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
 			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}}}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		proxyAPIInto(t, n.ns, apiAddr)
-		n.env = []string{"OVN_SB_ADDR=" + central.SB(), "IFACE=ul0", "KUBECONFIG=" + api.Kubeconfig}
+		proxyAPIInto(t, n.NS, apiAddr)
+		n.Env = []string{"OVN_SB_ADDR=" + central.SB(), "IFACE=ul0", "KUBECONFIG=" + api.Kubeconfig}
 	}
-	a.start("--userspace-tunnel", "--node-name=node-a")
-	b.start("--userspace-tunnel", "--node-name=node-b")
+	a.Start("--userspace-tunnel", "--node-name=node-a")
+	b.Start("--userspace-tunnel", "--node-name=node-b")
 
 	type kubePod struct {
 		node *node
@@ -82,7 +82,7 @@ func TestClusterOfTwoNodesWiresPodsAcrossNodes(t *testing.T) {
 		p.ns = newNetns(t, "ohk")
 		out, err := cni(p.node, "ADD", p.ns, p.name)
 		if err != nil {
-			t.Fatalf("ADD %s on %s: %v\n%s\n%s", p.name, p.node.ns, err, out, p.node.logTail())
+			t.Fatalf("ADD %s on %s: %v\n%s\n%s", p.name, p.node.NS, err, out, p.node.LogTail())
 		}
 		var res struct {
 			IPs []struct{ Address string } `json:"ips"`
@@ -107,7 +107,7 @@ func TestClusterOfTwoNodesWiresPodsAcrossNodes(t *testing.T) {
 	}
 	w.Stop()
 	if err := ping(pods[0].ns, pods[1].ip, 5); err != nil {
-		t.Fatalf("pod on node-a to pod on node-b: %v\n%s", err, a.logTail())
+		t.Fatalf("pod on node-a to pod on node-b: %v\n%s", err, a.LogTail())
 	}
 	out, err := exec.Command("ip", "netns", "exec", pods[1].ns, "ping", "-c", "3", "-i", "0.2", "-W", "2", pods[0].ip).CombinedOutput()
 	if err != nil || !bytes.Contains(out, []byte(" 0% packet loss")) {
@@ -117,7 +117,7 @@ func TestClusterOfTwoNodesWiresPodsAcrossNodes(t *testing.T) {
 	// of its Chassis row, as upstream kube-ovn-cni does.
 	for i, n := range []*node{a, b} {
 		name := fmt.Sprintf("node-%c", 'a'+i)
-		id, err := os.ReadFile(n.path("ovs-db", "system-id.conf"))
+		id, err := os.ReadFile(n.Path("ovs-db", "system-id.conf"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +128,7 @@ func TestClusterOfTwoNodesWiresPodsAcrossNodes(t *testing.T) {
 		}
 	}
 	// kubelet's probes: each node reaches its own pod through ovn0.
-	if err := ping(a.ns, pods[0].ip, 3); err != nil {
+	if err := ping(a.NS, pods[0].ip, 3); err != nil {
 		t.Fatalf("node-a to its pod through ovn0: %v", err)
 	}
 
@@ -137,7 +137,7 @@ func TestClusterOfTwoNodesWiresPodsAcrossNodes(t *testing.T) {
 	for i, p := range pods {
 		want := fmt.Sprintf("192.168.%d.2", 207+i)
 		if src, err := world.sourceSeen(p.ns, 5*time.Second); err != nil || src != want {
-			t.Fatalf("%s to the outside: saw source %q (%v), want its node's %s\n%s\n%s", p.name, src, err, want, p.node.logTail(), egressState(p.node))
+			t.Fatalf("%s to the outside: saw source %q (%v), want its node's %s\n%s\n%s", p.name, src, err, want, p.node.LogTail(), egressState(p.node))
 		}
 	}
 	// A subnet without natOutgoing: its pods leave routed, with their own address.
@@ -156,11 +156,11 @@ func TestClusterOfTwoNodesWiresPodsAcrossNodes(t *testing.T) {
 	if res, err := cni(a, "ADD", routed.ns, routed.name); err != nil {
 		var diag strings.Builder
 		for _, c := range [][]string{{"ovn-nbctl", "--db=" + central.NB(), "show"}, {"ovn-sbctl", "--db=" + central.SB(), "show"},
-			{"tail", "-20", a.path("log", "ovn-controller.log")}, {"sh", "-c", "tail -20 " + central.Dir + "/*northd*.log"}} {
+			{"tail", "-20", a.Path("log", "ovn-controller.log")}, {"sh", "-c", "tail -20 " + central.Dir + "/*northd*.log"}} {
 			o, _ := exec.Command(c[0], c[1:]...).CombinedOutput()
 			diag.WriteString("$ " + strings.Join(c, " ") + "\n" + string(o))
 		}
-		t.Fatalf("ADD %s: %v\n%s\n%s\n%s", routed.name, err, res, a.logTail(), diag.String())
+		t.Fatalf("ADD %s: %v\n%s\n%s\n%s", routed.name, err, res, a.LogTail(), diag.String())
 	}
 	pods = append(pods, routed)
 	if src, err := world.sourceSeen(routed.ns, 5*time.Second); err != nil || !strings.HasPrefix(src, "10.70.") {
@@ -182,10 +182,10 @@ func cni(n *node, command, podNS, pod string) ([]byte, error) {
 
 // cniIn is cni for a pod of Kubernetes namespace kns.
 func cniIn(n *node, command, podNS, kns, pod string) ([]byte, error) {
-	conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"ovnhost","type":"ovnhost-cni","socket":%q,"timeoutSeconds":60}`, n.path("cni.sock"))
-	cmd := exec.Command("ip", "netns", "exec", n.ns, n.path("cni-bin", "ovnhost-cni"))
+	conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"ovnhost","type":"ovnhost-cni","socket":%q,"timeoutSeconds":60}`, n.Path("cni.sock"))
+	cmd := exec.Command("ip", "netns", "exec", n.NS, n.Path("cni-bin", "ovnhost-cni"))
 	cmd.Env = []string{"CNI_COMMAND=" + command, "CNI_CONTAINERID=" + podNS, "CNI_NETNS=/var/run/netns/" + podNS, "CNI_IFNAME=eth0",
-		"CNI_PATH=" + n.path("cni-bin"), "CNI_ARGS=K8S_POD_NAMESPACE=" + kns + ";K8S_POD_NAME=" + pod}
+		"CNI_PATH=" + n.Path("cni-bin"), "CNI_ARGS=K8S_POD_NAMESPACE=" + kns + ";K8S_POD_NAME=" + pod}
 	cmd.Stdin = strings.NewReader(conf)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -197,42 +197,8 @@ func cniIn(n *node, command, podNS, kns, pod string) ([]byte, error) {
 }
 
 // proxyAPIInto makes the API server (on the test's loopback) answer on the
-// same address inside the named namespace: a listener created from that
-// namespace, connections forwarded from the test's own.
-func proxyAPIInto(t testing.TB, ns, addr string) {
-	t.Helper()
-	l, err := listenInNetns(ns, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				up, err := net.Dial("tcp", addr)
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				go func() { _, _ = io.Copy(up, c) }()
-				_, _ = io.Copy(c, up)
-			}()
-		}
-	}()
-}
-
-func listenInNetns(name, addr string) (l net.Listener, err error) {
-	err = inNetns(name, func() error {
-		l, err = net.Listen("tcp", addr)
-		return err
-	})
-	return l, err
-}
+// same address inside the named namespace.
+func proxyAPIInto(t testing.TB, ns, addr string) { netns.ProxyInto(t, ns, addr) }
 
 // waitNodeAnnotation watches the Node until annotation key has value want.
 func waitNodeAnnotation(t *testing.T, ctx context.Context, kc kubernetes.Interface, name, key, want string) {

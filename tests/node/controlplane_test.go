@@ -3,7 +3,6 @@ package node_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
 	"github.com/ovnhost/ovnhost/tests/harness/kubeapi"
 	"github.com/ovnhost/ovnhost/tests/harness/ovncentral"
+	"github.com/ovnhost/ovnhost/tests/harness/proc"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
@@ -29,14 +29,13 @@ type controlPlane struct {
 	central *ovncentral.Central
 	kc      kubernetes.Interface
 	dc      dynamic.Interface
-	ctrl    *exec.Cmd
+	ctrl    *proc.Process
 	ctrlLog string // the controller's output
 }
 
 // stopController kills ovnhost-controller (what is programmed stays).
 func (cp *controlPlane) stopController() {
-	_ = cp.ctrl.Process.Kill()
-	_, _ = cp.ctrl.Process.Wait()
+	cp.ctrl.Kill()
 }
 
 func startControlPlane(t testing.TB) *controlPlane {
@@ -74,16 +73,9 @@ func startControlPlane(t testing.TB) *controlPlane {
 // its output appended to cp.ctrlLog.
 func (cp *controlPlane) startController(t testing.TB) {
 	t.Helper()
-	ctrl := exec.Command(testenv.Binary(t, "ovnhost-controller"), "--kubeconfig="+cp.api.Kubeconfig, "--ovn-nb-addr="+cp.central.NB(),
-		"--health-addr=", "--leader-elect=false")
-	log, err := os.OpenFile(cp.ctrlLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctrl.Stdout, ctrl.Stderr = log, log
-	if err := ctrl.Start(); err != nil {
-		t.Fatal(err)
-	}
+	ctrl := proc.MustStart(t, proc.Spec{Name: "ovnhost-controller", Path: testenv.Binary(t, "ovnhost-controller"),
+		Args: []string{"--kubeconfig=" + cp.api.Kubeconfig, "--ovn-nb-addr=" + cp.central.NB(), "--health-addr=", "--leader-elect=false"},
+		Env:  os.Environ(), Log: cp.ctrlLog})
 	cp.ctrl = ctrl
-	t.Cleanup(func() { _ = ctrl.Process.Kill(); _, _ = ctrl.Process.Wait(); log.Close() })
+	t.Cleanup(ctrl.Kill)
 }

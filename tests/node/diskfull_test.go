@@ -18,7 +18,7 @@ import (
 // once space is freed it is ready again and a new pod is wired.
 func TestConfDBDiskFullIsReportedAndRecovered(t *testing.T) {
 	n := newNode(t)
-	dbDir := n.path("ovs-db")
+	dbDir := n.Path("ovs-db")
 	if err := os.MkdirAll(dbDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -26,26 +26,26 @@ func TestConfDBDiskFullIsReportedAndRecovered(t *testing.T) {
 		t.Fatalf("tmpfs on %s: %v", dbDir, err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(dbDir, unix.MNT_DETACH) })
-	n.start("--child-probe-interval=1s")
+	n.Start("--child-probe-interval=1s")
 	pods := []pod{
 		{hostIf: "veth-d1", lsp: "d1.default", mac: "0a:58:0a:10:00:31", ip: "10.16.0.31"},
 		{hostIf: "veth-d2", lsp: "d2.default", mac: "0a:58:0a:10:00:32", ip: "10.16.0.32"},
 		{hostIf: "veth-d3", lsp: "d3.default", mac: "0a:58:0a:10:00:33", ip: "10.16.0.33"},
 	}
-	createSwitch(t, "unix:"+n.path("ovn-run", "ovnnb_db.sock"), pods)
-	plugPods(t, "unix:"+n.path("ovs-run", "db.sock"), n.ns, n.logTail, pods[:2])
+	createSwitch(t, "unix:"+n.Path("ovn-run", "ovnnb_db.sock"), pods)
+	plugPods(t, "unix:"+n.Path("ovs-run", "db.sock"), n.NS, n.LogTail, pods[:2])
 	if err := ping(pods[0].ns, pods[1].ip, 3); err != nil {
 		t.Fatal(err)
 	}
-	dbPid := n.pid(n.path("ovs-run", "ovsdb-server.pid"))
+	dbPid := n.ReadPid(n.Path("ovs-run", "ovsdb-server.pid"))
 
-	mark := n.notify.Mark()
+	mark := n.Notify.Mark()
 	filler := filepath.Join(dbDir, "filler")
 	fillUp(t, filler)
-	if _, err := n.notify.WaitFor(mark, "STATUS=ovsdb-server is not ready; waiting for free space under "+dbDir, 15*time.Second, n.exited); err != nil {
-		t.Fatalf("conf.db's filesystem full: %v\n%s", err, n.logTail())
+	if _, err := n.Notify.WaitFor(mark, "STATUS=ovsdb-server is not ready; waiting for free space under "+dbDir, 15*time.Second, n.Exited()); err != nil {
+		t.Fatalf("conf.db's filesystem full: %v\n%s", err, n.LogTail())
 	}
-	code, body, err := n.httpGet("/readyz")
+	code, body, err := n.HTTPGet("/readyz")
 	if err != nil || code == 200 || !strings.Contains(body, "free space under "+dbDir) {
 		t.Errorf("/readyz with conf.db's filesystem full: %d %v %q, want 503 naming %s", code, err, body, dbDir)
 	}
@@ -53,17 +53,17 @@ func TestConfDBDiskFullIsReportedAndRecovered(t *testing.T) {
 		t.Errorf("pods while the disk is full: %v", err)
 	}
 
-	mark = n.notify.Mark()
+	mark = n.Notify.Mark()
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.notify.WaitFor(mark, "STATUS=ready", 15*time.Second, n.exited); err != nil {
-		t.Fatalf("space freed: %v\n%s", err, n.logTail())
+	if _, err := n.Notify.WaitFor(mark, "STATUS=ready", 15*time.Second, n.Exited()); err != nil {
+		t.Fatalf("space freed: %v\n%s", err, n.LogTail())
 	}
-	if now := n.pid(n.path("ovs-run", "ovsdb-server.pid")); now != dbPid {
+	if now := n.ReadPid(n.Path("ovs-run", "ovsdb-server.pid")); now != dbPid {
 		t.Errorf("ovsdb-server was restarted (pid %d, before %d): a full disk is not a reason to", now, dbPid)
 	}
-	plugPods(t, "unix:"+n.path("ovs-run", "db.sock"), n.ns, n.logTail, pods[2:])
+	plugPods(t, "unix:"+n.Path("ovs-run", "db.sock"), n.NS, n.LogTail, pods[2:])
 	if err := ping(pods[2].ns, pods[0].ip, 3); err != nil {
 		t.Fatalf("a pod wired after the disk was freed: %v", err)
 	}

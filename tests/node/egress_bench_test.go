@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ovnhost/ovnhost/tests/harness/netns"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
@@ -27,11 +28,11 @@ func BenchmarkEgressThroughput(b *testing.B) {
 	n := newNode(b)
 	testenv.Binary(b, "ovnhost-cni")
 	out := newOutside(b, n)
-	n.env = append(n.env, "IFACE=ul0")
-	n.start()
+	n.Env = append(n.Env, "IFACE=ul0")
+	n.Start()
 	pod := newNetns(b, "ohe")
 	if res, err := cni(n, "ADD", pod, "egress-bench"); err != nil {
-		b.Fatalf("ADD: %v\n%s\n%s", err, res, n.logTail())
+		b.Fatalf("ADD: %v\n%s\n%s", err, res, n.LogTail())
 	}
 	b.Cleanup(func() { _, _ = cni(n, "DEL", pod, "egress-bench") })
 	if src, err := out.sourceSeen(pod, 5*time.Second); err != nil || src != "192.168.206.2" {
@@ -42,17 +43,17 @@ func BenchmarkEgressThroughput(b *testing.B) {
 	host, _, _ := net.SplitHostPort(out.addr)
 	// Where the time goes: the pod to its node's ovn0 crosses the same OVS
 	// datapath without the forwarding and masquerade.
-	ovn0 := strings.Fields(run(b, "ip", "-n", n.ns, "-4", "-o", "addr", "show", "dev", "ovn0"))
+	ovn0 := strings.Fields(run(b, "ip", "-n", n.NS, "-4", "-o", "addr", "show", "dev", "ovn0"))
 	if len(ovn0) < 4 {
 		b.Fatalf("no IPv4 address on ovn0: %v", ovn0)
 	}
 	ovn0IP := strings.Split(ovn0[3], "/")[0]
-	nodeServer := startIperfServer(b, n.ns)
+	nodeServer := startIperfServer(b, n.NS)
 	const rounds, secs = 2, 3
 	var podBps, nodeBps, podNodeBps []float64
 	for i := 0; i < rounds; i++ {
 		podBps = append(podBps, iperfClient(b, pod, host, secs, server))
-		nodeBps = append(nodeBps, iperfClient(b, n.ns, host, secs, server))
+		nodeBps = append(nodeBps, iperfClient(b, n.NS, host, secs, server))
 		podNodeBps = append(podNodeBps, iperfClient(b, pod, ovn0IP, secs, nodeServer))
 	}
 	pm, nm, pnm := meanOf(podBps)/1e6, meanOf(nodeBps)/1e6, meanOf(podNodeBps)/1e6
@@ -61,13 +62,13 @@ func BenchmarkEgressThroughput(b *testing.B) {
 	connAddr := serveUntilClosed(b, out.ns, net.JoinHostPort(host, "7001"))
 	// The clients close first, so TIME_WAIT stays on their side, where it
 	// may be reused (timestamps) instead of running out of ports.
-	for _, ns := range []string{pod, n.ns} {
+	for _, ns := range []string{pod, n.NS} {
 		run(b, "ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.tcp_tw_reuse=1", "net.ipv4.ip_local_port_range=1024 65000")
 	}
 	var podRate, nodeRate []float64
 	for i := 0; i < rounds; i++ {
 		podRate = append(podRate, connRate(b, pod, connAddr, "192.168.206.2", connFor))
-		nodeRate = append(nodeRate, connRate(b, n.ns, connAddr, "192.168.206.2", connFor))
+		nodeRate = append(nodeRate, connRate(b, n.NS, connAddr, "192.168.206.2", connFor))
 	}
 	pr, nr := meanOf(podRate), meanOf(nodeRate)
 
@@ -193,28 +194,15 @@ const connClients = 4
 // its source address, then waits for the client to close before closing.
 func serveUntilClosed(b testing.TB, ns, addr string) string {
 	b.Helper()
-	l, err := listenInNetns(ns, addr)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-				if _, err := c.Write([]byte(host + "\n")); err != nil {
-					return
-				}
-				_, _ = io.Copy(io.Discard, c)
-			}()
+	netns.ServeTCP(b, ns, addr, func(c net.Conn) {
+		defer c.Close()
+		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write([]byte(host + "\n")); err != nil {
+			return
 		}
-	}()
+		_, _ = io.Copy(io.Discard, c)
+	})
 	return addr
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ovnhost/ovnhost/tests/harness/netns"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
@@ -22,10 +23,10 @@ type outside struct {
 func newOutside(t testing.TB, n *node) *outside {
 	t.Helper()
 	o := &outside{ns: newNetns(t, "ohx"), addr: "192.168.206.1:7000"}
-	run(t, "ip", "link", "add", "ul0", "netns", n.ns, "type", "veth", "peer", "name", "wan0", "netns", o.ns)
-	run(t, "ip", "-n", n.ns, "addr", "add", "192.168.206.2/24", "dev", "ul0")
-	run(t, "ip", "-n", n.ns, "link", "set", "ul0", "up")
-	run(t, "ip", "-n", n.ns, "route", "add", "default", "via", "192.168.206.1")
+	run(t, "ip", "link", "add", "ul0", "netns", n.NS, "type", "veth", "peer", "name", "wan0", "netns", o.ns)
+	run(t, "ip", "-n", n.NS, "addr", "add", "192.168.206.2/24", "dev", "ul0")
+	run(t, "ip", "-n", n.NS, "link", "set", "ul0", "up")
+	run(t, "ip", "-n", n.NS, "route", "add", "default", "via", "192.168.206.1")
 	run(t, "ip", "-n", o.ns, "addr", "add", "192.168.206.1/24", "dev", "wan0")
 	run(t, "ip", "-n", o.ns, "link", "set", "wan0", "up")
 	o.serve(t)
@@ -36,22 +37,11 @@ func newOutside(t testing.TB, n *node) *outside {
 func (o *outside) serve(t testing.TB) {
 	t.Helper()
 	_, port, _ := net.SplitHostPort(o.addr)
-	l, err := listenInNetns(o.ns, ":"+port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-			_, _ = c.Write([]byte(host + "\n"))
-			c.Close()
-		}
-	}()
+	netns.ServeTCP(t, o.ns, ":"+port, func(c net.Conn) {
+		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		_, _ = c.Write([]byte(host + "\n"))
+		c.Close()
+	})
 }
 
 // sourceSeen connects from a pod's namespace to the outside and returns the
@@ -111,20 +101,20 @@ func testPodEgress(t *testing.T, be natBackend) {
 	n := newNode(t)
 	testenv.Binary(t, "ovnhost-cni")
 	out := newOutside(t, n)
-	n.env = append(n.env, "IFACE=ul0")
-	n.start("--nat-backend=" + be.name)
+	n.Env = append(n.Env, "IFACE=ul0")
+	n.Start("--nat-backend=" + be.name)
 	pod := newNetns(t, "ohe")
 	if res, err := cni(n, "ADD", pod, "egress"); err != nil {
-		t.Fatalf("ADD: %v\n%s\n%s", err, res, n.logTail())
+		t.Fatalf("ADD: %v\n%s\n%s", err, res, n.LogTail())
 	}
 	t.Cleanup(func() { _, _ = cni(n, "DEL", pod, "egress") })
 
 	src, err := out.sourceSeen(pod, 5*time.Second)
 	if err != nil || src != "192.168.206.2" {
-		t.Fatalf("pod to outside: saw source %q (%v), want the node's 192.168.206.2\n%s\n%s", src, err, n.logTail(), egressState(n))
+		t.Fatalf("pod to outside: saw source %q (%v), want the node's 192.168.206.2\n%s\n%s", src, err, n.LogTail(), egressState(n))
 	}
 	// The rules are where the backend keeps them, and only there.
-	rules, _ := exec.Command("ip", append([]string{"netns", "exec", n.ns}, be.list...)...).CombinedOutput()
+	rules, _ := exec.Command("ip", append([]string{"netns", "exec", n.NS}, be.list...)...).CombinedOutput()
 	if !strings.Contains(strings.ToLower(string(rules)), "ovnhost") {
 		t.Fatalf("--nat-backend=%s: no ovnhost rule in %s:\n%s", be.name, strings.Join(be.list, " "), rules)
 	}
@@ -132,7 +122,7 @@ func testPodEgress(t *testing.T, be natBackend) {
 	// Another agent flushes the NAT rules (as firewall-cmd --reload does):
 	// they are back within a second.
 	for _, c := range be.flush {
-		if out, err := exec.Command("ip", append([]string{"netns", "exec", n.ns}, c...)...).CombinedOutput(); err != nil {
+		if out, err := exec.Command("ip", append([]string{"netns", "exec", n.NS}, c...)...).CombinedOutput(); err != nil {
 			t.Fatalf("%s: %v %s", strings.Join(c, " "), err, out)
 		}
 	}
@@ -144,16 +134,16 @@ func testPodEgress(t *testing.T, be natBackend) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("egress not restored within 1s of a flush: %q %v\n%s\n%s", src, err, n.logTail(), egressState(n))
+			t.Fatalf("egress not restored within 1s of a flush: %q %v\n%s\n%s", src, err, n.LogTail(), egressState(n))
 		}
 	}
 	t.Logf("%s: egress masqueraded again %v after the flush", be.name, time.Since(flushed).Round(time.Millisecond))
 
-	if code := n.stop(); code != 0 {
-		t.Fatalf("stop: exit %d\n%s", code, n.logTail())
+	if code := n.Stop(); code != 0 {
+		t.Fatalf("stop: exit %d\n%s", code, n.LogTail())
 	}
 	for _, l := range natBackends {
-		rules, err := exec.Command("ip", append([]string{"netns", "exec", n.ns}, l.list...)...).CombinedOutput()
+		rules, err := exec.Command("ip", append([]string{"netns", "exec", n.NS}, l.list...)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", strings.Join(l.list, " "), err, rules)
 		}
@@ -167,13 +157,15 @@ func testPodEgress(t *testing.T, be natBackend) {
 func egressState(n *node) string {
 	var b strings.Builder
 	for _, c := range [][]string{
-		{"ip", "netns", "exec", n.ns, "nft", "list", "ruleset"},
-		{"ip", "netns", "exec", n.ns, "iptables-legacy-save", "-t", "nat"},
-		{"ip", "-n", n.ns, "route"},
-		{"ip", "netns", "exec", n.ns, "cat", "/proc/sys/net/ipv4/ip_forward"},
-		{"ovn-nbctl", "--db=unix:" + n.path("ovn-run", "ovnnb_db.sock"), "lr-policy-list", "ovn-cluster"},
-		{"ovn-nbctl", "--db=unix:" + n.path("ovn-run", "ovnnb_db.sock"), "lr-route-list", "ovn-cluster"},
-		{"ovn-nbctl", "--db=unix:" + n.path("ovn-run", "ovnnb_db.sock"), "list", "address_set"},
+		{"ip", "netns", "exec", n.NS, "nft", "list", "ruleset"},
+		{"ip", "netns", "exec", n.NS, "iptables-legacy-save", "-c", "-t", "nat"},
+		{"ip", "netns", "exec", n.NS, "iptables-legacy-save", "-c", "-t", "filter"},
+		{"ip", "netns", "exec", n.NS, "sysctl", "net.ipv4.conf.all.rp_filter", "net.ipv4.conf.ovn0.rp_filter", "net.ipv4.ip_forward"},
+		{"ip", "-n", n.NS, "route"},
+		{"ip", "netns", "exec", n.NS, "cat", "/proc/sys/net/ipv4/ip_forward"},
+		{"ovn-nbctl", "--db=unix:" + n.Path("ovn-run", "ovnnb_db.sock"), "lr-policy-list", "ovn-cluster"},
+		{"ovn-nbctl", "--db=unix:" + n.Path("ovn-run", "ovnnb_db.sock"), "lr-route-list", "ovn-cluster"},
+		{"ovn-nbctl", "--db=unix:" + n.Path("ovn-run", "ovnnb_db.sock"), "list", "address_set"},
 	} {
 		out, _ := exec.Command(c[0], c[1:]...).CombinedOutput()
 		b.WriteString("$ " + strings.Join(c, " ") + "\n" + string(out))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ovnhost/ovnhost/internal/ovnnb"
+	"github.com/ovnhost/ovnhost/tests/harness/netns"
 )
 
 // BenchmarkEIPProgramming: how long from writing a pod's
@@ -100,21 +101,7 @@ func roundAll(ds []time.Duration) []time.Duration {
 // udpEcho answers each datagram to the pod's :8001 with its name.
 func udpEcho(t testing.TB, p *clusterPod) {
 	t.Helper()
-	var conn net.PacketConn
-	if err := inNetns(p.netns, func() (err error) { conn, err = net.ListenPacket("udp4", ":8001"); return err }); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	go func() {
-		buf := make([]byte, 64)
-		for {
-			_, from, err := conn.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			_, _ = conn.WriteTo([]byte(p.name), from)
-		}
-	}()
+	netns.ServeUDP(t, p.netns, "udp4", ":8001", func([]byte) []byte { return []byte(p.name) })
 }
 
 // probeUntil sends a UDP probe from netns to addr:8001 every 2 ms until

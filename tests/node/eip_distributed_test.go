@@ -13,6 +13,7 @@ import (
 
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/sbdb"
+	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
 	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
@@ -60,7 +61,7 @@ type linkPackets struct{ rx, tx uint64 }
 
 func (c *cluster) extPackets(t testing.TB, i int) linkPackets {
 	t.Helper()
-	out := run(t, "ip", "-n", c.nodes[i].ns, "-s", "-j", "link", "show", "dev", "ext0")
+	out := run(t, "ip", "-n", c.nodes[i].NS, "-s", "-j", "link", "show", "dev", "ext0")
 	var l []struct {
 		Stats struct {
 			RX struct{ Packets uint64 } `json:"rx"`
@@ -94,7 +95,7 @@ func (c *cluster) crossings(t testing.TB, nodes []int, traffic func()) map[int]l
 func connections(t testing.TB, netns, addr, want string, n int) {
 	t.Helper()
 	for k := 0; k < n; k++ {
-		if got, err := askFrom(netns, addr, 2*time.Second); err != nil || got != want {
+		if got, err := askFrom(netns, addr, 5*time.Second); err != nil || got != want {
 			t.Fatalf("connection %d from %s to %s: %q (%v), want %q", k, netns, addr, got, err, want)
 		}
 	}
@@ -148,6 +149,38 @@ func (c *cluster) waitRedirect(t testing.TB, port, chassis string, limit time.Du
 	}, nil)
 	if err != nil {
 		t.Fatalf("%s is bound to %q, want %s\n%s", port, on, chassis, c.diag())
+	}
+}
+
+// waitBFDForwarding waits until node i's BFD sessions (ovn-controller
+// enables them on the tunnels to the gateway chassis of an HA port) all
+// forward. Until a session is up, the node counts the higher-priority
+// gateway as down and handles the gateway port's traffic itself.
+func (c *cluster) waitBFDForwarding(t testing.TB, i int, limit time.Duration) {
+	t.Helper()
+	ovs := dial(t, vswitch.FullDatabaseModel, "unix:"+c.nodes[i].Path("ovs-run", "db.sock"))
+	defer ovs.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	var state map[string]map[string]string
+	err := ovs.WaitUntil(ctx, c.names[i]+"'s BFD sessions forwarding", func() bool {
+		var ifs []vswitch.Interface
+		if ovs.List(ctx, &ifs) != nil {
+			return false
+		}
+		state = map[string]map[string]string{}
+		ok := true
+		for _, f := range ifs {
+			if f.BFD["enable"] != "true" {
+				continue
+			}
+			state[f.Name] = f.BFDStatus
+			ok = ok && f.BFDStatus["forwarding"] == "true"
+		}
+		return ok && len(state) > 0
+	}, nil)
+	if err != nil {
+		t.Fatalf("%s: BFD sessions %v, want at least one and all forwarding: %v\n%s", c.names[i], state, err, c.diag())
 	}
 }
 
@@ -215,6 +248,7 @@ func TestEIPDistributedIsNATedOnThePodsNode(t *testing.T) {
 	})
 	c.assertCrossed(t, "distributed EIP of far on node-c", d, 2, 2*n)
 	c.waitRedirect(t, "cr-ovn-cluster-ovn-external", c.chassisOf(t, "node-b"), 10*time.Second)
+	c.waitBFDForwarding(t, 2, 30*time.Second)
 	// snat-c, on node-c too, leaves from its SNAT address through the gateway node-b.
 	if got, err := askUntil(snatC.netns, worldEcho, "172.56.0.50", 10*time.Second); err != nil {
 		t.Fatalf("snat-c -> outside: outside saw %q (%v), want 172.56.0.50", got, err)
@@ -252,17 +286,17 @@ func TestEIPDistributedIsNATedOnThePodsNode(t *testing.T) {
 	}
 
 	// node-c's daemon stops: its br-external goes, as with centralized gateways; cleanup finds nothing.
-	if code := c.nodes[2].stop(); code != 0 {
-		t.Fatalf("node-c's daemon exited %d\n%s", code, c.nodes[2].logTail())
+	if code := c.nodes[2].Stop(); code != 0 {
+		t.Fatalf("node-c's daemon exited %d\n%s", code, c.nodes[2].LogTail())
 	}
-	if o, err := exec.Command("ip", "-n", c.nodes[2].ns, "link", "show", "br-external").CombinedOutput(); err == nil {
+	if o, err := exec.Command("ip", "-n", c.nodes[2].NS, "link", "show", "br-external").CombinedOutput(); err == nil {
 		t.Fatalf("node-c stopped: device br-external is still there:\n%s", o)
 	}
-	db := c.nodes[2].path("ovs-db", "conf.db")
+	db := c.nodes[2].Path("ovs-db", "conf.db")
 	if out := run(t, "ovsdb-tool", "query", db, `["Open_vSwitch",{"op":"select","table":"Bridge","where":[["name","==","br-external"]]},{"op":"select","table":"Open_vSwitch","where":[],"columns":["external_ids"]}]`); strings.Contains(out, `"br-external"`) || strings.Contains(out, "external:br-external") {
 		t.Fatalf("node-c stopped: conf.db still has br-external or its mapping:\n%s", out)
 	}
-	cl := exec.Command("ip", append([]string{"netns", "exec", c.nodes[2].ns, testenv.Binary(t, "ovnhost"), "cleanup"}, c.nodes[2].args...)...)
+	cl := exec.Command("ip", append([]string{"netns", "exec", c.nodes[2].NS, testenv.Binary(t, "ovnhost"), "cleanup"}, c.nodes[2].Args...)...)
 	if o, err := cl.CombinedOutput(); err != nil || strings.Contains(string(o), "br-external") {
 		t.Fatalf("ovnhost cleanup on node-c: %v\n%s", err, o)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/vswitch"
 	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
+	"github.com/ovnhost/ovnhost/tests/harness/netns"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
@@ -38,7 +39,10 @@ const (
 
 func extConfig(nodes string) map[string]string {
 	return map[string]string{"enable-external-gw": "true", "type": "centralized", "external-gw-nodes": nodes, "external-gw-nic": "ext0",
-		"external-gw-addr": "172.56.0.1/16", "nic-ip": "172.56.0.254/16", "nic-mac": "16:52:f3:13:6a:25"}
+		"external-gw-addr": "172.56.0.1/16", "nic-ip": "172.56.0.254/16", "nic-mac": "16:52:f3:13:6a:25",
+		// Every test namespace may take the external addresses (one tenant: the tests);
+		// who may take what is unit-tested in controller/extgw/policy_test.go.
+		"namespace-external-addresses": "*: 172.56.0.2-172.56.0.250"}
 }
 
 func (c *cluster) setExternalConfig(t testing.TB, data map[string]string) {
@@ -106,22 +110,11 @@ func (c *cluster) waitEvent(t testing.TB, ns, kind, name, reason string, limit t
 // name and the source it saw.
 func servePodName(t testing.TB, p *clusterPod) {
 	t.Helper()
-	l, err := listenInNetns(p.netns, ":8000")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			host, _, _ := net.SplitHostPort(conn.RemoteAddr().String())
-			_, _ = fmt.Fprintf(conn, "%s %s\n", p.name, host)
-			conn.Close()
-		}
-	}()
+	netns.ServeTCP(t, p.netns, ":8000", func(conn net.Conn) {
+		host, _, _ := net.SplitHostPort(conn.RemoteAddr().String())
+		_, _ = fmt.Fprintf(conn, "%s %s\n", p.name, host)
+		conn.Close()
+	})
 }
 
 // askFrom connects from netns to addr and returns the line it answers.
@@ -235,7 +228,7 @@ func bridgeState(ctx context.Context, ovs *ovsdbconn.Conn) (ports []string, mapp
 
 func (c *cluster) waitBridge(t testing.TB, i int, wantPorts []string, limit time.Duration) {
 	t.Helper()
-	ovs := dial(t, vswitch.FullDatabaseModel, "unix:"+c.nodes[i].path("ovs-run", "db.sock"))
+	ovs := dial(t, vswitch.FullDatabaseModel, "unix:"+c.nodes[i].Path("ovs-run", "db.sock"))
 	defer ovs.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
@@ -328,8 +321,8 @@ func TestEIPAndSNATFollowTheirPodsAndFailOver(t *testing.T) {
 	chassisC := c.chassisOf(t, "node-c")
 	c.cp.stopController()
 	t0 = time.Now()
-	if code := c.nodes[1].stop(); code != 0 {
-		t.Fatalf("node-b's daemon exited %d\n%s", code, c.nodes[1].logTail())
+	if code := c.nodes[1].Stop(); code != 0 {
+		t.Fatalf("node-b's daemon exited %d\n%s", code, c.nodes[1].LogTail())
 	}
 	if got, err := askUntil(c.world.ns, "172.56.0.10:8000", "plain "+worldExt, 30*time.Second); err != nil {
 		t.Fatalf("node-b stopped: outside -> 172.56.0.10 %q (%v), want plain through node-c\n%s", got, err, c.diag())
@@ -343,19 +336,19 @@ func TestEIPAndSNATFollowTheirPodsAndFailOver(t *testing.T) {
 	}
 
 	// What node-b's stop left: no bridge, no mapping, no device; cleanup finds nothing of ours.
-	db := c.nodes[1].path("ovs-db", "conf.db")
+	db := c.nodes[1].Path("ovs-db", "conf.db")
 	out := run(t, "ovsdb-tool", "query", db, `["Open_vSwitch",{"op":"select","table":"Bridge","where":[["name","==","br-external"]]},{"op":"select","table":"Open_vSwitch","where":[],"columns":["external_ids"]}]`)
 	if strings.Contains(out, `"br-external"`) || strings.Contains(out, "external:br-external") {
 		t.Fatalf("node-b stopped: conf.db still has br-external or its mapping:\n%s", out)
 	}
-	if o, err := exec.Command("ip", "-n", c.nodes[1].ns, "link", "show", "br-external").CombinedOutput(); err == nil {
+	if o, err := exec.Command("ip", "-n", c.nodes[1].NS, "link", "show", "br-external").CombinedOutput(); err == nil {
 		t.Fatalf("node-b stopped: device br-external is still there:\n%s", o)
 	}
-	cl := exec.Command("ip", append([]string{"netns", "exec", c.nodes[1].ns, testenv.Binary(t, "ovnhost"), "cleanup"}, c.nodes[1].args...)...)
+	cl := exec.Command("ip", append([]string{"netns", "exec", c.nodes[1].NS, testenv.Binary(t, "ovnhost"), "cleanup"}, c.nodes[1].Args...)...)
 	if o, err := cl.CombinedOutput(); err != nil || strings.Contains(string(o), "br-external") {
 		t.Fatalf("ovnhost cleanup on node-b: %v\n%s", err, o)
 	}
-	if o, err := exec.Command("ip", "-n", c.nodes[1].ns, "link", "show", "ext0").CombinedOutput(); err != nil {
+	if o, err := exec.Command("ip", "-n", c.nodes[1].NS, "link", "show", "ext0").CombinedOutput(); err != nil {
 		t.Fatalf("node-b's NIC ext0 is gone after stop: %v\n%s", err, o)
 	}
 }

@@ -40,13 +40,13 @@ func BenchmarkCentralizedGatewayFailover(b *testing.B) {
 		nb := c.nodes[1]
 		t0 := time.Now()
 		if crash {
-			for _, line := range processesUnder(nb.dir) {
+			for _, line := range processesUnder(nb.Dir) {
 				if pid, err := strconv.Atoi(strings.Fields(line)[0]); err == nil {
 					_ = syscall.Kill(pid, syscall.SIGKILL)
 				}
 			}
 		} else {
-			_ = nb.cmd.Process.Signal(syscall.SIGTERM)
+			_ = nb.Signal(syscall.SIGTERM)
 		}
 		var src string
 		var err error

@@ -65,18 +65,27 @@ func TestCentralizedGatewayFailsOverWithoutTheController(t *testing.T) {
 	if got := c.activeGateway(t, "central", "node-b", 30*time.Second); got != "node-b" {
 		t.Fatalf("Subnet central status.activateGateway = %q, want node-b", got)
 	}
+	// A stale write (a node that held the port for a moment, before its
+	// BFD session to node-b was up, reporting late) is put right by the
+	// node that holds the gateway port.
+	if _, err := c.cp.dc.Resource(subnetsGVR).Patch(ctx, "central", types.MergePatchType, []byte(`{"status":{"activateGateway":"node-c"}}`), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.activeGateway(t, "central", "node-b", 10*time.Second); got != "node-b" {
+		t.Fatalf("after a stale write of node-c, Subnet central status.activateGateway = %q, want node-b back", got)
+	}
 
 	c.cp.stopController()
 	t0 := time.Now()
-	if code := c.nodes[1].stop(); code != 0 {
-		t.Fatalf("node-b's daemon exited %d on SIGTERM\n%s", code, c.nodes[1].logTail())
+	if code := c.nodes[1].Stop(); code != 0 {
+		t.Fatalf("node-b's daemon exited %d on SIGTERM\n%s", code, c.nodes[1].LogTail())
 	}
 	stopped := time.Since(t0)
 	// What node-b put on its host for the gateway went with it.
-	if out, err := exec.Command("ip", "-n", c.nodes[1].ns, "link", "show", "br-egw").CombinedOutput(); err == nil {
+	if out, err := exec.Command("ip", "-n", c.nodes[1].NS, "link", "show", "br-egw").CombinedOutput(); err == nil {
 		t.Errorf("node-b's daemon stopped, but its gateway bridge is still there: %s", out)
 	}
-	if out, _ := exec.Command("ip", "-n", c.nodes[1].ns, "rule", "show").CombinedOutput(); strings.Contains(string(out), "10.80.0.0/16") {
+	if out, _ := exec.Command("ip", "-n", c.nodes[1].NS, "rule", "show").CombinedOutput(); strings.Contains(string(out), "10.80.0.0/16") {
 		t.Errorf("node-b's daemon stopped, but its return-path rules for 10.80.0.0/16 are still there:\n%s", out)
 	}
 	src, err := c.sourceUntil(p, nodeC, 30*time.Second)
@@ -92,8 +101,8 @@ func TestCentralizedGatewayFailsOverWithoutTheController(t *testing.T) {
 	// node-b comes back with the controller up again: as in Kube-OVN the
 	// subnet stays on its active gateway while that one is ready...
 	c.cp.startController(t)
-	c.nodes[1].notify = listenNotifyAgain(t, c.nodes[1])
-	c.nodes[1].start("--userspace-tunnel", "--node-name="+c.names[1])
+	c.nodes[1].ListenNotifyAgain()
+	c.nodes[1].Start("--userspace-tunnel", "--node-name="+c.names[1])
 	c.waitGatewayRank(t, "central", []string{"node-c", "node-b"}, 60*time.Second)
 	for i := 0; i < 10; i++ {
 		if src, err := c.world.sourceSeen(p.netns, 3*time.Second); err != nil || src != nodeC {
@@ -245,8 +254,8 @@ func (c *cluster) diag() string {
 		b.WriteString("--- controller log tail ---\n" + strings.Join(lines, "\n") + "\n")
 	}
 	for i, n := range c.nodes {
-		b.WriteString(fmt.Sprintf("=== %s ===\n%s\n", c.names[i], n.logTail()))
-		for _, cmd := range [][]string{{"ip", "-n", n.ns, "-br", "addr"}, {"ip", "-n", n.ns, "route"}, {"ip", "-n", n.ns, "rule"}, {"ip", "-n", n.ns, "route", "show", "table", "all", "type", "unicast"}, {"ip", "netns", "exec", n.ns, "nft", "list", "ruleset"}} {
+		b.WriteString(fmt.Sprintf("=== %s ===\n%s\n", c.names[i], n.LogTail()))
+		for _, cmd := range [][]string{{"ip", "-n", n.NS, "-br", "addr"}, {"ip", "-n", n.NS, "route"}, {"ip", "-n", n.NS, "rule"}, {"ip", "-n", n.NS, "route", "show", "table", "all", "type", "unicast"}, {"ip", "netns", "exec", n.NS, "nft", "list", "ruleset"}} {
 			o, _ := exec.Command(cmd[0], cmd[1:]...).CombinedOutput()
 			b.WriteString("$ " + strings.Join(cmd, " ") + "\n" + string(o))
 		}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/ovnhost/ovnhost/tests/harness/kubeapi"
+	"github.com/ovnhost/ovnhost/tests/harness/netns"
 )
 
 // startKubeProxy runs a real kube-proxy (iptables mode) in each node's
@@ -26,12 +27,12 @@ func (c *svcCluster) startKubeProxy(t *testing.T) {
 	t.Helper()
 	bin := kubeapi.KubeProxy(t)
 	for i, nd := range c.nodes {
-		log := filepath.Join(nd.dir, "kube-proxy.log")
+		log := filepath.Join(nd.Dir, "kube-proxy.log")
 		f, err := os.Create(log)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command("ip", "netns", "exec", nd.ns, bin, "--kubeconfig="+c.cp.api.Kubeconfig, "--hostname-override="+c.names[i],
+		cmd := exec.Command("ip", "netns", "exec", nd.NS, bin, "--kubeconfig="+c.cp.api.Kubeconfig, "--hostname-override="+c.names[i],
 			"--proxy-mode=iptables", "--cluster-cidr=10.16.0.0/16",
 			// Leave the host's conntrack sizing and timeouts alone (they
 			// are not per network namespace).
@@ -44,7 +45,7 @@ func (c *svcCluster) startKubeProxy(t *testing.T) {
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); f.Close() })
 		// Ready once its health check answers 200 (rules synced).
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		err = waitHealthzInNetns(ctx, nd.ns, "127.0.0.1:10256")
+		err = waitHealthzInNetns(ctx, nd.NS, "127.0.0.1:10256")
 		cancel()
 		if err != nil {
 			raw, _ := os.ReadFile(log)
@@ -83,22 +84,11 @@ func waitHealthzInNetns(ctx context.Context, ns, addr string) error {
 // serveNameAndSource answers every TCP connection with "name source-ip".
 func serveNameAndSource(t testing.TB, ns string, port int, name string) {
 	t.Helper()
-	l, err := listenInNetns(ns, fmt.Sprintf(":%d", port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-			_, _ = c.Write([]byte(name + " " + host))
-			c.Close()
-		}
-	}()
+	netns.ServeTCP(t, ns, fmt.Sprintf(":%d", port), func(c net.Conn) {
+		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		_, _ = c.Write([]byte(name + " " + host))
+		c.Close()
+	})
 }
 
 // NodePort from the outside through kube-proxy on the nodes, with OVN

@@ -40,24 +40,24 @@ func TestPodMTUIsUnderlayMinusTunnelOverhead(t *testing.T) {
 			testenv.Binary(t, "ovnhost-cni") // the plugin the node installs
 			// The underlay: a veth whose peer lives in a namespace of its own.
 			peer := newNetns(t, "ohu")
-			run(t, "ip", "link", "add", "ul0", "netns", n.ns, "mtu", fmt.Sprint(c.underlay), "type", "veth",
+			run(t, "ip", "link", "add", "ul0", "netns", n.NS, "mtu", fmt.Sprint(c.underlay), "type", "veth",
 				"peer", "name", "ul0", "netns", peer, "mtu", fmt.Sprint(c.underlay))
-			run(t, "ip", "-n", n.ns, "addr", "add", "192.168.204.2/24", "dev", "ul0")
-			run(t, "ip", "-n", n.ns, "link", "set", "ul0", "up")
+			run(t, "ip", "-n", n.NS, "addr", "add", "192.168.204.2/24", "dev", "ul0")
+			run(t, "ip", "-n", n.NS, "link", "set", "ul0", "up")
 			run(t, "ip", "-n", peer, "link", "set", "ul0", "up")
 
 			// No KUBECONFIG: standalone allocation from the node's own NB.
-			n.env = append([]string{"IFACE=ul0", "TUNNEL_TYPE=" + c.tunnel}, c.env...)
-			n.start()
-			log := string(must(os.ReadFile(n.path("ovnhost.log"))))
+			n.Env = append([]string{"IFACE=ul0", "TUNNEL_TYPE=" + c.tunnel}, c.env...)
+			n.Start()
+			log := string(must(os.ReadFile(n.Path("ovnhost.log"))))
 			if !strings.Contains(log, fmt.Sprintf("pod_mtu=%d", c.want)) {
-				t.Errorf("the starting line does not say pod_mtu=%d\n%s", c.want, n.logTail())
+				t.Errorf("the starting line does not say pod_mtu=%d\n%s", c.want, n.LogTail())
 			}
 
 			podNS := newNetns(t, "ohk")
 			out, err := cni(n, "ADD", podNS, "mtu")
 			if err != nil {
-				t.Fatalf("ADD: %v\n%s\n%s", err, out, n.logTail())
+				t.Fatalf("ADD: %v\n%s\n%s", err, out, n.LogTail())
 			}
 			t.Cleanup(func() {
 				if out, err := cni(n, "DEL", podNS, "mtu"); err != nil {
@@ -89,7 +89,7 @@ func TestPodMTUIsUnderlayMinusTunnelOverhead(t *testing.T) {
 			got := linkMTU(t, podNS, "eth0")
 			t.Logf("underlay %d %s: pod eth0 mtu %d; CNI result %s", c.underlay, c.tunnel, got, strings.TrimSpace(string(out)))
 			if got != c.want {
-				t.Errorf("pod eth0 MTU %d, want %d (underlay %d - %s overhead)\n%s", got, c.want, c.underlay, c.tunnel, n.logTail())
+				t.Errorf("pod eth0 MTU %d, want %d (underlay %d - %s overhead)\n%s", got, c.want, c.underlay, c.tunnel, n.LogTail())
 			}
 		})
 	}

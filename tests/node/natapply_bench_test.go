@@ -39,13 +39,13 @@ func BenchmarkNATOutgoingApply(b *testing.B) {
 	// the node.
 	n := newNode(b)
 	world := &outside{ns: newNetns(b, "ohx"), addr: "192.168.207.1:7000"}
-	run(b, "ip", "link", "add", "ul0", "netns", n.ns, "type", "veth", "peer", "name", "ulx", "netns", world.ns)
-	run(b, "ip", "-n", n.ns, "addr", "add", "192.168.100.1/24", "dev", "ul0")
-	run(b, "ip", "-n", n.ns, "link", "set", "ul0", "up")
-	run(b, "ip", "link", "add", "wan0", "netns", n.ns, "type", "veth", "peer", "name", "wana", "netns", world.ns)
-	run(b, "ip", "-n", n.ns, "addr", "add", "192.168.207.2/24", "dev", "wan0")
-	run(b, "ip", "-n", n.ns, "link", "set", "wan0", "up")
-	run(b, "ip", "-n", n.ns, "route", "add", "default", "via", "192.168.207.1")
+	run(b, "ip", "link", "add", "ul0", "netns", n.NS, "type", "veth", "peer", "name", "ulx", "netns", world.ns)
+	run(b, "ip", "-n", n.NS, "addr", "add", "192.168.100.1/24", "dev", "ul0")
+	run(b, "ip", "-n", n.NS, "link", "set", "ul0", "up")
+	run(b, "ip", "link", "add", "wan0", "netns", n.NS, "type", "veth", "peer", "name", "wana", "netns", world.ns)
+	run(b, "ip", "-n", n.NS, "addr", "add", "192.168.207.2/24", "dev", "wan0")
+	run(b, "ip", "-n", n.NS, "link", "set", "wan0", "up")
+	run(b, "ip", "-n", n.NS, "route", "add", "default", "via", "192.168.207.1")
 	run(b, "ip", "-n", world.ns, "addr", "add", "192.168.207.1/24", "dev", "wana")
 	run(b, "ip", "-n", world.ns, "link", "set", "wana", "up")
 	run(b, "ip", "-n", world.ns, "route", "add", "10.70.0.0/16", "via", "192.168.207.2")
@@ -54,9 +54,9 @@ func BenchmarkNATOutgoingApply(b *testing.B) {
 		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.100.1"}}}}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	proxyAPIInto(b, n.ns, strings.TrimPrefix(api.URL, "https://"))
-	n.env = []string{"OVN_SB_ADDR=" + central.SB(), "IFACE=ul0", "KUBECONFIG=" + api.Kubeconfig}
-	n.start("--userspace-tunnel", "--node-name=node-a")
+	proxyAPIInto(b, n.NS, strings.TrimPrefix(api.URL, "https://"))
+	n.Env = []string{"OVN_SB_ADDR=" + central.SB(), "IFACE=ul0", "KUBECONFIG=" + api.Kubeconfig}
+	n.Start("--userspace-tunnel", "--node-name=node-a")
 
 	subnets := dc.Resource(subnetsGVR)
 	if _, err := subnets.Create(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kubeovn.io/v1", "kind": "Subnet",
@@ -73,8 +73,8 @@ func BenchmarkNATOutgoingApply(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	if err := n.waitLog(fmt.Sprintf("10.71.%d.0/24", others-1), 60*time.Second); err != nil {
-		b.Fatalf("the node's NAT plan never held the 100th subnet: %v\n%s", err, n.logTail())
+	if err := n.WaitLog(fmt.Sprintf("10.71.%d.0/24", others-1), 60*time.Second); err != nil {
+		b.Fatalf("the node's NAT plan never held the 100th subnet: %v\n%s", err, n.LogTail())
 	}
 	if _, err := kc.CoreV1().Pods("default").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "flip-a",
 		Annotations: map[string]string{"ovn.kubernetes.io/logical_switch": "flip"}},
@@ -84,7 +84,7 @@ func BenchmarkNATOutgoingApply(b *testing.B) {
 	pod := newNetns(b, "ohk")
 	res, err := cni(n, "ADD", pod, "flip-a")
 	if err != nil {
-		b.Fatalf("ADD flip-a: %v\n%s\n%s", err, res, n.logTail())
+		b.Fatalf("ADD flip-a: %v\n%s\n%s", err, res, n.LogTail())
 	}
 	b.Cleanup(func() { _, _ = cni(n, "DEL", pod, "flip-a") })
 	var added struct {
@@ -135,7 +135,7 @@ func BenchmarkNATOutgoingApply(b *testing.B) {
 					break
 				}
 				if time.Since(t0) > 30*time.Second {
-					b.Fatalf("natOutgoing %t not applied within 30s: outside saw %q (%v), want %s\n%s\n%s", to, src, err, want, n.logTail(), egressState(n))
+					b.Fatalf("natOutgoing %t not applied within 30s: outside saw %q (%v), want %s\n%s\n%s", to, src, err, want, n.LogTail(), egressState(n))
 				}
 			}
 			d := time.Since(t0)

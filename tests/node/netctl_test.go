@@ -11,19 +11,30 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/ovnhost/ovnhost/internal/annotations"
-	"github.com/ovnhost/ovnhost/supervisor/health"
+	"github.com/ovnhost/ovnhost/internal/nodeapi"
+	"github.com/ovnhost/ovnhost/tests/harness/netns"
 	"github.com/ovnhost/ovnhost/tests/harness/promcheck"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
@@ -33,7 +44,7 @@ import (
 // any machine of the cluster, with the harness's admin kubeconfig.
 func (c *cluster) netctlIn(t *testing.T, n *node, args ...string) (string, string, int) {
 	t.Helper()
-	full := append([]string{"netns", "exec", n.ns, testenv.Binary(t, "netctl"), "--kubeconfig=" + c.cp.api.Kubeconfig}, args...)
+	full := append([]string{"netns", "exec", n.NS, testenv.Binary(t, "netctl"), "--kubeconfig=" + c.cp.api.Kubeconfig}, args...)
 	cmd := exec.Command("ip", full...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
 	var out, errb bytes.Buffer
@@ -123,7 +134,7 @@ func TestNetctlAgainstTheCluster(t *testing.T) {
 			}
 		}
 		if t.Failed() {
-			t.Logf("node-a:\n%s\nnode-b:\n%s", a.logTail(), b.logTail())
+			t.Logf("node-a:\n%s\nnode-b:\n%s", a.LogTail(), b.LogTail())
 		}
 		// The harness runs the controller with --leader-elect=false: no Lease.
 		if code != 1 || !has(fs, "warn", "cluster", "controller-leader", "no leader Lease") {
@@ -194,6 +205,7 @@ func TestNetctlAgainstTheCluster(t *testing.T) {
 	})
 
 	t.Run("node-api-auth", func(t *testing.T) { c.checkNodeAPIAuth(t) })
+	t.Run("netctl-with-a-token-kubeconfig", func(t *testing.T) { c.checkNetctlWithToken(t, a) })
 
 	t.Run("trace", func(t *testing.T) {
 		out, errb, code := c.netctlIn(t, a, "trace", "nt/pa", "nt/pb", "icmp")
@@ -295,17 +307,17 @@ func TestNetctlAgainstTheCluster(t *testing.T) {
 
 	t.Run("diagnose-duplicate-chassis", func(t *testing.T) {
 		// node-b is "cloned" from node-a: same OVS system-id.
-		if code := b.stop(); code != 0 {
+		if code := b.Stop(); code != 0 {
 			t.Fatalf("node-b stopped with %d", code)
 		}
-		id, err := os.ReadFile(a.path("ovs-db", "system-id.conf"))
+		id, err := os.ReadFile(a.Path("ovs-db", "system-id.conf"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(b.path("ovs-db", "system-id.conf"), id, 0o644); err != nil {
+		if err := os.WriteFile(b.Path("ovs-db", "system-id.conf"), id, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.startNoWait("--userspace-tunnel", "--node-name=node-b"); err != nil {
+		if err := b.StartNoWait("--userspace-tunnel", "--node-name=node-b"); err != nil {
 			t.Fatal(err)
 		}
 		want := strings.TrimSpace(string(id))
@@ -319,12 +331,12 @@ func TestNetctlAgainstTheCluster(t *testing.T) {
 			}
 		}
 		if !has(fs, "fail", "cluster", "duplicate-chassis", "nodes node-a, node-b share chassis "+want) {
-			t.Errorf("diagnose does not report node-a and node-b sharing chassis %s:\n%s\n%s", want, out, b.logTail())
+			t.Errorf("diagnose does not report node-a and node-b sharing chassis %s:\n%s\n%s", want, out, b.LogTail())
 		}
 	})
 
 	t.Run("diagnose-daemon-down", func(t *testing.T) {
-		b.stop()
+		b.Stop()
 		fs, code, out := c.diagnose(t, a, "all")
 		if code != 2 || !has(fs, "fail", "node/node-b", "node-daemon", "connection refused") {
 			t.Errorf("diagnose with node-b's daemon stopped: exit %d\n%s", code, out)
@@ -367,9 +379,9 @@ func (c *cluster) checkNodeAPIAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := n.Annotations[health.AnnotationNodeAPIAddr]
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: health.PinnedTLS(n.Annotations[health.AnnotationNodeAPICert]),
-		DialContext: func(_ context.Context, _, a string) (net.Conn, error) { return dialInNetns(c.nodes[0].ns, a) }}}
+	addr := n.Annotations[nodeapi.AnnotationNodeAPIAddr]
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: nodeapi.PinnedTLS(n.Annotations[nodeapi.AnnotationNodeAPICert]),
+		DialContext: func(_ context.Context, _, a string) (net.Conn, error) { return dialInNetns(c.nodes[0].NS, a) }}}
 	get := func(path, token string) (int, string) {
 		req, _ := http.NewRequest(http.MethodGet, "https://"+addr+path, nil)
 		if token != "" {
@@ -381,12 +393,20 @@ func (c *cluster) checkNodeAPIAuth(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode == http.StatusTooManyRequests {
+			// The API's per-source rate (20/s): the polls below are a
+			// tight loop; come back when the server says.
+			if resp.Header.Get("Retry-After") != "1" || !strings.Contains(string(body), "too many requests from") {
+				t.Errorf("429 without Retry-After or reason: %v %s", resp.Header, body)
+			}
+			<-time.After(time.Second)
+		}
 		return resp.StatusCode, string(body)
 	}
-	if code, body := get(health.PathStatus, ""); code != http.StatusUnauthorized || !strings.Contains(body, "no credentials") {
+	if code, body := get(nodeapi.PathStatus, ""); code != http.StatusUnauthorized || !strings.Contains(body, "no credentials") {
 		t.Errorf("no credentials: %d %s", code, body)
 	}
-	if code, _ := get(health.PathStatus, "not-a-token"); code != http.StatusUnauthorized {
+	if code, _ := get(nodeapi.PathStatus, "not-a-token"); code != http.StatusUnauthorized {
 		t.Errorf("bad token: %d", code)
 	}
 	if _, err := c.cp.kc.CoreV1().ServiceAccounts("nt").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "probe"}}, metav1.CreateOptions{}); err != nil {
@@ -396,12 +416,31 @@ func (c *cluster) checkNodeAPIAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok := tr.Status.Token
-	if code, body := get(health.PathStatus, tok); code != http.StatusForbidden || !strings.Contains(body, `system:serviceaccount:nt:probe\" may not get nodes/diagnostics.ovnhost.io \"node-a\"`) {
-		t.Errorf("token without RBAC: %d %s", code, body)
+	tok := tr.Status.Token // the API server's audience: good there
+	// Such a token never counts at a node: whoever is root there could
+	// replay it at the API server.
+	if code, body := get(nodeapi.PathStatus, tok); code != http.StatusUnauthorized || !strings.Contains(body, "this node accepts only tokens bound to ovnhost.io/node-api:node-a") {
+		t.Errorf("a token for the API server at node-a: %d %s", code, body)
+	}
+	boundTo := func(node string) string {
+		secs := int64(600)
+		tr, err := c.cp.kc.CoreV1().ServiceAccounts("nt").CreateToken(ctx, "probe", &authnv1.TokenRequest{
+			Spec: authnv1.TokenRequestSpec{Audiences: []string{nodeapi.NodeAudience(node)}, ExpirationSeconds: &secs}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	if code, body := get(nodeapi.PathStatus, boundTo("node-b")); code != http.StatusUnauthorized {
+		t.Errorf("a token bound to node-b at node-a: %d %s", code, body)
+	}
+	metricsTok := tok
+	tok = boundTo("node-a")
+	if code, body := get(nodeapi.PathStatus, tok); code != http.StatusForbidden || !strings.Contains(body, `system:serviceaccount:nt:probe\" may not get nodes/diagnostics.ovnhost.io \"node-a\"`) {
+		t.Errorf("token bound to node-a without RBAC: %d %s", code, body)
 	}
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "netctl-probe"}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{health.APIGroup}, Resources: []string{"nodes/diagnostics"}, Verbs: []string{"get"}},
+		{APIGroups: []string{nodeapi.APIGroup}, Resources: []string{"nodes/diagnostics"}, Verbs: []string{"get"}},
 		{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}}
 	if _, err := c.cp.kc.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -413,16 +452,17 @@ func (c *cluster) checkNodeAPIAuth(t *testing.T) {
 	}
 	// Decisions are cached for 10s; wait for the grant to be seen.
 	deadline := time.Now().Add(20 * time.Second)
-	code, body := get(health.PathStatus, tok)
+	code, body := get(nodeapi.PathStatus, tok)
 	for code != http.StatusOK && time.Now().Before(deadline) {
-		code, body = get(health.PathStatus, tok)
+		code, body = get(nodeapi.PathStatus, tok)
 	}
 	if code != http.StatusOK || !strings.Contains(body, `"ready":true`) {
 		t.Errorf("granted token on /v1/status: %d %s", code, body)
 	}
-	code, body = get("/metrics", tok)
+	// /metrics takes the API server's audience, as Prometheus sends.
+	code, body = get("/metrics", metricsTok)
 	for code != http.StatusOK && time.Now().Before(deadline) {
-		code, body = get("/metrics", tok)
+		code, body = get("/metrics", metricsTok)
 	}
 	if code != http.StatusOK || !strings.Contains(body, "ovnhost_child_up") {
 		t.Errorf("granted token on /metrics: %d %.200s", code, body)
@@ -446,9 +486,13 @@ func (c *cluster) checkNodeAPIAuth(t *testing.T) {
 			t.Errorf("node metrics lack %s", want)
 		}
 	}
-	// The capture subresource is not part of that grant.
-	if code, _ := get(health.PathCapture+"?namespace=nt&pod=pa", tok); code != http.StatusForbidden {
-		t.Errorf("capture without nodes/capture: %d", code)
+	// Capture is not part of that grant: it has its own verb.
+	code, body = get(nodeapi.PathCapture+"?namespace=nt&pod=pa", tok)
+	for code == http.StatusTooManyRequests && time.Now().Before(deadline) {
+		code, body = get(nodeapi.PathCapture+"?namespace=nt&pod=pa", tok)
+	}
+	if code != http.StatusForbidden || !strings.Contains(body, `may not capture nodes/capture.ovnhost.io`) {
+		t.Errorf("capture without the capture verb on nodes/capture: %d %s", code, body)
 	}
 }
 
@@ -467,8 +511,19 @@ type pingerRound struct {
 func (c *cluster) checkPinger(t *testing.T) {
 	c.ensureNamespace(t, "ovnhost", nil)
 	apiAddr := strings.TrimPrefix(c.cp.api.URL, "https://")
+	ds := c.pingerDaemonSet(t)
+	// A tenant's lookalike on node-a: labelled app=ovnhost-pinger, in its
+	// own namespace, serving a forged /matrix. The node must not relay it.
+	c.ensureNamespace(t, "a-tenant", nil)
+	fake := c.addPod(t, 0, "a-tenant", "ovnhost-pinger-fake", map[string]string{"app": "ovnhost-pinger"}, nil)
+	var forgedAsked atomic.Int32
+	netns.ServeTCP(t, fake.netns, ":8080", func(conn net.Conn) {
+		forgedAsked.Add(1)
+		_, _ = io.WriteString(conn, "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{\"node\":\"node-a\",\"targets\":[{\"class\":\"pod\",\"target\":\"node-b\",\"sent\":9,\"lost\":0}]}")
+		conn.Close()
+	})
 	for i := range c.nodes {
-		p := c.addPod(t, i, "ovnhost", "pinger-"+c.names[i], map[string]string{"app": "ovnhost-pinger"}, nil)
+		p := c.addPingerPod(t, i, ds)
 		proxyAPIInto(t, p.netns, apiAddr)
 		cmd := exec.Command("ip", "netns", "exec", p.netns, testenv.Binary(t, "netctl"), "--kubeconfig="+c.cp.api.Kubeconfig, "pinger",
 			"--node="+c.names[i], "--pods-namespace=ovnhost", "--interval=300ms", "--count=2", "--timeout=300ms", "--external=192.168.207.1")
@@ -520,8 +575,8 @@ func (c *cluster) checkPinger(t *testing.T) {
 		}
 	}
 	// The tunnel link of node-b goes down.
-	run(t, "ip", "-n", c.nodes[1].ns, "link", "set", "ul0", "down")
-	defer run(t, "ip", "-n", c.nodes[1].ns, "link", "set", "ul0", "up")
+	run(t, "ip", "-n", c.nodes[1].NS, "link", "set", "ul0", "down")
+	defer run(t, "ip", "-n", c.nodes[1].NS, "link", "set", "ul0", "up")
 	deadline = time.Now().Add(30 * time.Second)
 	for sent, lost := podLoss(r); sent == 0 || lost < sent; sent, lost = podLoss(r) {
 		if time.Now().After(deadline) {
@@ -536,5 +591,166 @@ func (c *cluster) checkPinger(t *testing.T) {
 	text, _, _ := c.netctlIn(t, c.nodes[0], "diagnose", "node", "node-a")
 	if !strings.Contains(text, "PINGER (latest round per node)") {
 		t.Errorf("diagnose prints no pinger matrix:\n%s", text)
+	}
+	if n := forgedAsked.Load(); n != 0 {
+		t.Errorf("node-a asked the tenant's lookalike pinger pod %d times", n)
+	}
+}
+
+// pingerDaemonSet makes the ovnhost-pinger DaemonSet and ServiceAccount
+// of packaging/kubernetes/base/pinger.yaml (no DaemonSet controller runs
+// here: the test makes its pods, addPingerPod).
+func (c *cluster) pingerDaemonSet(t *testing.T) *appsv1.DaemonSet {
+	t.Helper()
+	ctx := context.Background()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "ovnhost", Name: nodeapi.PingerServiceAccount}}
+	if _, err := c.cp.kc.CoreV1().ServiceAccounts("ovnhost").Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	lbl := map[string]string{"app": "ovnhost-pinger"}
+	ds, err := c.cp.kc.AppsV1().DaemonSets("ovnhost").Create(ctx, &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ovnhost", Name: nodeapi.PingerDaemonSet},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: lbl}, Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: lbl},
+			Spec: corev1.PodSpec{ServiceAccountName: nodeapi.PingerServiceAccount,
+				Containers: []corev1.Container{{Name: "pinger", Image: "none", Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 8080}}}}}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ds
+}
+
+// addPingerPod makes node i's pod of ds as the DaemonSet controller and
+// kubelet would: owned by ds, under its ServiceAccount, wired by CNI ADD,
+// Running with its status.podIP.
+func (c *cluster) addPingerPod(t *testing.T, i int, ds *appsv1.DaemonSet) *clusterPod {
+	t.Helper()
+	ctx := context.Background()
+	yes := true
+	name := "ovnhost-pinger-" + c.names[i]
+	p := &clusterPod{node: c.nodes[i], nodeName: c.names[i], namespace: "ovnhost", name: name}
+	spec := *ds.Spec.Template.Spec.DeepCopy()
+	spec.NodeName = p.nodeName
+	pod, err := c.cp.kc.CoreV1().Pods("ovnhost").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: ds.Spec.Template.Labels, OwnerReferences: []metav1.OwnerReference{
+			{APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID, Controller: &yes}}},
+		Spec: spec}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.netns = newNetns(t, "ohk")
+	out, err := cniIn(p.node, "ADD", p.netns, "ovnhost", name)
+	if err != nil {
+		t.Fatalf("CNI ADD ovnhost/%s on %s: %v\n%s\n%s", name, p.nodeName, err, out, p.node.LogTail())
+	}
+	var res struct {
+		IPs []struct{ Address string } `json:"ips"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil || len(res.IPs) == 0 {
+		t.Fatalf("CNI ADD ovnhost/%s result %s: %v", name, out, err)
+	}
+	p.ip = strings.Split(res.IPs[0].Address, "/")[0]
+	t.Cleanup(func() { _, _ = cniIn(p.node, "DEL", p.netns, "ovnhost", name) })
+	// As kubelet: the status subresource, patched (the controller has
+	// annotated the pod meanwhile).
+	status := fmt.Sprintf(`{"status":{"phase":"Running","podIP":%q,"podIPs":[{"ip":%q}]}}`, p.ip, p.ip)
+	if _, err := c.cp.kc.CoreV1().Pods("ovnhost").Patch(ctx, pod.Name, types.MergePatchType, []byte(status), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// checkNetctlWithToken is an operator whose kubeconfig holds a bearer token
+// (the ServiceAccount nt/operator bound to the ClusterRole ovnhost-netctl
+// of the manifest): nodes refuse that token (checkNodeAPIAuth), so netctl
+// working at all shows it sent a token of ovnhost/ovnhost-netctl bound to
+// the node instead. Without the manifest's ServiceAccount it fails naming
+// the account and the fix.
+func (c *cluster) checkNetctlWithToken(t *testing.T, from *node) {
+	ctx := context.Background()
+	if _, err := c.cp.kc.CoreV1().ServiceAccounts("nt").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "operator"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.cp.kc.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "operator-netctl"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "ovnhost-netctl"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "operator", Namespace: "nt"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.applyManifest(t, "packaging/kubernetes/base/rbac-netctl.yaml")
+	tr, err := c.cp.kc.CoreV1().ServiceAccounts("nt").CreateToken(ctx, "operator", &authnv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: c.cp.api.URL, CertificateAuthorityData: c.cp.api.Config.CAData}
+	kc.AuthInfos["operator"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "operator"}
+	kc.CurrentContext = "c"
+	path := filepath.Join(t.TempDir(), "operator.kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	// The ClusterRoleBinding is seen by the API server's authorizer
+	// within moments; the first call may still be refused.
+	var out, errb string
+	var code int
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out, errb, code = c.netctlIn(t, from, "--kubeconfig="+path, "appctl", "node-a", "ovs-vswitchd", "dpif/show")
+		if code == 0 || time.Now().After(deadline) {
+			break
+		}
+		<-time.After(500 * time.Millisecond)
+	}
+	if code != 0 || !strings.Contains(out, "br-int") {
+		t.Fatalf("netctl appctl node-a with a token kubeconfig: exit %d\n%s%s", code, out, errb)
+	}
+	// Without the account: refused before any node is asked, naming it.
+	_, errb, code = c.netctlIn(t, from, "--kubeconfig="+path, "--node-api-account=ovnhost/missing", "appctl", "node-a", "ovs-vswitchd", "dpif/show")
+	if code == 0 || !strings.Contains(errb, "ServiceAccount ovnhost/missing") || !strings.Contains(errb, "never with your own credentials") {
+		t.Errorf("netctl with a missing account: exit %d\n%s", code, errb)
+	}
+}
+
+// applyManifest creates the objects of a manifest of this tree (RBAC kinds
+// and ServiceAccounts) as kubectl create would, and their namespaces.
+func (c *cluster) applyManifest(t *testing.T, file string) {
+	t.Helper()
+	ctx := context.Background()
+	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gvrs := map[string]schema.GroupVersionResource{
+		"ClusterRole":        rbacv1.SchemeGroupVersion.WithResource("clusterroles"),
+		"ClusterRoleBinding": rbacv1.SchemeGroupVersion.WithResource("clusterrolebindings"),
+		"Role":               rbacv1.SchemeGroupVersion.WithResource("roles"),
+		"RoleBinding":        rbacv1.SchemeGroupVersion.WithResource("rolebindings"),
+		"ServiceAccount":     corev1.SchemeGroupVersion.WithResource("serviceaccounts"),
+	}
+	for _, doc := range strings.Split(string(raw), "\n---") {
+		var u unstructured.Unstructured
+		if err := sigsyaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		gvr, ok := gvrs[u.GetKind()]
+		if !ok {
+			t.Fatalf("%s: kind %s is not one applyManifest knows", file, u.GetKind())
+		}
+		var ri dynamic.ResourceInterface = c.cp.dc.Resource(gvr)
+		if ns := u.GetNamespace(); ns != "" {
+			_, err := c.cp.kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatal(err)
+			}
+			ri = c.cp.dc.Resource(gvr).Namespace(ns)
+		}
+		if _, err := ri.Create(ctx, &u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("%s: %s %s: %v", file, u.GetKind(), u.GetName(), err)
+		}
 	}
 }

@@ -2,7 +2,6 @@ package node_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
@@ -24,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
+	"github.com/ovnhost/ovnhost/tests/harness/netns"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
@@ -54,27 +54,7 @@ func (p *tpod) key() string { return p.namespace + "/" + p.name }
 // its network namespace.
 func (c *cluster) addPodWithPorts(t testing.TB, i int, namespace, name string, lbls map[string]string, ports []corev1.ContainerPort) *tpod {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	p := &clusterPod{node: c.nodes[i], nodeName: c.names[i], namespace: namespace, name: name}
-	if _, err := c.cp.kc.CoreV1().Pods(namespace).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbls},
-		Spec:       corev1.PodSpec{NodeName: p.nodeName, Containers: []corev1.Container{{Name: "c", Image: "none", Ports: ports}}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	p.netns = newNetns(t, "ohk")
-	out, err := cniIn(p.node, "ADD", p.netns, namespace, name)
-	if err != nil {
-		t.Fatalf("CNI ADD %s/%s on %s: %v\n%s\n%s", namespace, name, p.nodeName, err, out, p.node.logTail())
-	}
-	var res struct {
-		IPs []struct{ Address string } `json:"ips"`
-	}
-	if err := json.Unmarshal(out, &res); err != nil || len(res.IPs) == 0 {
-		t.Fatalf("CNI ADD %s/%s result %s: %v", namespace, name, out, err)
-	}
-	p.ip = strings.Split(res.IPs[0].Address, "/")[0]
-	t.Cleanup(func() { _, _ = cniIn(p.node, "DEL", p.netns, namespace, name) })
+	p := c.addPodPorts(t, i, namespace, name, lbls, nil, ports)
 	for _, pp := range probePorts {
 		serveProbe(t, p.netns, pp)
 	}
@@ -86,37 +66,10 @@ func serveProbe(t testing.TB, ns string, pp probePort) {
 	t.Helper()
 	addr := fmt.Sprintf(":%d", pp.port)
 	if pp.proto == corev1.ProtocolTCP {
-		l, err := listenInNetns(ns, addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
+		netns.ServeTCP(t, ns, addr, func(c net.Conn) { c.Close() })
 		return
 	}
-	var pc net.PacketConn
-	if err := inNetns(ns, func() (err error) { pc, err = net.ListenPacket("udp", addr); return err }); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pc.Close() })
-	go func() {
-		b := make([]byte, 64)
-		for {
-			n, from, err := pc.ReadFrom(b)
-			if err != nil {
-				return
-			}
-			_, _ = pc.WriteTo(b[:n], from)
-		}
-	}()
+	netns.ServeUDP(t, ns, "udp", addr, func(b []byte) []byte { return b })
 }
 
 // probe says whether a connection from network namespace ns to ip:port
@@ -466,7 +419,7 @@ func TestNetworkPolicyTruthTable(t *testing.T) {
 	// kubelet probes come from the node through ovn0: they still pass.
 	for _, k := range []string{"x/a", "x/b"} {
 		p := tt.pod(k)
-		if !probe(p.node.ns, p.ip, probePort{corev1.ProtocolTCP, 80}, 2*time.Second) {
+		if !probe(p.node.NS, p.ip, probePort{corev1.ProtocolTCP, 80}, 2*time.Second) {
 			t.Fatalf("node %s does not reach its pod %s under default deny", p.nodeName, k)
 		}
 	}
@@ -527,7 +480,7 @@ func TestNetworkPolicyTruthTable(t *testing.T) {
 		Egress:      []networkingv1.NetworkPolicyEgressRule{{Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: ptrTo(intstr.FromInt32(53))}}}}}))
 	tt.check("y denies egress but DNS (udp/53)")
 	// Replies to the node's probes are not egress: they still pass.
-	if p := tt.pod("y/b"); !probe(p.node.ns, p.ip, probePort{corev1.ProtocolTCP, 80}, 2*time.Second) {
+	if p := tt.pod("y/b"); !probe(p.node.NS, p.ip, probePort{corev1.ProtocolTCP, 80}, 2*time.Second) {
 		t.Fatalf("node %s does not reach its pod y/b under egress deny", p.nodeName)
 	}
 

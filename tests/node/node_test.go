@@ -24,13 +24,13 @@ import (
 
 func TestAllInOneReachesReadyWithFlowsAndChassis(t *testing.T) {
 	n := newNode(t)
-	n.start()
+	n.Start()
 
-	code, body, err := n.httpGet("/readyz")
+	code, body, err := n.HTTPGet("/readyz")
 	if err != nil || code != 200 || strings.TrimSpace(body) != "ready" {
 		t.Fatalf("/readyz = %d %q %v", code, body, err)
 	}
-	ovs := dial(t, vswitch.FullDatabaseModel, "unix:"+n.path("ovs-run", "db.sock"))
+	ovs := dial(t, vswitch.FullDatabaseModel, "unix:"+n.Path("ovs-run", "db.sock"))
 	br := &vswitch.Bridge{Name: "br-int"}
 	if err := ovs.Get(context.Background(), br); err != nil {
 		t.Fatalf("br-int missing from conf.db: %v", err)
@@ -38,11 +38,11 @@ func TestAllInOneReachesReadyWithFlowsAndChassis(t *testing.T) {
 	if br.DatapathType != "netdev" || br.FailMode == nil || *br.FailMode != "secure" {
 		t.Fatalf("br-int datapath_type=%q fail_mode=%v, want netdev/secure on a machine without the OVS module", br.DatapathType, br.FailMode)
 	}
-	flows, err := unixctl.Call(context.Background(), n.path("ovs-run", "ovs-vswitchd.ctl"), "bridge/dump-flows", "br-int")
+	flows, err := unixctl.Call(context.Background(), n.Path("ovs-run", "ovs-vswitchd.ctl"), "bridge/dump-flows", "br-int")
 	if err != nil || strings.Count(flows, "actions=") < 5 {
 		t.Fatalf("expected ovn-controller's flows on br-int, got %d flows (%v)", strings.Count(flows, "actions="), err)
 	}
-	id, err := os.ReadFile(n.path("ovs-db", "system-id.conf"))
+	id, err := os.ReadFile(n.Path("ovs-db", "system-id.conf"))
 	if err != nil || strings.TrimSpace(string(id)) == "" {
 		t.Fatalf("system-id.conf: %q %v", id, err)
 	}
@@ -54,23 +54,23 @@ func TestAllInOneReachesReadyWithFlowsAndChassis(t *testing.T) {
 	if ext["system-id"] != strings.TrimSpace(string(id)) || ext["hostname"] != "test-node" || ext["ovn-encap-type"] != "geneve" || !strings.HasPrefix(ext["ovn-remote"], "unix:") {
 		t.Fatalf("Open_vSwitch external_ids = %v", ext)
 	}
-	sb := dial(t, sbdb.FullDatabaseModel, "unix:"+n.path("ovn-run", "ovnsb_db.sock"))
+	sb := dial(t, sbdb.FullDatabaseModel, "unix:"+n.Path("ovn-run", "ovnsb_db.sock"))
 	ch := &sbdb.Chassis{Name: ext["system-id"]}
 	if err := sb.Get(context.Background(), ch); err != nil {
 		t.Fatalf("no Chassis %q in SB: %v", ext["system-id"], err)
 	}
-	_, metrics, err := n.httpGet("/metrics")
+	_, metrics, err := n.HTTPGet("/metrics")
 	if err != nil || !strings.Contains(metrics, `ovnhost_child_ready{child="ovn-controller"} 1`) || !strings.Contains(metrics, `ovnhost_child_resident_memory_bytes{child="ovs-vswitchd"}`) {
 		t.Fatalf("metrics lack per-child readiness or memory: %v\n%.2000s", err, metrics)
 	}
-	if code := n.stop(); code != 0 {
-		t.Fatalf("exit code %d after SIGTERM\n%s", code, n.logTail())
+	if code := n.Stop(); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM\n%s", code, n.LogTail())
 	}
 }
 
 func TestKillEachChildRestartsItAndPodsKeepConnectivity(t *testing.T) {
 	n := newNode(t)
-	n.start()
+	n.Start()
 	pods := []pod{
 		{hostIf: "veth-p1", lsp: "p1.default", mac: "0a:58:0a:10:00:0b", ip: "10.16.0.11"},
 		{hostIf: "veth-p2", lsp: "p2.default", mac: "0a:58:0a:10:00:0c", ip: "10.16.0.12"},
@@ -80,41 +80,41 @@ func TestKillEachChildRestartsItAndPodsKeepConnectivity(t *testing.T) {
 		t.Fatalf("before any kill: %v", err)
 	}
 	children := []struct{ name, pidfile string }{
-		{"ovs-vswitchd", n.path("ovs-run", "ovs-vswitchd.pid")},
-		{"ovn-controller", n.path("ovn-run", "ovn-controller.pid")},
-		{"ovsdb-server", n.path("ovs-run", "ovsdb-server.pid")},
-		{"ovn-northd", n.path("ovn-run", "ovn-northd.pid")},
-		{"ovsdb-sb", n.path("ovn-run", "ovnsb_db.pid")},
-		{"ovsdb-nb", n.path("ovn-run", "ovnnb_db.pid")},
+		{"ovs-vswitchd", n.Path("ovs-run", "ovs-vswitchd.pid")},
+		{"ovn-controller", n.Path("ovn-run", "ovn-controller.pid")},
+		{"ovsdb-server", n.Path("ovs-run", "ovsdb-server.pid")},
+		{"ovn-northd", n.Path("ovn-run", "ovn-northd.pid")},
+		{"ovsdb-sb", n.Path("ovn-run", "ovnsb_db.pid")},
+		{"ovsdb-nb", n.Path("ovn-run", "ovnnb_db.pid")},
 	}
 	for _, c := range children {
-		old := n.pid(c.pidfile)
-		mark := n.notify.Mark()
+		old := n.ReadPid(c.pidfile)
+		mark := n.Notify.Mark()
 		if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
 			t.Fatalf("kill %s: %v", c.name, err)
 		}
 		// The supervisor reports the death, then "ready" once the child
 		// and whatever depends on it passed their gates again.
-		if _, err := n.notify.WaitFor(mark, "STATUS="+c.name+" died", 20*time.Second, n.exited); err != nil {
-			t.Fatalf("%s: %v\n%s", c.name, err, n.logTail())
+		if _, err := n.Notify.WaitFor(mark, "STATUS="+c.name+" died", 20*time.Second, n.Exited()); err != nil {
+			t.Fatalf("%s: %v\n%s", c.name, err, n.LogTail())
 		}
-		if _, err := n.notify.WaitFor(mark, "STATUS=ready", 30*time.Second, n.exited); err != nil {
-			t.Fatalf("%s not ready again: %v\n%s", c.name, err, n.logTail())
+		if _, err := n.Notify.WaitFor(mark, "STATUS=ready", 30*time.Second, n.Exited()); err != nil {
+			t.Fatalf("%s not ready again: %v\n%s", c.name, err, n.LogTail())
 		}
-		if now := n.pid(c.pidfile); now == old {
+		if now := n.ReadPid(c.pidfile); now == old {
 			t.Fatalf("%s pidfile still names the killed pid %d", c.name, old)
 		}
 		if err := ping(pods[0].ns, pods[1].ip, 3); err != nil {
-			t.Fatalf("after kill -9 of %s: %v\n%s", c.name, err, n.logTail())
+			t.Fatalf("after kill -9 of %s: %v\n%s", c.name, err, n.LogTail())
 		}
 	}
-	_, body, _ := n.httpGet("/readyz?verbose")
+	_, body, _ := n.HTTPGet("/readyz?verbose")
 	for _, c := range children {
 		if !strings.Contains(body, c.name+" pid=") || strings.Contains(body, c.name+" pid=0") {
 			t.Fatalf("/readyz?verbose does not show %s running:\n%s", c.name, body)
 		}
 	}
-	_, metrics, _ := n.httpGet("/metrics")
+	_, metrics, _ := n.HTTPGet("/metrics")
 	if !strings.Contains(metrics, `ovnhost_child_restarts_total{child="ovs-vswitchd"} 1`) {
 		t.Fatalf("restart of ovs-vswitchd not counted:\n%.3000s", metrics)
 	}
@@ -122,30 +122,30 @@ func TestKillEachChildRestartsItAndPodsKeepConnectivity(t *testing.T) {
 
 func TestSIGTERMLeavesNothingBehind(t *testing.T) {
 	n := newNode(t)
-	n.start()
-	mark := n.notify.Mark()
-	if code := n.stop(); code != 0 {
-		t.Fatalf("exit %d\n%s", code, n.logTail())
+	n.Start()
+	mark := n.Notify.Mark()
+	if code := n.Stop(); code != 0 {
+		t.Fatalf("exit %d\n%s", code, n.LogTail())
 	}
-	if _, err := n.notify.WaitFor(mark, "STOPPING=1", time.Second, nil); err != nil {
+	if _, err := n.Notify.WaitFor(mark, "STOPPING=1", time.Second, nil); err != nil {
 		t.Fatal(err)
 	}
-	if left := processesUnder(n.dir); len(left) > 0 {
+	if left := processesUnder(n.Dir); len(left) > 0 {
 		t.Fatalf("processes left running:\n%s", strings.Join(left, "\n"))
 	}
-	links := run(t, "ip", "-n", n.ns, "-o", "link", "show")
+	links := run(t, "ip", "-n", n.NS, "-o", "link", "show")
 	for _, l := range strings.Split(strings.TrimSpace(links), "\n") {
 		if !strings.Contains(l, " lo:") {
 			t.Fatalf("device left in the node's namespace: %s", l)
 		}
 	}
 	for _, d := range []string{"ovs-run", "ovn-run"} {
-		entries, _ := os.ReadDir(n.path(d))
+		entries, _ := os.ReadDir(n.Path(d))
 		for _, e := range entries {
 			t.Errorf("left in %s: %s", d, e.Name())
 		}
 	}
-	if _, err := os.Stat(n.path("cni.sock")); err == nil {
+	if _, err := os.Stat(n.Path("cni.sock")); err == nil {
 		t.Error("the CNI socket was left behind")
 	}
 }
@@ -167,14 +167,14 @@ func TestOldSchemaDatabaseIsConvertedKeepingItsRows(t *testing.T) {
 	cols := schema["tables"].(map[string]any)["Bridge"].(map[string]any)["columns"].(map[string]any)
 	delete(cols, "datapath_version")
 	old, _ := json.Marshal(schema)
-	oldPath := filepath.Join(n.dir, "vswitch-old.ovsschema")
+	oldPath := filepath.Join(n.Dir, "vswitch-old.ovsschema")
 	if err := os.WriteFile(oldPath, old, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.MkdirAll(n.path("ovs-db"), 0o750); err != nil {
+	if err := os.MkdirAll(n.Path("ovs-db"), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	db := n.path("ovs-db", "conf.db")
+	db := n.Path("ovs-db", "conf.db")
 	run(t, "ovsdb-tool", "create", db, oldPath)
 	txn := `["Open_vSwitch",
 	 {"op":"insert","table":"Open_vSwitch","row":{"bridges":["named-uuid","br"],"external_ids":["map",[["system-id","kept-id"],["user-key","user-value"]]]}},
@@ -183,8 +183,8 @@ func TestOldSchemaDatabaseIsConvertedKeepingItsRows(t *testing.T) {
 	 {"op":"insert","table":"Interface","uuid-name":"i","row":{"name":"p-old","type":"internal"}}]`
 	run(t, "ovsdb-tool", "transact", db, txn)
 
-	n.start()
-	ovs := dial(t, vswitch.FullDatabaseModel, "unix:"+n.path("ovs-run", "db.sock"))
+	n.Start()
+	ovs := dial(t, vswitch.FullDatabaseModel, "unix:"+n.Path("ovs-run", "db.sock"))
 	if v := ovs.Schema().Version; v != newVersion {
 		t.Fatalf("conf.db schema version %s after start, want %s", v, newVersion)
 	}
@@ -205,34 +205,27 @@ func TestOldSchemaDatabaseIsConvertedKeepingItsRows(t *testing.T) {
 	if len(backups) != 1 {
 		t.Fatalf("want one backup of the old database, got %v", backups)
 	}
-	n.stop()
+	n.Stop()
 }
 
 func TestSystemIDSurvivesRestart(t *testing.T) {
 	n := newNode(t)
-	n.start()
-	first, _ := os.ReadFile(n.path("ovs-db", "system-id.conf"))
-	n.stop()
-	n.notify = listenNotifyAgain(t, n)
-	n.start()
-	second, _ := os.ReadFile(n.path("ovs-db", "system-id.conf"))
+	n.Start()
+	first, _ := os.ReadFile(n.Path("ovs-db", "system-id.conf"))
+	n.Stop()
+	n.ListenNotifyAgain()
+	n.Start()
+	second, _ := os.ReadFile(n.Path("ovs-db", "system-id.conf"))
 	if strings.TrimSpace(string(first)) == "" || string(first) != string(second) {
 		t.Fatalf("system-id changed across a restart: %q then %q", first, second)
 	}
-	sb := dial(t, sbdb.FullDatabaseModel, "unix:"+n.path("ovn-run", "ovnsb_db.sock"))
+	sb := dial(t, sbdb.FullDatabaseModel, "unix:"+n.Path("ovn-run", "ovnsb_db.sock"))
 	var chassis []sbdb.Chassis
 	_ = sb.List(context.Background(), &chassis)
 	if len(chassis) != 1 || chassis[0].Name != strings.TrimSpace(string(first)) {
 		t.Fatalf("SB chassis after restart = %+v, want one named %q", chassis, first)
 	}
-	n.stop()
-}
-
-// listenNotifyAgain replaces the notify socket for a second run.
-func listenNotifyAgain(t *testing.T, n *node) *notifyListener {
-	os.Remove(n.notify.Path())
-	n.notify.Close()
-	return listenNotify(t, n.dir)
+	n.Stop()
 }
 
 func TestBadConfigExits2BeforeTouchingTheHost(t *testing.T) {
@@ -281,16 +274,16 @@ func TestBadConfigExits2BeforeTouchingTheHost(t *testing.T) {
 
 func TestSDNotifyReadyStatusWatchdogStopping(t *testing.T) {
 	n := newNode(t)
-	n.env = []string{"WATCHDOG_USEC=200000"}
-	n.start()
-	if _, err := n.notify.WaitFor(0, "STATUS=waiting for ovs-vswitchd", time.Second, nil); err != nil {
+	n.Env = []string{"WATCHDOG_USEC=200000"}
+	n.Start()
+	if _, err := n.Notify.WaitFor(0, "STATUS=waiting for ovs-vswitchd", time.Second, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.notify.WaitFor(0, "WATCHDOG=1", 5*time.Second, n.exited); err != nil {
+	if _, err := n.Notify.WaitFor(0, "WATCHDOG=1", 5*time.Second, n.Exited()); err != nil {
 		t.Fatal(err)
 	}
-	ready, _ := n.notify.WaitFor(0, "READY=1", time.Second, nil)
-	all := n.notify.All()
+	ready, _ := n.Notify.WaitFor(0, "READY=1", time.Second, nil)
+	all := n.Notify.All()
 	readyAt := -1
 	for i, m := range all {
 		if m == ready {
@@ -300,9 +293,9 @@ func TestSDNotifyReadyStatusWatchdogStopping(t *testing.T) {
 	if readyAt < 0 || readyAt+1 >= len(all) || !strings.HasPrefix(all[readyAt+1], "STATUS=ready") {
 		t.Fatalf("READY=1 should come with STATUS=ready...; got %q", all)
 	}
-	mark := n.notify.Mark()
-	n.stop()
-	if _, err := n.notify.WaitFor(mark, "STOPPING=1", time.Second, nil); err != nil {
+	mark := n.Notify.Mark()
+	n.Stop()
+	if _, err := n.Notify.WaitFor(mark, "STOPPING=1", time.Second, nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -310,20 +303,20 @@ func TestSDNotifyReadyStatusWatchdogStopping(t *testing.T) {
 func TestRemoteModeJoinsAnExistingCentral(t *testing.T) {
 	n := newNode(t)
 	central := ovncentral.Start(t)
-	n.env = []string{"OVN_SB_ADDR=" + central.SB()}
-	n.start()
-	if _, err := os.Stat(n.path("ovn-db", "ovnnb_db.db")); err == nil {
+	n.Env = []string{"OVN_SB_ADDR=" + central.SB()}
+	n.Start()
+	if _, err := os.Stat(n.Path("ovn-db", "ovnnb_db.db")); err == nil {
 		t.Fatal("a node of an existing cluster created its own NB database")
 	}
-	id := strings.TrimSpace(string(must(os.ReadFile(n.path("ovs-db", "system-id.conf")))))
+	id := strings.TrimSpace(string(must(os.ReadFile(n.Path("ovs-db", "system-id.conf")))))
 	sb := dial(t, sbdb.FullDatabaseModel, central.SB())
 	if err := sb.Get(context.Background(), &sbdb.Chassis{Name: id}); err != nil {
 		var all []sbdb.Chassis
 		_ = sb.List(context.Background(), &all)
 
-		t.Fatalf("chassis %q not registered in the cluster's SB: %v (chassis there: %+v)\n%s", id, err, all, n.logTail())
+		t.Fatalf("chassis %q not registered in the cluster's SB: %v (chassis there: %+v)\n%s", id, err, all, n.LogTail())
 	}
-	if code := n.stop(); code != 0 {
+	if code := n.Stop(); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
 	// A graceful stop removes the chassis (ovn-controller's "exit").
@@ -344,7 +337,7 @@ func must[T any](v T, err error) T {
 func TestLeftoversOfACrashedRunAreClearedButALiveDaemonIsNot(t *testing.T) {
 	n := newNode(t)
 	for _, d := range []string{"ovs-run", "ovs-db"} {
-		if err := os.MkdirAll(n.path(d), 0o755); err != nil {
+		if err := os.MkdirAll(n.Path(d), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -355,20 +348,20 @@ func TestLeftoversOfACrashedRunAreClearedButALiveDaemonIsNot(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = other.Process.Kill(); _ = other.Wait() })
-	pidfile := n.path("ovs-run", "ovsdb-server.pid")
+	pidfile := n.Path("ovs-run", "ovsdb-server.pid")
 	if err := os.WriteFile(pidfile, []byte(strconv.Itoa(other.Process.Pid)+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{n.path("ovs-run", "db.sock"), n.path("ovs-run", "ovsdb-server.ctl")} {
+	for _, f := range []string{n.Path("ovs-run", "db.sock"), n.Path("ovs-run", "ovsdb-server.ctl")} {
 		if err := os.WriteFile(f, nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	n.start()
-	if got := n.pid(pidfile); got == other.Process.Pid {
+	n.Start()
+	if got := n.ReadPid(pidfile); got == other.Process.Pid {
 		t.Fatal("the stale pidfile was not replaced")
 	}
-	n.stop()
+	n.Stop()
 
 	// Now a live process that really is an ovsdb-server by name holds the
 	// pidfile: ovnhost must refuse, naming it, and touch nothing.
@@ -387,19 +380,19 @@ func TestLeftoversOfACrashedRunAreClearedButALiveDaemonIsNot(t *testing.T) {
 	if err := os.WriteFile(pidfile, []byte(strconv.Itoa(live.Process.Pid)+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	n.notify = listenNotifyAgain(t, n)
-	if err := n.startNoWait(); err != nil {
+	n.ListenNotifyAgain()
+	if err := n.StartNoWait(); err != nil {
 		t.Fatal(err)
 	}
-	<-n.exited
-	if code := n.cmd.ProcessState.ExitCode(); code != 1 {
+	<-n.Exited()
+	if code := n.ExitCode(); code != 1 {
 		t.Fatalf("exit %d, want 1", code)
 	}
-	log := n.logTail()
+	log := n.LogTail()
 	if !strings.Contains(log, fmt.Sprintf("still running as pid %d", live.Process.Pid)) {
 		t.Fatalf("the refusal does not name the live pid:\n%s", log)
 	}
-	if got := n.pid(pidfile); got != live.Process.Pid {
+	if got := n.ReadPid(pidfile); got != live.Process.Pid {
 		t.Fatal("the live daemon's pidfile was removed")
 	}
 }
@@ -409,64 +402,64 @@ func TestFailingPreflightExits3BeforeAnyChildStarts(t *testing.T) {
 	// These machines have no OVS kernel module and module loading is
 	// disabled: asking for the kernel datapath must stop the start. A
 	// read-only state directory is a second failure, reported as well.
-	ro := filepath.Join(n.dir, "ro")
+	ro := filepath.Join(n.Dir, "ro")
 	if err := os.MkdirAll(ro, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	run(t, "mount", "--bind", "-o", "ro", ro, ro)
 	t.Cleanup(func() { _ = exec.Command("umount", ro).Run() })
-	n.env = []string{"DISABLE_MODULES_MANAGEMENT=true", "OPENVSWITCH_DIR=" + ro + "/ovs"}
-	if err := n.startNoWait("--datapath=kernel", "--ovs-db-dir="+ro+"/ovs"); err != nil {
+	n.Env = []string{"DISABLE_MODULES_MANAGEMENT=true", "OPENVSWITCH_DIR=" + ro + "/ovs"}
+	if err := n.StartNoWait("--datapath=kernel", "--ovs-db-dir="+ro+"/ovs"); err != nil {
 		t.Fatal(err)
 	}
-	<-n.exited
-	if code := n.cmd.ProcessState.ExitCode(); code != 3 {
-		t.Fatalf("exit %d, want 3\n%s", code, n.logTail())
+	<-n.Exited()
+	if code := n.ExitCode(); code != 3 {
+		t.Fatalf("exit %d, want 3\n%s", code, n.LogTail())
 	}
-	log := n.logTail()
+	log := n.LogTail()
 	for _, want := range []string{"FAIL  datapath", "ovs_datapath", "FAIL  path:", "read-only", "nothing was started"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("output lacks %q:\n%s", want, log)
 		}
 	}
-	if _, err := os.Stat(n.path("ovs-run")); err == nil {
+	if _, err := os.Stat(n.Path("ovs-run")); err == nil {
 		t.Error("the run directory was created although preflight failed")
 	}
-	if left := processesUnder(n.dir); len(left) > 0 {
+	if left := processesUnder(n.Dir); len(left) > 0 {
 		t.Fatalf("processes started despite the failed preflight: %v", left)
 	}
 }
 
 func TestConfigFileChangesAreAppliedOrReported(t *testing.T) {
 	n := newNode(t)
-	file := n.path("ovnhost.yaml")
+	file := n.Path("ovnhost.yaml")
 	if err := os.WriteFile(file, []byte("log-level: info\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	n.start("--config=" + file)
+	n.Start("--config=" + file)
 	if err := os.WriteFile(file, []byte("log-level: debug\ntunnel-type: vxlan\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.waitLog("log level changed", 10*time.Second); err != nil {
+	if err := n.WaitLog("log level changed", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.waitLog("take effect at the next restart", 10*time.Second); err != nil {
+	if err := n.WaitLog("take effect at the next restart", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.waitLog("settings=TunnelType", time.Second); err != nil {
+	if err := n.WaitLog("settings=TunnelType", time.Second); err != nil {
 		t.Fatal(err)
 	}
 	// A broken file is reported and the node keeps running.
 	if err := os.WriteFile(file, []byte("tunnel-type: gre\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.waitLog("is not valid; keeping the running configuration", 10*time.Second); err != nil {
+	if err := n.WaitLog("is not valid; keeping the running configuration", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, err := n.httpGet("/readyz"); err != nil || code != 200 {
+	if code, _, err := n.HTTPGet("/readyz"); err != nil || code != 200 {
 		t.Fatalf("/readyz after a bad config edit: %d %v", code, err)
 	}
-	if code := n.stop(); code != 0 {
+	if code := n.Stop(); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
 }
@@ -474,10 +467,10 @@ func TestConfigFileChangesAreAppliedOrReported(t *testing.T) {
 func TestKeepDatapathLeavesChassisAndTapsForTheNextStart(t *testing.T) {
 	n := newNode(t)
 	central := ovncentral.Start(t)
-	n.env = []string{"OVN_SB_ADDR=" + central.SB()}
-	n.start("--keep-datapath")
-	id := strings.TrimSpace(string(must(os.ReadFile(n.path("ovs-db", "system-id.conf")))))
-	if code := n.stop(); code != 0 {
+	n.Env = []string{"OVN_SB_ADDR=" + central.SB()}
+	n.Start("--keep-datapath")
+	id := strings.TrimSpace(string(must(os.ReadFile(n.Path("ovs-db", "system-id.conf")))))
+	if code := n.Stop(); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
 	// An upgrade in progress: the chassis keeps its row (and so its port
@@ -486,19 +479,19 @@ func TestKeepDatapathLeavesChassisAndTapsForTheNextStart(t *testing.T) {
 	if err := sb.Get(context.Background(), &sbdb.Chassis{Name: id}); err != nil {
 		t.Fatalf("chassis removed although --keep-datapath: %v", err)
 	}
-	if links := run(t, "ip", "-n", n.ns, "-o", "link", "show"); !strings.Contains(links, "br-int") {
+	if links := run(t, "ip", "-n", n.NS, "-o", "link", "show"); !strings.Contains(links, "br-int") {
 		t.Fatalf("br-int tap removed although --keep-datapath:\n%s", links)
 	}
-	if left := processesUnder(n.dir); len(left) > 0 {
+	if left := processesUnder(n.Dir); len(left) > 0 {
 		t.Fatalf("processes left running: %v", left)
 	}
 	// The next version starts on top of it, and a normal stop cleans up.
-	n.notify = listenNotifyAgain(t, n)
-	n.start()
-	if code := n.stop(); code != 0 {
+	n.ListenNotifyAgain()
+	n.Start()
+	if code := n.Stop(); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	if links := run(t, "ip", "-n", n.ns, "-o", "link", "show"); strings.Contains(links, "br-int") {
+	if links := run(t, "ip", "-n", n.NS, "-o", "link", "show"); strings.Contains(links, "br-int") {
 		t.Fatalf("br-int left after a normal stop:\n%s", links)
 	}
 	// (Chassis removal on a normal stop is TestRemoteModeJoinsAnExistingCentral's;
@@ -508,10 +501,10 @@ func TestKeepDatapathLeavesChassisAndTapsForTheNextStart(t *testing.T) {
 
 func TestCleanupRemovesWhatOvnhostPutOnTheHost(t *testing.T) {
 	n := newNode(t)
-	n.start("--keep-datapath")
+	n.Start("--keep-datapath")
 	cleanup := func(extra ...string) (int, string) {
-		args := append([]string{"netns", "exec", n.ns, testenv.Binary(t, "ovnhost"), "cleanup"}, extra...)
-		args = append(args, n.args...)
+		args := append([]string{"netns", "exec", n.NS, testenv.Binary(t, "ovnhost"), "cleanup"}, extra...)
+		args = append(args, n.Args...)
 		out, err := exec.Command("ip", args...).CombinedOutput()
 		code := 0
 		if ee, ok := err.(*exec.ExitError); ok {
@@ -524,15 +517,15 @@ func TestCleanupRemovesWhatOvnhostPutOnTheHost(t *testing.T) {
 	if code, out := cleanup(); code != 1 || !strings.Contains(out, "stop ovnhost first") {
 		t.Fatalf("cleanup while running: exit %d\n%s", code, out)
 	}
-	plugin, conflist := n.path("cni-bin", "ovnhost-cni"), n.path("cni-conf", "00-ovnhost.conflist")
+	plugin, conflist := n.Path("cni-bin", "ovnhost-cni"), n.Path("cni-conf", "00-ovnhost.conflist")
 	for _, f := range []string{plugin, conflist} {
 		if _, err := os.Stat(f); err != nil {
 			t.Fatalf("the daemon did not install %s: %v", f, err)
 		}
 	}
-	n.stop()
+	n.Stop()
 	// Another plugin's configuration is not ours to remove.
-	flannel := n.path("cni-conf", "10-flannel.conflist")
+	flannel := n.Path("cni-conf", "10-flannel.conflist")
 	if err := os.WriteFile(flannel, []byte(`{"cniVersion":"1.0.0","name":"cbr0","plugins":[{"type":"flannel"}]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -540,7 +533,7 @@ func TestCleanupRemovesWhatOvnhostPutOnTheHost(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("cleanup: exit %d\n%s", code, out)
 	}
-	for _, f := range []string{plugin, conflist, n.path("ovs-db", "conf.db"), n.path("ovs-db", "system-id.conf"), n.path("ovn-db", "ovnnb_db.db")} {
+	for _, f := range []string{plugin, conflist, n.Path("ovs-db", "conf.db"), n.Path("ovs-db", "system-id.conf"), n.Path("ovn-db", "ovnnb_db.db")} {
 		if _, err := os.Stat(f); err == nil {
 			t.Errorf("%s still there after cleanup --purge:\n%s", f, out)
 		}
@@ -551,7 +544,7 @@ func TestCleanupRemovesWhatOvnhostPutOnTheHost(t *testing.T) {
 	if !strings.Contains(out, "removed link br-int") {
 		t.Errorf("the kept br-int tap was not removed:\n%s", out)
 	}
-	links := run(t, "ip", "-n", n.ns, "-o", "link", "show")
+	links := run(t, "ip", "-n", n.NS, "-o", "link", "show")
 	for _, l := range strings.Split(strings.TrimSpace(links), "\n") {
 		if !strings.Contains(l, " lo:") {
 			t.Errorf("device left after cleanup: %s", l)
@@ -561,9 +554,9 @@ func TestCleanupRemovesWhatOvnhostPutOnTheHost(t *testing.T) {
 
 func TestNetctlStatusShowsEachChild(t *testing.T) {
 	n := newNode(t)
-	n.start()
+	n.Start()
 	netctl := func(extra ...string) (int, string) {
-		out, err := exec.Command("ip", append([]string{"netns", "exec", n.ns, testenv.Binary(t, "netctl"), "status"}, extra...)...).CombinedOutput()
+		out, err := exec.Command("ip", append([]string{"netns", "exec", n.NS, testenv.Binary(t, "netctl"), "status"}, extra...)...).CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); ok {
 			return ee.ExitCode(), string(out)
 		} else if err != nil {
@@ -597,7 +590,7 @@ func TestNetctlStatusShowsEachChild(t *testing.T) {
 			t.Fatalf("ovs-vswitchd without pid or memory: %+v", c)
 		}
 	}
-	n.stop()
+	n.Stop()
 	if code, out := netctl(); code != 2 || !strings.Contains(out, "does not answer on 127.0.0.1:10665") {
 		t.Fatalf("with the daemon stopped: exit %d\n%s", code, out)
 	}
@@ -605,8 +598,8 @@ func TestNetctlStatusShowsEachChild(t *testing.T) {
 
 func TestChildLogFilesAreRotated(t *testing.T) {
 	n := newNode(t)
-	n.start("--log-file-max-size=2Ki", "--log-rotate-interval=100ms")
-	logFile := n.path("log", "ovs-vswitchd.log")
+	n.Start("--log-file-max-size=2Ki", "--log-rotate-interval=100ms")
+	logFile := n.Path("log", "ovs-vswitchd.log")
 	// Start-up alone writes more than 2 KiB; the supervisor renames the
 	// file and has ovs-vswitchd reopen it, which it logs in the new file.
 	err := waitFileCond(filepath.Dir(logFile), 20*time.Second, func() bool {
@@ -620,12 +613,12 @@ func TestChildLogFilesAreRotated(t *testing.T) {
 		for _, e := range entries {
 			names = append(names, e.Name())
 		}
-		t.Fatalf("%v; log dir holds %v\n%s", err, names, n.logTail())
+		t.Fatalf("%v; log dir holds %v\n%s", err, names, n.LogTail())
 	}
-	if err := n.waitLog("log rotated", time.Second); err != nil {
+	if err := n.WaitLog("log rotated", time.Second); err != nil {
 		t.Fatal(err)
 	}
-	n.stop()
+	n.Stop()
 }
 
 // waitFileCond returns once cond holds, re-checking on every change in dir.

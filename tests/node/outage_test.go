@@ -36,13 +36,13 @@ func TestCentralUnreachableKeepsPodsAndRecovers(t *testing.T) {
 	type pids map[string]int
 	childPids := func(n *node) pids {
 		return pids{
-			"ovsdb-server":   n.pid(n.path("ovs-run", "ovsdb-server.pid")),
-			"ovs-vswitchd":   n.pid(n.path("ovs-run", "ovs-vswitchd.pid")),
-			"ovn-controller": n.pid(n.path("ovn-run", "ovn-controller.pid")),
+			"ovsdb-server":   n.ReadPid(n.Path("ovs-run", "ovsdb-server.pid")),
+			"ovs-vswitchd":   n.ReadPid(n.Path("ovs-run", "ovs-vswitchd.pid")),
+			"ovn-controller": n.ReadPid(n.Path("ovn-run", "ovn-controller.pid")),
 		}
 	}
 	before := []pids{childPids(c.nodes[0]), childPids(c.nodes[1])}
-	marks := []int{c.nodes[0].notify.Mark(), c.nodes[1].notify.Mark()}
+	marks := []int{c.nodes[0].Notify.Mark(), c.nodes[1].Notify.Mark()}
 
 	t0 := time.Now()
 	c.cp.central.StopSB()
@@ -53,16 +53,16 @@ func TestCentralUnreachableKeepsPodsAndRecovers(t *testing.T) {
 		}
 	}()
 	for i, n := range c.nodes {
-		if _, err := n.notify.WaitFor(marks[i], "STATUS=ovn-controller is not ready; waiting for its OVN southbound database", 30*time.Second, n.exited); err != nil {
-			t.Fatalf("%s with the SB stopped: %v\n%s", c.names[i], err, n.logTail())
+		if _, err := n.Notify.WaitFor(marks[i], "STATUS=ovn-controller is not ready; waiting for its OVN southbound database", 30*time.Second, n.Exited()); err != nil {
+			t.Fatalf("%s with the SB stopped: %v\n%s", c.names[i], err, n.LogTail())
 		}
-		code, body, err := n.httpGet("/readyz")
+		code, body, err := n.HTTPGet("/readyz")
 		if err != nil || code == 200 || !strings.Contains(body, "southbound") {
 			t.Errorf("%s /readyz with the SB stopped: %d %v %q, want 503 naming the southbound database", c.names[i], code, err, body)
 		}
 	}
 	t.Logf("both nodes not ready %s after the SB stopped", time.Since(t0).Round(time.Millisecond))
-	marks = []int{c.nodes[0].notify.Mark(), c.nodes[1].notify.Mark()}
+	marks = []int{c.nodes[0].Notify.Mark(), c.nodes[1].Notify.Mark()}
 
 	// Traffic across the nodes for the rest of the outage.
 	rest := outage - time.Since(t0)
@@ -78,8 +78,8 @@ func TestCentralUnreachableKeepsPodsAndRecovers(t *testing.T) {
 	}
 	for i, n := range c.nodes {
 		select {
-		case <-n.exited:
-			t.Fatalf("%s's daemon exited during the SB outage\n%s", c.names[i], n.logTail())
+		case <-n.Exited():
+			t.Fatalf("%s's daemon exited during the SB outage\n%s", c.names[i], n.LogTail())
 		default:
 		}
 		if now := childPids(n); fmt.Sprint(now) != fmt.Sprint(before[i]) {
@@ -90,10 +90,10 @@ func TestCentralUnreachableKeepsPodsAndRecovers(t *testing.T) {
 	c.cp.central.StartSB(t)
 	sbBack = true
 	for i, n := range c.nodes {
-		if _, err := n.notify.WaitFor(marks[i], "STATUS=ready", 60*time.Second, n.exited); err != nil {
-			t.Fatalf("%s after the SB came back: %v\n%s", c.names[i], err, n.logTail())
+		if _, err := n.Notify.WaitFor(marks[i], "STATUS=ready", 60*time.Second, n.Exited()); err != nil {
+			t.Fatalf("%s after the SB came back: %v\n%s", c.names[i], err, n.LogTail())
 		}
-		if code, body, err := n.httpGet("/readyz"); err != nil || code != 200 {
+		if code, body, err := n.HTTPGet("/readyz"); err != nil || code != 200 {
 			t.Errorf("%s /readyz after the SB came back: %d %v %q", c.names[i], code, err, body)
 		}
 		if now := childPids(n); fmt.Sprint(now) != fmt.Sprint(before[i]) {

@@ -59,7 +59,7 @@ func transact(t testing.TB, c *ovsdbconn.Conn, ops []ovsdb.Operation, err error)
 // pod's namespace to br-int, waiting for ovn-installed.
 func addPods(t *testing.T, n *node, pods ...pod) {
 	t.Helper()
-	wirePods(t, "unix:"+n.path("ovn-run", "ovnnb_db.sock"), "unix:"+n.path("ovs-run", "db.sock"), n.ns, n.logTail, pods)
+	wirePods(t, "unix:"+n.Path("ovn-run", "ovnnb_db.sock"), "unix:"+n.Path("ovs-run", "db.sock"), n.NS, n.LogTail, pods)
 }
 
 // wirePods does addPods for any node: its NB and conf.db endpoints and the

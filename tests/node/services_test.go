@@ -27,6 +27,7 @@ import (
 	"github.com/ovnhost/ovnhost/controller/services"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
 	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
+	"github.com/ovnhost/ovnhost/tests/harness/netns"
 )
 
 // svcCluster is a cluster whose EndpointSlices come from a real
@@ -80,38 +81,13 @@ func serveName(t testing.TB, ns string, port int, udp bool, name string) {
 	t.Helper()
 	addr := fmt.Sprintf(":%d", port)
 	if udp {
-		var pc net.PacketConn
-		if err := inNetns(ns, func() (err error) { pc, err = net.ListenPacket("udp", addr); return err }); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { pc.Close() })
-		go func() {
-			b := make([]byte, 512)
-			for {
-				_, from, err := pc.ReadFrom(b)
-				if err != nil {
-					return
-				}
-				_, _ = pc.WriteTo([]byte(name), from)
-			}
-		}()
+		netns.ServeUDP(t, ns, "udp", addr, func([]byte) []byte { return []byte(name) })
 		return
 	}
-	l, err := listenInNetns(ns, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = c.Write([]byte(name))
-			c.Close()
-		}
-	}()
+	netns.ServeTCP(t, ns, addr, func(c net.Conn) {
+		_, _ = c.Write([]byte(name))
+		c.Close()
+	})
 }
 
 // ask connects from network namespace ns to addr and returns what the server said.
@@ -313,9 +289,9 @@ func TestServices(t *testing.T) {
 
 	t.Run("node", func(t *testing.T) {
 		for i, nd := range c.nodes {
-			got, err := ask(nd.ns, web, 3*time.Second)
+			got, err := ask(nd.NS, web, 3*time.Second)
 			if err != nil || !strings.HasPrefix(got, "web-") {
-				t.Errorf("node %s to ClusterIP %s: %q, %v (route via ovn0: %s)", c.names[i], web, got, err, run(t, "ip", "-n", nd.ns, "route", "get", webIP))
+				t.Errorf("node %s to ClusterIP %s: %q, %v (route via ovn0: %s)", c.names[i], web, got, err, run(t, "ip", "-n", nd.NS, "route", "get", webIP))
 			}
 		}
 	})

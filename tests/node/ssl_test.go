@@ -16,7 +16,7 @@ import (
 // in its ssl-dir, as Kube-OVN nodes do.
 func TestSSLJoinsACentralOverSSL(t *testing.T) {
 	n := newNode(t)
-	pkiDir := n.path("pki")
+	pkiDir := n.Path("pki")
 	if err := os.MkdirAll(pkiDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -24,14 +24,14 @@ func TestSSLJoinsACentralOverSSL(t *testing.T) {
 	pki.Issue(t, "ovn", "node-chassis") // ovn-privkey.pem, ovn-cert.pem: the node's defaults
 	sbKey, sbCert := pki.Issue(t, "sb", "ovn-sb")
 
-	c := n.path("central")
+	c := n.Path("central")
 	if err := os.MkdirAll(c, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	run(t, "ovsdb-tool", "create", c+"/nb.db", "/usr/share/ovn/ovn-nb.ovsschema")
 	run(t, "ovsdb-tool", "create", c+"/sb.db", "/usr/share/ovn/ovn-sb.ovsschema")
 	daemon := func(args ...string) {
-		cmd := exec.Command("ip", append([]string{"netns", "exec", n.ns}, args...)...)
+		cmd := exec.Command("ip", append([]string{"netns", "exec", n.NS}, args...)...)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -43,30 +43,45 @@ func TestSSLJoinsACentralOverSSL(t *testing.T) {
 		"--unixctl="+c+"/sb.ctl", "--no-chdir", "-vconsole:off", "--log-file="+c+"/sb.log")
 	daemon("ovn-northd", "--ovnnb-db=unix:"+c+"/nb.sock", "--ovnsb-db=unix:"+c+"/sb.sock", "--unixctl="+c+"/northd.ctl", "--no-chdir", "-vconsole:off", "--log-file="+c+"/northd.log")
 
-	n.env = []string{"ENABLE_SSL=true", "OVN_SB_ADDR=ssl:127.0.0.1:16642"}
-	n.start("--ssl-dir=" + pkiDir)
-	if log := string(must(os.ReadFile(n.path("ovnhost.log")))); !strings.Contains(log, "sb=ssl:127.0.0.1:16642") {
-		t.Fatalf("the node did not use the SSL remote:\n%s", n.logTail())
+	n.Env = []string{"ENABLE_SSL=true", "OVN_SB_ADDR=ssl:127.0.0.1:16642"}
+	n.Start("--ssl-dir=" + pkiDir)
+	if log := string(must(os.ReadFile(n.Path("ovnhost.log")))); !strings.Contains(log, "sb=ssl:127.0.0.1:16642") {
+		t.Fatalf("the node did not use the SSL remote:\n%s", n.LogTail())
 	}
-	id := strings.TrimSpace(string(must(os.ReadFile(n.path("ovs-db", "system-id.conf")))))
+	id := strings.TrimSpace(string(must(os.ReadFile(n.Path("ovs-db", "system-id.conf")))))
 	sb := dial(t, sbdb.FullDatabaseModel, "unix:"+c+"/sb.sock")
 	if err := sb.Get(context.Background(), &sbdb.Chassis{Name: id}); err != nil {
 		t.Fatalf("chassis %q did not register over SSL: %v", id, err)
 	}
-	if code := n.stop(); code != 0 {
-		t.Fatalf("exit %d\n%s", code, n.logTail())
+	if code := n.Stop(); code != 0 {
+		t.Fatalf("exit %d\n%s", code, n.LogTail())
 	}
 }
 
 func TestSSLWithAMissingCertificateNamesTheFile(t *testing.T) {
 	n := newNode(t)
-	n.env = []string{"ENABLE_SSL=true", "OVN_SB_ADDR=ssl:127.0.0.1:16642"}
-	if err := n.startNoWait("--ssl-dir=" + n.path("no-pki")); err != nil {
+	n.Env = []string{"ENABLE_SSL=true", "OVN_SB_ADDR=ssl:127.0.0.1:16642"}
+	if err := n.StartNoWait("--ssl-dir=" + n.Path("no-pki")); err != nil {
 		t.Fatal(err)
 	}
-	<-n.exited
-	log := n.logTail()
-	if code := n.cmd.ProcessState.ExitCode(); code == 0 || !strings.Contains(log, n.path("no-pki", "ovn-cert.pem")) {
+	<-n.Exited()
+	log := n.LogTail()
+	if code := n.ExitCode(); code == 0 || !strings.Contains(log, n.Path("no-pki", "ovn-cert.pem")) {
 		t.Fatalf("exit %d; want a failure naming the missing certificate:\n%s", code, log)
+	}
+}
+
+// All-in-one (no OVN_DB_IPS, as `make run` and the base manifests'
+// ConfigMap with its empty OVN_DB_IPS) reaches READY with ENABLE_SSL=true
+// and no certificates: its databases are unix sockets, and it says so.
+func TestAllInOneIgnoresEnableSSL(t *testing.T) {
+	n := newNode(t)
+	n.Env = []string{"ENABLE_SSL=true"}
+	n.Start("--ssl-dir=" + n.Path("no-pki"))
+	if log := string(must(os.ReadFile(n.Path("ovnhost.log")))); !strings.Contains(log, "ENABLE_SSL does not apply all-in-one") {
+		t.Fatalf("no word about ENABLE_SSL:\n%s", n.LogTail())
+	}
+	if code := n.Stop(); code != 0 {
+		t.Fatalf("exit %d\n%s", code, n.LogTail())
 	}
 }

@@ -34,7 +34,7 @@ func TestStandaloneOverSSLCentralWiresAPod(t *testing.T) {
 	testenv.Binary(t, "ovnhost-cni") // the plugin the node installs
 	const centralIP, nodeIP = "192.168.203.1", "192.168.203.2"
 
-	pkiDir := n.path("pki")
+	pkiDir := n.Path("pki")
 	if err := os.MkdirAll(pkiDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -44,13 +44,13 @@ func TestStandaloneOverSSLCentralWiresAPod(t *testing.T) {
 	sbKey, sbCert := pki.Issue(t, "sb", "ovn-sb")
 
 	cns := newNetns(t, "ohc")
-	run(t, "ip", "link", "add", "ul0", "netns", n.ns, "type", "veth", "peer", "name", "ul0", "netns", cns)
+	run(t, "ip", "link", "add", "ul0", "netns", n.NS, "type", "veth", "peer", "name", "ul0", "netns", cns)
 	run(t, "ip", "-n", cns, "addr", "add", centralIP+"/24", "dev", "ul0")
 	run(t, "ip", "-n", cns, "link", "set", "ul0", "up")
-	run(t, "ip", "-n", n.ns, "addr", "add", nodeIP+"/24", "dev", "ul0")
-	run(t, "ip", "-n", n.ns, "link", "set", "ul0", "up")
+	run(t, "ip", "-n", n.NS, "addr", "add", nodeIP+"/24", "dev", "ul0")
+	run(t, "ip", "-n", n.NS, "link", "set", "ul0", "up")
 
-	c := n.path("central")
+	c := n.Path("central")
 	if err := os.MkdirAll(c, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -76,30 +76,30 @@ func TestStandaloneOverSSLCentralWiresAPod(t *testing.T) {
 	run(t, "ovsdb-client", "--timeout=20", "wait", "unix:"+c+"/sb.sock", "OVN_Southbound", "connected")
 
 	// No KUBECONFIG (newNode hands the daemon only PATH and NOTIFY_SOCKET).
-	n.env = []string{"ENABLE_SSL=true", "OVN_DB_IPS=" + centralIP, "IFACE=ul0"}
-	n.start("--ssl-dir=" + pkiDir)
-	log := string(must(os.ReadFile(n.path("ovnhost.log"))))
+	n.Env = []string{"ENABLE_SSL=true", "OVN_DB_IPS=" + centralIP, "IFACE=ul0"}
+	n.Start("--ssl-dir=" + pkiDir)
+	log := string(must(os.ReadFile(n.Path("ovnhost.log"))))
 	if !strings.Contains(log, "sb=ssl:"+centralIP+":6642") {
-		t.Fatalf("the node did not use the SSL remote derived from OVN_DB_IPS:\n%s", n.logTail())
+		t.Fatalf("the node did not use the SSL remote derived from OVN_DB_IPS:\n%s", n.LogTail())
 	}
 	if strings.Contains(log, "CNI server disabled") {
-		t.Fatalf("the CNI server is disabled:\n%s", n.logTail())
+		t.Fatalf("the CNI server is disabled:\n%s", n.LogTail())
 	}
 	// The CNI server is up: the readiness endpoint says so, its socket and
 	// the plugin are where kubelet looks.
-	if code, body, err := n.httpGet("/readyz"); err != nil || code != 200 {
-		t.Fatalf("/readyz: %d %q %v\n%s", code, body, err, n.logTail())
+	if code, body, err := n.HTTPGet("/readyz"); err != nil || code != 200 {
+		t.Fatalf("/readyz: %d %q %v\n%s", code, body, err, n.LogTail())
 	}
-	for _, p := range []string{n.path("cni.sock"), n.path("cni-bin", "ovnhost-cni")} {
+	for _, p := range []string{n.Path("cni.sock"), n.Path("cni-bin", "ovnhost-cni")} {
 		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("the CNI server is not up: %v\n%s", err, n.logTail())
+			t.Fatalf("the CNI server is not up: %v\n%s", err, n.LogTail())
 		}
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	nb := dial(t, nbdb.FullDatabaseModel, "unix:"+c+"/nb.sock")
-	ovs := dial(t, vswitch.FullDatabaseModel, "unix:"+n.path("ovs-run", "db.sock"))
+	ovs := dial(t, vswitch.FullDatabaseModel, "unix:"+n.Path("ovs-run", "db.sock"))
 	lspNames := func() []string {
 		var ls []nbdb.LogicalSwitchPort
 		if err := nb.List(ctx, &ls); err != nil {
@@ -126,7 +126,7 @@ func TestStandaloneOverSSLCentralWiresAPod(t *testing.T) {
 	}
 	links := func() []string {
 		var out []string
-		for _, l := range strings.Split(strings.TrimSpace(run(t, "ip", "-n", n.ns, "-o", "-br", "link")), "\n") {
+		for _, l := range strings.Split(strings.TrimSpace(run(t, "ip", "-n", n.NS, "-o", "-br", "link")), "\n") {
 			out = append(out, strings.Fields(l)[0])
 		}
 		slices.Sort(out)
@@ -139,7 +139,7 @@ func TestStandaloneOverSSLCentralWiresAPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !slices.ContainsFunc(sw, func(s nbdb.LogicalSwitch) bool { return s.Name == "ovn-default" }) {
-		t.Fatalf("no ovn-default logical switch in the central's NB: %+v\n%s", sw, n.logTail())
+		t.Fatalf("no ovn-default logical switch in the central's NB: %+v\n%s", sw, n.LogTail())
 	}
 	// The node's own port (ovn0) comes up right after READY: the "before"
 	// snapshot is taken once it is installed.
@@ -148,7 +148,7 @@ func TestStandaloneOverSSLCentralWiresAPod(t *testing.T) {
 		i := &vswitch.Interface{Name: "ovn0"}
 		return ovs.Get(wctx, i) == nil && i.ExternalIDs["ovn-installed"] == "true"
 	}, nil); err != nil {
-		t.Fatalf("%v\n%s", err, n.logTail())
+		t.Fatalf("%v\n%s", err, n.LogTail())
 	}
 	wcancel()
 	lspBefore, portsBefore, linksBefore := lspNames(), ovsPorts(), links()
@@ -157,7 +157,7 @@ func TestStandaloneOverSSLCentralWiresAPod(t *testing.T) {
 	podNS := newNetns(t, "ohk")
 	out, err := cni(n, "ADD", podNS, "web")
 	if err != nil {
-		t.Fatalf("ADD: %v\n%s\n%s", err, out, n.logTail())
+		t.Fatalf("ADD: %v\n%s\n%s", err, out, n.LogTail())
 	}
 	var res struct {
 		IPs []struct{ Address, Gateway string } `json:"ips"`
@@ -183,21 +183,31 @@ func TestStandaloneOverSSLCentralWiresAPod(t *testing.T) {
 	if gw := res.IPs[0].Gateway; gw == "" {
 		t.Fatalf("ADD result has no gateway: %s", out)
 	} else if err := ping(podNS, gw, 5); err != nil {
-		t.Fatalf("pod to its gateway: %v\n%s", err, n.logTail())
+		t.Fatalf("pod to its gateway: %v\n%s", err, n.LogTail())
 	}
 	// kubelet's probes: the node reaches its pod through ovn0.
-	if err := ping(n.ns, podIP.String(), 10); err != nil {
-		routes, _ := exec.Command("ip", "-n", n.ns, "route").CombinedOutput()
-		links, _ := exec.Command("ip", "-n", n.ns, "-o", "link", "show", "ovn0").CombinedOutput()
-		t.Fatalf("node to its pod through ovn0: %v\nroutes:\n%s\novn0: %s\n%s", err, routes, links, n.logTail())
+	if err := ping(n.NS, podIP.String(), 10); err != nil {
+		routes, _ := exec.Command("ip", "-n", n.NS, "route").CombinedOutput()
+		links, _ := exec.Command("ip", "-n", n.NS, "-o", "link", "show", "ovn0").CombinedOutput()
+		t.Fatalf("node to its pod through ovn0: %v\nroutes:\n%s\novn0: %s\n%s", err, routes, links, n.LogTail())
 	}
 
 	if out, err := cni(n, "DEL", podNS, "web"); err != nil {
-		t.Fatalf("DEL: %v\n%s\n%s", err, out, n.logTail())
+		t.Fatalf("DEL: %v\n%s\n%s", err, out, n.LogTail())
 	}
-	if err := nb.Get(ctx, &nbdb.LogicalSwitchPort{Name: "web.default"}); err == nil {
-		t.Errorf("logical switch port web.default is still in NB after DEL")
+	// DEL's NB and OVS transactions are committed when it answers; this
+	// test's own monitors hear of them a moment later.
+	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer dcancel()
+	if err := nb.WaitUntil(dctx, "web.default gone from the test's NB monitor", func() bool {
+		return nb.Get(dctx, &nbdb.LogicalSwitchPort{Name: "web.default"}) != nil
+	}, nil); err != nil {
+		t.Errorf("logical switch port web.default is still in NB after DEL: %v", err)
 	}
+	_ = ovs.WaitUntil(dctx, "the pod's OVS port gone from the test's monitor", func() bool {
+		var ps []vswitch.Port
+		return ovs.List(dctx, &ps) == nil && len(ps) == len(portsBefore)
+	}, nil)
 	if got := lspNames(); !slices.Equal(got, lspBefore) {
 		t.Errorf("NB ports after DEL %v, before ADD %v", got, lspBefore)
 	}
@@ -207,7 +217,7 @@ func TestStandaloneOverSSLCentralWiresAPod(t *testing.T) {
 	if got := links(); !slices.Equal(got, linksBefore) {
 		t.Errorf("node links after DEL %v, before ADD %v", got, linksBefore)
 	}
-	if code := n.stop(); code != 0 {
-		t.Fatalf("exit %d\n%s", code, n.logTail())
+	if code := n.Stop(); code != 0 {
+		t.Fatalf("exit %d\n%s", code, n.LogTail())
 	}
 }

@@ -22,20 +22,20 @@ func TestTwoNodesCarryPodTrafficOverGeneve(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b := newNode(t), newNode(t)
-	run(t, "ip", "link", "add", "ul0", "netns", a.ns, "type", "veth", "peer", "name", "ul0", "netns", b.ns)
+	run(t, "ip", "link", "add", "ul0", "netns", a.NS, "type", "veth", "peer", "name", "ul0", "netns", b.NS)
 	for i, n := range []*node{a, b} {
-		run(t, "ip", "-n", n.ns, "addr", "add", fmt.Sprintf("192.168.100.%d/24", i+1), "dev", "ul0")
-		run(t, "ip", "-n", n.ns, "link", "set", "ul0", "up")
-		n.env = []string{"OVN_SB_ADDR=" + central.SB(), "IFACE=ul0"}
+		run(t, "ip", "-n", n.NS, "addr", "add", fmt.Sprintf("192.168.100.%d/24", i+1), "dev", "ul0")
+		run(t, "ip", "-n", n.NS, "link", "set", "ul0", "up")
+		n.Env = []string{"OVN_SB_ADDR=" + central.SB(), "IFACE=ul0"}
 	}
-	a.start("--userspace-tunnel", "--node-name=node-a")
-	b.start("--userspace-tunnel", "--node-name=node-b")
+	a.Start("--userspace-tunnel", "--node-name=node-a")
+	b.Start("--userspace-tunnel", "--node-name=node-b")
 
 	// The tunnel endpoint moved to br-phy; ul0 is now its port.
 	for i, n := range []*node{a, b} {
-		addrs := run(t, "ip", "-n", n.ns, "-o", "addr", "show", "dev", "br-phy")
+		addrs := run(t, "ip", "-n", n.NS, "-o", "addr", "show", "dev", "br-phy")
 		if !strings.Contains(addrs, fmt.Sprintf("192.168.100.%d/24", i+1)) {
-			t.Fatalf("br-phy of %s lacks the endpoint address:\n%s", n.ns, addrs)
+			t.Fatalf("br-phy of %s lacks the endpoint address:\n%s", n.NS, addrs)
 		}
 	}
 	sb := dial(t, sbdb.FullDatabaseModel, central.SB())
@@ -55,12 +55,12 @@ func TestTwoNodesCarryPodTrafficOverGeneve(t *testing.T) {
 		{hostIf: "veth-b1", lsp: "b1.default", mac: "0a:58:0a:10:00:42", ip: "10.16.0.42"},
 	}
 	createSwitch(t, central.NB(), pods)
-	plugPods(t, "unix:"+a.path("ovs-run", "db.sock"), a.ns, a.logTail, pods[:1])
-	plugPods(t, "unix:"+b.path("ovs-run", "db.sock"), b.ns, b.logTail, pods[1:])
+	plugPods(t, "unix:"+a.Path("ovs-run", "db.sock"), a.NS, a.LogTail, pods[:1])
+	plugPods(t, "unix:"+b.Path("ovs-run", "db.sock"), b.NS, b.LogTail, pods[1:])
 	// The first encapsulated packet can be lost while the remote tunnel
 	// MAC is learned: at least one reply of five, then a clean second run.
 	if err := ping(pods[0].ns, pods[1].ip, 5); err != nil {
-		t.Fatalf("cross-node: %v\n%s", err, a.logTail())
+		t.Fatalf("cross-node: %v\n%s", err, a.LogTail())
 	}
 	out, err := exec.Command("ip", "netns", "exec", pods[0].ns, "ping", "-c", "3", "-i", "0.2", "-W", "2", pods[1].ip).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), " 0% packet loss") {
@@ -68,13 +68,13 @@ func TestTwoNodesCarryPodTrafficOverGeneve(t *testing.T) {
 	}
 
 	// A stop gives the address back to ul0 and leaves no bridge behind.
-	if code := a.stop(); code != 0 {
-		t.Fatalf("exit %d\n%s", code, a.logTail())
+	if code := a.Stop(); code != 0 {
+		t.Fatalf("exit %d\n%s", code, a.LogTail())
 	}
-	if addrs := run(t, "ip", "-n", a.ns, "-o", "addr", "show", "dev", "ul0"); !strings.Contains(addrs, "192.168.100.1/24") {
+	if addrs := run(t, "ip", "-n", a.NS, "-o", "addr", "show", "dev", "ul0"); !strings.Contains(addrs, "192.168.100.1/24") {
 		t.Fatalf("ul0 did not get its address back:\n%s", addrs)
 	}
-	if links := run(t, "ip", "-n", a.ns, "-o", "link", "show"); strings.Contains(links, "br-phy") {
+	if links := run(t, "ip", "-n", a.NS, "-o", "link", "show"); strings.Contains(links, "br-phy") {
 		t.Fatalf("br-phy left behind:\n%s", links)
 	}
 }

@@ -17,8 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ovnhost/ovnhost/internal/config"
 	"github.com/ovnhost/ovnhost/packaging/build"
-	"github.com/ovnhost/ovnhost/supervisor/config"
 	"github.com/ovnhost/ovnhost/tests/harness/kubeapi"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ovnhost/ovnhost/supervisor/config"
+	"github.com/ovnhost/ovnhost/internal/config"
 )
 
 var envLine = regexp.MustCompile(`^#?([A-Z][A-Z0-9_]*)=(.*)$`)

@@ -95,14 +95,18 @@ func TestHelmChart(t *testing.T) {
 		t.Fatalf("the API server rejects the chart's objects:\n%s", out)
 	}
 	custom := runOut(t, "", h, "template", "ovnhost", chartDir(), "--include-crds",
-		"--set", "ovnDBIPs=10.0.0.1\\,10.0.0.2,image.repository=registry.example/ovnhost,image.tag=v1.2.3,pinger.enabled=false,controller.replicas=3")
-	for _, want := range []string{`OVN_DB_IPS: "10.0.0.1,10.0.0.2"`, "image: registry.example/ovnhost:v1.2.3", "replicas: 3"} {
+		"--set", "ovnDBIPs=10.0.0.1\\,10.0.0.2,image.repository=registry.example/ovnhost,image.tag=v1.2.3,pinger.enabled=false,controller.replicas=3",
+		"--set", "serviceExternalIPs.allowedCIDRs={198.51.100.0/24,2001:db8:1::/64}")
+	for _, want := range []string{`OVN_DB_IPS: "10.0.0.1,10.0.0.2"`, "image: registry.example/ovnhost:v1.2.3", "replicas: 3", `cidrs: "198.51.100.0/24,2001:db8:1::/64"`} {
 		if !strings.Contains(custom, want) {
 			t.Errorf("values not applied: no %q", want)
 		}
 	}
 	if strings.Contains(custom, "ovnhost-pinger") {
 		t.Error("pinger.enabled=false still renders the pinger")
+	}
+	if off := runOut(t, "", h, "template", "ovnhost", chartDir(), "--set", "serviceExternalIPs.policy=false"); strings.Contains(off, "ovnhost-service-external-ips") {
+		t.Error("serviceExternalIPs.policy=false still renders the external-IP admission policy")
 	}
 	if out, err := k.run(custom, "apply", "--dry-run=server", "--validate=strict", "-f", "-"); err != nil {
 		t.Fatalf("the API server rejects the chart with custom values:\n%s", out)

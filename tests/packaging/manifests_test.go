@@ -10,6 +10,8 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -53,7 +55,7 @@ func TestManifestsServerDryRun(t *testing.T) {
 	k := kube{t: t, bin: kubectl(t), kubeconfig: srv.Kubeconfig}
 	base := filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base")
 	rendered := k.must("", "kustomize", base)
-	for _, kind := range []string{"Namespace", "CustomResourceDefinition", "ConfigMap", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DaemonSet", "Deployment"} {
+	for _, kind := range []string{"Namespace", "CustomResourceDefinition", "ConfigMap", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DaemonSet", "Deployment", "Job", "CronJob"} {
 		if !strings.Contains(rendered, "\nkind: "+kind+"\n") {
 			t.Errorf("rendered base has no %s", kind)
 		}
@@ -134,12 +136,117 @@ func TestManifestsServerDryRun(t *testing.T) {
 		{"ovnhost-controller", "update", "leases.coordination.k8s.io/ovnhost-controller", []string{"-n", "ovnhost"}, true},
 		{"ovnhost-controller", "update", "leases.coordination.k8s.io/other", []string{"-n", "ovnhost"}, false},
 		{"ovnhost-controller", "create", "leases.coordination.k8s.io", []string{"-n", "kube-system"}, false},
+		// ovnhost certs: the one Secret of the OVN certificates.
+		{"ovnhost-certs", "get", "secrets/ovnhost-ovn-tls", []string{"-n", "ovnhost"}, true},
+		{"ovnhost-certs", "update", "secrets/ovnhost-ovn-tls", []string{"-n", "ovnhost"}, true},
+		{"ovnhost-certs", "create", "secrets", []string{"-n", "ovnhost"}, true},
+		{"ovnhost-certs", "get", "secrets/other", []string{"-n", "ovnhost"}, false},
+		{"ovnhost-certs", "update", "secrets/other", []string{"-n", "ovnhost"}, false},
+		{"ovnhost-certs", "list", "secrets", []string{"-n", "ovnhost"}, false},
+		{"ovnhost-certs", "delete", "secrets/ovnhost-ovn-tls", []string{"-n", "ovnhost"}, false},
+		{"ovnhost-certs", "create", "secrets", []string{"-n", "kube-system"}, false},
+		{"ovnhost-node", "get", "secrets/ovnhost-ovn-tls", []string{"-n", "ovnhost"}, false},
+		{"ovnhost-controller", "get", "secrets/ovnhost-ovn-tls", []string{"-n", "ovnhost"}, false},
 	} {
 		if got := can(c.sa, c.verb, c.resource, c.extra...); got != c.want {
 			t.Errorf("%s can %s %s %v: %v, want %v", c.sa, c.verb, c.resource, c.extra, got, c.want)
 		}
 	}
 	checkOwnNodePolicy(t, srv)
+	checkServiceExternalIPsPolicy(t, srv)
+	checkCertsJob(t, srv.Kubeconfig)
+}
+
+// checkServiceExternalIPsPolicy: a tenant (all verbs on Services,
+// ConfigMaps, Endpoints and pods in its namespace, nothing more) may not give a Service an external address outside the admin's
+// allowlist (ConfigMap ovnhost-service-external-ips: empty by default);
+// one inside it is admitted once the admin lists its range.
+func checkServiceExternalIPsPolicy(t *testing.T, srv *kubeapi.Server) {
+	admin := kubernetes.NewForConfigOrDie(srv.Config)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The namespace admin's rights on what matters here (the built-in
+	// ClusterRole admin is aggregated by kube-controller-manager, which this
+	// API server runs without).
+	if _, err := admin.RbacV1().Roles("tenant").Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "tenant-admin"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"services", "configmaps", "endpoints", "pods"}, Verbs: []string{"*"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().RoleBindings("tenant").Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "tenant-admin"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "tenant-admin"},
+		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "tenant-user"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tc := rest.CopyConfig(srv.Config)
+	tc.Impersonate = rest.ImpersonationConfig{UserName: "tenant-user"}
+	tenant := kubernetes.NewForConfigOrDie(tc)
+	create := func(name string, mut func(*corev1.Service)) error {
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 53, Protocol: corev1.ProtocolUDP}}}}
+		mut(svc)
+		_, err := tenant.CoreV1().Services("tenant").Create(ctx, svc, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	// until retries a real request until its answer is the one wanted (the
+	// API server loads policies and their parameters asynchronously).
+	until := func(what string, denied bool, try func() error) error {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			err := try()
+			if (err != nil) == denied {
+				return err
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: got %v", what, err)
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatal(ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	hijack := func(s *corev1.Service) { s.Spec.ExternalIPs = []string{"10.96.0.10"} }
+	err := until("an externalIP with the default (empty) allowlist is admitted: the policy is not enforced", true, func() error { return create("dns", hijack) })
+	if !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "spec.externalIPs 10.96.0.10") ||
+		!strings.Contains(err.Error(), "tenant/dns") || !strings.Contains(err.Error(), "ovnhost-service-external-ips") {
+		t.Fatalf("the refusal does not name the Service, the address and the allowlist: %v", err)
+	}
+	if err := create("plain", func(*corev1.Service) {}); err != nil {
+		t.Fatalf("a Service without external addresses is refused: %v", err)
+	}
+	lb := func(ip string) func(*corev1.Service) {
+		return func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeLoadBalancer; s.Spec.LoadBalancerIP = ip }
+	}
+	if err := create("lb", lb("198.51.100.7")); err == nil || !strings.Contains(err.Error(), "spec.loadBalancerIP 198.51.100.7") {
+		t.Fatalf("a loadBalancerIP outside the allowlist: %v", err)
+	}
+
+	// The admin allows 198.51.100.0/24: an address there is admitted, the
+	// cluster DNS still is not; the tenant cannot widen the list itself.
+	if _, err := admin.CoreV1().ConfigMaps("ovnhost").Patch(ctx, "ovnhost-service-external-ips", types.MergePatchType,
+		[]byte(`{"data":{"cidrs":"198.51.100.0/24, 2001:db8:1::/64"}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	until("an externalIP inside the allowlist", false, func() error {
+		return create("public", func(s *corev1.Service) { s.Spec.ExternalIPs = []string{"198.51.100.7"} })
+	})
+	until("a loadBalancerIP inside the allowlist", false, func() error { return create("lb", lb("198.51.100.8")) })
+	if err := create("dns", hijack); err == nil {
+		t.Fatal("the cluster DNS address is admitted once another range is allowed")
+	}
+	if _, err := tenant.CoreV1().ConfigMaps("ovnhost").Patch(ctx, "ovnhost-service-external-ips", types.MergePatchType,
+		[]byte(`{"data":{"cidrs":"0.0.0.0/0"}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}); !apierrors.IsForbidden(err) {
+		t.Fatalf("the tenant may edit the allowlist: %v", err)
+	}
 }
 
 // checkOwnNodePolicy uses real service-account tokens of ovnhost-node, as

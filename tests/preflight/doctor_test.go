@@ -20,8 +20,8 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/ovnhost/ovnhost/cni/cniconf"
+	"github.com/ovnhost/ovnhost/internal/hostcheck"
 	"github.com/ovnhost/ovnhost/netctl/doctor"
-	"github.com/ovnhost/ovnhost/supervisor/preflight"
 	"github.com/ovnhost/ovnhost/tests/harness/ovncentral"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
@@ -38,7 +38,7 @@ func sbctl(t *testing.T, db string, args ...string) {
 	}
 }
 
-func doctorCheck(t *testing.T, r *doctor.Report, name string) preflight.Check {
+func doctorCheck(t *testing.T, r *hostcheck.Report, name string) hostcheck.Check {
 	t.Helper()
 	return findCheck(t, r.Checks, name)
 }
@@ -80,7 +80,7 @@ func TestDuplicateChassisRealSB(t *testing.T) {
 
 	cfg := loadConfig(t, append(env[:len(env)-1], "OVN_SB_ADDR="+c.SB(), "ENCAP_IP=192.0.2.200")...)
 	r := doctor.Run(context.Background(), cfg, doctor.Options{Timeout: 5 * time.Second})
-	if ch := doctorCheck(t, r, "sb-reachable"); ch.Status != preflight.Pass {
+	if ch := doctorCheck(t, r, "sb-reachable"); ch.Status != hostcheck.Pass {
 		t.Fatalf("SB: %+v", ch)
 	}
 	ch := doctorCheck(t, r, "chassis")
@@ -93,7 +93,7 @@ func TestDuplicateChassisRealSB(t *testing.T) {
 			t.Errorf("chassis check lacks %q: %+v", want, ch)
 		}
 	}
-	if ch.Status != preflight.Fail || !strings.Contains(ch.Fix, "chassis-del 5b3c8a4e-clone") || r.ExitCode() != 2 {
+	if ch.Status != hostcheck.Fail || !strings.Contains(ch.Fix, "chassis-del 5b3c8a4e-clone") || r.ExitCode() != 2 {
 		t.Errorf("%+v exit %d", ch, r.ExitCode())
 	}
 }
@@ -114,13 +114,13 @@ func TestConflistOutranked(t *testing.T) {
 	write(cniconf.Conflist, `{"cniVersion":"1.0.0","name":"ovnhost","plugins":[{"type":"ovnhost-cni"}]}`)
 	write("10-flannel.conflist", `{"name":"cbr0","cniVersion":"0.3.1","plugins":[{"type":"flannel"},{"type":"portmap"}]}`)
 	r := doctor.Run(context.Background(), loadConfig(t, env...), doctor.Options{})
-	if ch := doctorCheck(t, r, "cni-config"); ch.Status != preflight.Warn || !strings.Contains(ch.Found, "10-flannel.conflist (flannel+portmap, network cbr0)") {
+	if ch := doctorCheck(t, r, "cni-config"); ch.Status != hostcheck.Warn || !strings.Contains(ch.Found, "10-flannel.conflist (flannel+portmap, network cbr0)") {
 		t.Errorf("stale: %+v", ch)
 	}
 	write("00-calico.conflist", `{"name":"k8s-pod-network","cniVersion":"0.3.1","plugins":[{"type":"calico"}]}`)
 	r = doctor.Run(context.Background(), loadConfig(t, env...), doctor.Options{})
 	ch := doctorCheck(t, r, "cni-config")
-	if ch.Status != preflight.Fail || !strings.Contains(ch.Found, "00-calico.conflist (calico, network k8s-pod-network) sorts before 00-ovnhost.conflist") ||
+	if ch.Status != hostcheck.Fail || !strings.Contains(ch.Found, "00-calico.conflist (calico, network k8s-pod-network) sorts before 00-ovnhost.conflist") ||
 		!strings.Contains(ch.Fix, "rm "+filepath.Join(confDir, "00-calico.conflist")) {
 		t.Errorf("outranked: %+v", ch)
 	}
@@ -171,7 +171,7 @@ func TestNetctlDoctorBinary(t *testing.T) {
 	out, code := run("--output", "json")
 	var rep struct {
 		Status string
-		Checks []preflight.Check
+		Checks []hostcheck.Check
 	}
 	if err := json.Unmarshal(out, &rep); err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -181,12 +181,12 @@ func TestNetctlDoctorBinary(t *testing.T) {
 		t.Errorf("status %s, exit %d", rep.Status, code)
 	}
 	// No plugin, no conflist: failures, and the daemon checks say it is not running.
-	got := map[string]preflight.Status{}
+	got := map[string]hostcheck.Status{}
 	for _, c := range rep.Checks {
 		got[c.Name] = c.Status
 	}
-	if got["cni-plugin"] != preflight.Fail || got["cni-config"] != preflight.Fail || got["cni-server"] != preflight.Warn ||
-		got["ovsdb:Open_vSwitch"] != preflight.Warn || got["ovn-controller"] != preflight.Warn {
+	if got["cni-plugin"] != hostcheck.Fail || got["cni-config"] != hostcheck.Fail || got["cni-server"] != hostcheck.Warn ||
+		got["ovsdb:Open_vSwitch"] != hostcheck.Warn || got["ovn-controller"] != hostcheck.Warn {
 		t.Errorf("%v", got)
 	}
 	table, code2 := run()
@@ -206,7 +206,7 @@ func TestNetctlDoctorBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range rep.Checks {
-		if (c.Name == "cni-plugin" || c.Name == "cni-config") && c.Status != preflight.Pass {
+		if (c.Name == "cni-plugin" || c.Name == "cni-config") && c.Status != hostcheck.Pass {
 			t.Errorf("%+v", c)
 		}
 	}
@@ -238,23 +238,23 @@ func TestControllerConnected(t *testing.T) {
 		"--log-file="+filepath.Join(dir, "ovn-controller.log"), "-vconsole:off", "--no-chdir")
 
 	cfg := loadConfig(t, "OVS_RUNDIR="+dir, "OVN_RUNDIR="+dir, "OVN_SB_ADDR="+c.SB(), "OPENVSWITCH_DIR="+dir, "OVNHOST_HEALTH_ADDR=", "ENCAP_IP=192.0.2.77")
-	var r *doctor.Report
+	var r *hostcheck.Report
 	// ovn-controller connects asynchronously: ask until it says connected.
 	waitFor(t, 15*time.Second, func() error {
 		r = doctor.Run(context.Background(), cfg, doctor.Options{Timeout: 2 * time.Second})
-		if ch := doctorCheck(t, r, "ovn-controller"); ch.Status != preflight.Pass {
+		if ch := doctorCheck(t, r, "ovn-controller"); ch.Status != hostcheck.Pass {
 			return fmt.Errorf("%+v", ch)
 		}
-		if ch := doctorCheck(t, r, "chassis"); ch.Status != preflight.Pass || !strings.Contains(ch.Found, "registered once") {
+		if ch := doctorCheck(t, r, "chassis"); ch.Status != hostcheck.Pass || !strings.Contains(ch.Found, "registered once") {
 			return fmt.Errorf("%+v", ch)
 		}
 		return nil
 	})
-	if ch := doctorCheck(t, r, "ovsdb:Open_vSwitch"); ch.Status != preflight.Pass {
+	if ch := doctorCheck(t, r, "ovsdb:Open_vSwitch"); ch.Status != hostcheck.Pass {
 		t.Errorf("%+v", ch)
 	}
 	// No ovs-vswitchd runs here.
-	if ch := doctorCheck(t, r, "ovs-vswitchd"); ch.Status != preflight.Fail || !strings.Contains(ch.Found, "ovs-vswitchd does not") {
+	if ch := doctorCheck(t, r, "ovs-vswitchd"); ch.Status != hostcheck.Fail || !strings.Contains(ch.Found, "ovs-vswitchd does not") {
 		t.Errorf("%+v", ch)
 	}
 }
@@ -347,7 +347,7 @@ func TestARPProbeDuplicate(t *testing.T) {
 	lb := setup(hb, "vb", "10.9.0.2/24")
 
 	ip := netip.MustParseAddr("10.9.0.1")
-	macs, err := doctor.ARPProbeIn(a, "va", ip, 300*time.Millisecond)
+	macs, err := hostcheck.ARPProbeIn(a, "va", ip, 300*time.Millisecond)
 	if err != nil || len(macs) != 0 {
 		t.Fatalf("distinct addresses: %v %v", macs, err)
 	}
@@ -355,12 +355,12 @@ func TestARPProbeDuplicate(t *testing.T) {
 	if err := hb.AddrAdd(lb, addr); err != nil {
 		t.Fatal(err)
 	}
-	macs, err = doctor.ARPProbeIn(a, "va", ip, time.Second)
+	macs, err = hostcheck.ARPProbeIn(a, "va", ip, time.Second)
 	if err != nil || len(macs) != 1 || macs[0] != lb.Attrs().HardwareAddr.String() {
 		t.Fatalf("duplicate: %v %v (want %s)", macs, err, lb.Attrs().HardwareAddr)
 	}
-	c := doctor.CheckDuplicateAddress("va", ip.String(), "02:00:00:00:00:aa", macs, nil)
-	if c.Status != preflight.Fail || !strings.Contains(c.Found, macs[0]) {
+	c := hostcheck.CheckDuplicateAddress("va", ip.String(), "02:00:00:00:00:aa", macs, nil)
+	if c.Status != hostcheck.Fail || !strings.Contains(c.Found, macs[0]) {
 		t.Fatalf("%+v", c)
 	}
 }
@@ -415,7 +415,7 @@ func TestFirewallRulesInNetns(t *testing.T) {
 	testenv.RequireCommands(t, "iptables-nft", "iptables-legacy")
 	ns := newNS(t)
 	cfg := loadConfig(t)
-	h := doctor.NewHost(cfg)
+	h := hostcheck.NewDoctorHost(cfg.HostSettings())
 	ipt := func(bin string, args ...string) {
 		p, err := testenv.LookPath(bin)
 		if err != nil {
@@ -436,11 +436,11 @@ func TestFirewallRulesInNetns(t *testing.T) {
 	if nerr != nil {
 		t.Fatal(nerr)
 	}
-	c := doctor.CheckTunnelPort("tunnel-port:nft", "iptables-nft", nft, "udp", 6081)
-	if c.Status != preflight.Fail || !strings.Contains(c.Found, "-A INPUT -j REJECT") {
+	c := hostcheck.CheckTunnelPort("tunnel-port:nft", "iptables-nft", nft, "udp", 6081)
+	if c.Status != hostcheck.Fail || !strings.Contains(c.Found, "-A INPUT -j REJECT") {
 		t.Errorf("%+v\n%s", c, nft)
 	}
-	if c := doctor.CheckMixedBackends(legacy, nft, lerr, nerr); c.Status != preflight.Pass {
+	if c := hostcheck.CheckMixedBackends(legacy, nft, lerr, nerr); c.Status != hostcheck.Pass {
 		t.Errorf("%+v", c)
 	}
 	inNS(t, ns, func() {
@@ -452,10 +452,10 @@ func TestFirewallRulesInNetns(t *testing.T) {
 	if nerr != nil || lerr != nil {
 		t.Fatal(nerr, lerr)
 	}
-	if c := doctor.CheckTunnelPort("tunnel-port:nft", "iptables-nft", nft, "udp", 6081); c.Status != preflight.Pass {
+	if c := hostcheck.CheckTunnelPort("tunnel-port:nft", "iptables-nft", nft, "udp", 6081); c.Status != hostcheck.Pass {
 		t.Errorf("%+v\n%s", c, nft)
 	}
-	if c := doctor.CheckMixedBackends(legacy, nft, lerr, nerr); c.Status != preflight.Warn {
+	if c := hostcheck.CheckMixedBackends(legacy, nft, lerr, nerr); c.Status != hostcheck.Warn {
 		t.Errorf("%+v\nlegacy:\n%s\nnft:\n%s", c, legacy, nft)
 	}
 }

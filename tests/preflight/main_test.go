@@ -20,8 +20,8 @@ import (
 	"github.com/moby/sys/capability"
 	"golang.org/x/sys/unix"
 
-	"github.com/ovnhost/ovnhost/supervisor/config"
-	"github.com/ovnhost/ovnhost/supervisor/preflight"
+	"github.com/ovnhost/ovnhost/internal/hostcheck"
+	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 )
 
 // childEnv makes the test binary act as the reduced-bounding-set child.
@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 type childReport struct {
 	DropErr     string
 	BoundingHas bool
-	Checks      []preflight.Check
+	Checks      []hostcheck.Check
 	ExecErr     string
 	ExecEPERM   bool
 	Explained   string
@@ -64,11 +64,11 @@ func capChild(dir string) int {
 		rep.DropErr = err.Error()
 		return 0
 	}
-	h := preflight.NewHost()
+	h := hostcheck.NewHost()
 	pc, err := h.ProcessCaps()
-	rep.BoundingHas = pc.Bounding&preflight.CapMask(capability.CAP_SYS_MODULE) != 0
-	cfg := &config.Config{BinDirs: []string{dir}}
-	rep.Checks = preflight.CheckBinaries(cfg, []preflight.Binary{{Name: "ovsdb-server", Required: true}, {Name: "ovs-vswitchd", Required: true}}, pc, err, h)
+	rep.BoundingHas = pc.Bounding&hostcheck.CapMask(capability.CAP_SYS_MODULE) != 0
+	s := nodeconfig.HostSettings{BinDirs: []string{dir}}
+	rep.Checks = hostcheck.CheckBinaries(s, []hostcheck.Binary{{Name: "ovsdb-server", Required: true}, {Name: "ovs-vswitchd", Required: true}}, pc, err, h)
 
 	bin := dir + "/ovs-vswitchd"
 	cmd := exec.Command(bin)
@@ -78,9 +78,9 @@ func capChild(dir string) int {
 	}
 	rep.ExecErr = err.Error()
 	rep.ExecEPERM = errors.Is(err, syscall.EPERM)
-	xerr := preflight.ExplainExec(bin, err)
+	xerr := hostcheck.ExplainExec(bin, err)
 	rep.Explained = xerr.Error()
-	var ee *preflight.ExecError
+	var ee *hostcheck.ExecError
 	if errors.As(xerr, &ee) {
 		rep.IsExecError = true
 		rep.Missing = ee.Missing

@@ -16,8 +16,9 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/ovnhost/ovnhost/supervisor/config"
-	"github.com/ovnhost/ovnhost/supervisor/preflight"
+	"github.com/ovnhost/ovnhost/internal/config"
+	"github.com/ovnhost/ovnhost/internal/hostcheck"
+	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
@@ -30,7 +31,13 @@ func loadConfig(t *testing.T, env ...string) *config.Config {
 	return cfg
 }
 
-func findCheck(t *testing.T, cs []preflight.Check, name string) preflight.Check {
+// settings are the host checks' view of env's settings.
+func settings(t *testing.T, env ...string) nodeconfig.HostSettings {
+	t.Helper()
+	return loadConfig(t, env...).HostSettings()
+}
+
+func findCheck(t *testing.T, cs []hostcheck.Check, name string) hostcheck.Check {
 	t.Helper()
 	for _, c := range cs {
 		if c.Name == name {
@@ -38,7 +45,7 @@ func findCheck(t *testing.T, cs []preflight.Check, name string) preflight.Check 
 		}
 	}
 	t.Fatalf("no check %q in %+v", name, cs)
-	return preflight.Check{}
+	return hostcheck.Check{}
 }
 
 func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
@@ -63,16 +70,16 @@ func TestFileCapsOutsideBoundingSet(t *testing.T) {
 	vswitchd := filepath.Join(dir, "ovs-vswitchd")
 	copyFile(t, "/bin/true", vswitchd, 0o755)
 	// What `setcap cap_net_admin,cap_sys_module+ep` writes.
-	val := preflight.EncodeFileCaps(preflight.CapMask(capability.CAP_NET_ADMIN, capability.CAP_SYS_MODULE), 0, true)
-	if err := unix.Setxattr(vswitchd, preflight.XattrCaps, val, 0); err != nil {
+	val := hostcheck.EncodeFileCaps(hostcheck.CapMask(capability.CAP_NET_ADMIN, capability.CAP_SYS_MODULE), 0, true)
+	if err := unix.Setxattr(vswitchd, hostcheck.XattrCaps, val, 0); err != nil {
 		t.Fatalf("setting file capabilities: %v", err)
 	}
 	// The collector reads back what was written.
-	fc, err := preflight.NewHost().FileCaps(vswitchd)
+	fc, err := hostcheck.NewHost().FileCaps(vswitchd)
 	if err != nil || fc == nil || fc.String() != "cap_net_admin,cap_sys_module+ep" {
 		t.Fatalf("FileCaps = %v, %v", fc, err)
 	}
-	if fc, err := preflight.NewHost().FileCaps(filepath.Join(dir, "ovsdb-server")); fc != nil || err != nil {
+	if fc, err := hostcheck.NewHost().FileCaps(filepath.Join(dir, "ovsdb-server")); fc != nil || err != nil {
 		t.Fatalf("no caps expected: %v %v", fc, err)
 	}
 
@@ -89,11 +96,11 @@ func TestFileCapsOutsideBoundingSet(t *testing.T) {
 		t.Fatalf("child could not drop CAP_SYS_MODULE: %+v", rep)
 	}
 	c := findCheck(t, rep.Checks, "exec:ovs-vswitchd")
-	if c.Status != preflight.Fail || !strings.Contains(c.Found, vswitchd) || !strings.Contains(c.Found, "CAP_SYS_MODULE") ||
+	if c.Status != hostcheck.Fail || !strings.Contains(c.Found, vswitchd) || !strings.Contains(c.Found, "CAP_SYS_MODULE") ||
 		!strings.Contains(c.Fix, "setcap 'cap_net_admin+ep' "+vswitchd) {
 		t.Errorf("check: %+v", c)
 	}
-	if c := findCheck(t, rep.Checks, "exec:ovsdb-server"); c.Status != preflight.Pass {
+	if c := findCheck(t, rep.Checks, "exec:ovsdb-server"); c.Status != hostcheck.Pass {
 		t.Errorf("ovsdb-server: %+v", c)
 	}
 	if !rep.ExecEPERM {
@@ -129,28 +136,28 @@ func TestReadOnlyStateDir(t *testing.T) {
 	if err := unix.Mount("", ro, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
 		t.Fatalf("remount read-only: %v", err)
 	}
-	if pi := preflight.NewHost().Path(ro); !pi.Exists || !pi.IsDir || !pi.ReadOnly || pi.Writable == nil {
+	if pi := hostcheck.NewHost().Path(ro); !pi.Exists || !pi.IsDir || !pi.ReadOnly || pi.Writable == nil {
 		t.Fatalf("Path(%s) = %+v", ro, pi)
 	}
-	if pi := preflight.NewHost().Path(dir); !pi.Exists || pi.ReadOnly || pi.Writable != nil {
+	if pi := hostcheck.NewHost().Path(dir); !pi.Exists || pi.ReadOnly || pi.Writable != nil {
 		t.Fatalf("Path(%s) = %+v", dir, pi)
 	}
 	cfg := loadConfig(t, "OPENVSWITCH_DIR="+ro, "OVN_DIR="+filepath.Join(ro, "origin", "ovn"), "OVS_LOGDIR="+filepath.Join(dir, "log"))
-	r := preflight.RunWith(context.Background(), cfg, preflight.NewHost(), preflight.Options{NoModuleLoad: true})
+	r := hostcheck.PreflightWith(context.Background(), cfg.HostSettings(), hostcheck.NewHost(), hostcheck.Options{NoModuleLoad: true})
 	var buf bytes.Buffer
 	r.Print(&buf)
 	if !r.Failed() {
 		t.Fatalf("not failed:\n%s", buf.String())
 	}
 	c := findCheck(t, r.Checks, "path:ovs-db-dir")
-	if c.Status != preflight.Fail || !strings.Contains(c.Found, ro+" is on a read-only filesystem") || !strings.Contains(c.Fix, "OPENVSWITCH_DIR") {
+	if c.Status != hostcheck.Fail || !strings.Contains(c.Found, ro+" is on a read-only filesystem") || !strings.Contains(c.Fix, "OPENVSWITCH_DIR") {
 		t.Errorf("%+v", c)
 	}
 	c = findCheck(t, r.Checks, "path:ovn-db-dir")
-	if c.Status != preflight.Fail || !strings.Contains(c.Found, "cannot be created: "+ro+" is on a read-only filesystem") || !strings.Contains(c.Fix, "OVN_DIR") {
+	if c.Status != hostcheck.Fail || !strings.Contains(c.Found, "cannot be created: "+ro+" is on a read-only filesystem") || !strings.Contains(c.Fix, "OVN_DIR") {
 		t.Errorf("%+v", c)
 	}
-	if c := findCheck(t, r.Checks, "path:ovs-log-dir"); c.Status != preflight.Pass {
+	if c := findCheck(t, r.Checks, "path:ovs-log-dir"); c.Status != hostcheck.Pass {
 		t.Errorf("%+v", c)
 	}
 	// Nothing was created under the writable directory.
@@ -199,20 +206,20 @@ func testNetns(t *testing.T) netns.NsHandle {
 func TestIfaceInNetns(t *testing.T) {
 	testenv.RequireRoot(t)
 	ns := testNetns(t)
-	host := preflight.NetnsHost{NS: ns}
+	host := hostcheck.NetnsHost{NS: ns}
 
-	iface, encap, cs := preflight.CheckInterfaces(loadConfig(t, "IFACE=eth0"), host)
+	iface, encap, cs := hostcheck.CheckInterfaces(settings(t, "IFACE=eth0"), host)
 	c := findCheck(t, cs, "tunnel-interface")
-	if iface != "" || c.Status != preflight.Fail || !strings.Contains(c.Found, "IFACE=eth0 matches no interface") ||
+	if iface != "" || c.Status != hostcheck.Fail || !strings.Contains(c.Found, "IFACE=eth0 matches no interface") ||
 		!strings.Contains(c.Found, "ens33 (192.168.50.2/24") || encap != "127.0.0.1" {
 		t.Errorf("IFACE=eth0: %q %q %+v", iface, encap, cs)
 	}
 
-	iface, encap, cs = preflight.CheckInterfaces(loadConfig(t), host)
-	if iface != "ens33" || encap != "192.168.50.2" || preflight.Worst(cs) != preflight.Pass {
+	iface, encap, cs = hostcheck.CheckInterfaces(settings(t), host)
+	if iface != "ens33" || encap != "192.168.50.2" || hostcheck.Worst(cs) != hostcheck.Pass {
 		t.Errorf("default route: %q %q %+v", iface, encap, cs)
 	}
-	iface, _, _ = preflight.CheckInterfaces(loadConfig(t, "IFACE=eth0,ens[0-9]+"), host)
+	iface, _, _ = hostcheck.CheckInterfaces(settings(t, "IFACE=eth0,ens[0-9]+"), host)
 	if iface != "ens33" {
 		t.Errorf("regexp: %q", iface)
 	}
@@ -222,38 +229,43 @@ func TestIfaceInNetns(t *testing.T) {
 // auto selects netdev with a warning, kernel fails; modprobe is never run.
 func TestNoKernelDatapathModulesDisabled(t *testing.T) {
 	testenv.RequireRoot(t)
-	h := preflight.NewHost()
+	h := hostcheck.NewHost()
 	if ok, err := h.GenlFamily("nlctrl"); !ok || err != nil {
 		t.Fatalf("generic netlink controller not found: %v %v", ok, err)
 	}
-	if ok, _ := h.GenlFamily(preflight.OVSDatapathFamily); ok {
+	if ok, _ := h.GenlFamily(hostcheck.OVSDatapathFamily); ok {
+		// make test runs on a host without it (its tests of the kernel
+		// datapath boot VMs); a developer's machine may have it.
+		if testenv.Strict() {
+			t.Fatal("this kernel has the OVS datapath (generic netlink family ovs_datapath): the case needs a host without it, as the CI host is")
+		}
 		t.Skip("this kernel has the OVS datapath; the case needs a machine without it")
 	}
 	spy := &noLoad{Host: h}
-	dp, cs := preflight.CheckDatapath(loadConfig(t, "DISABLE_MODULES_MANAGEMENT=true"), spy, preflight.Options{})
-	if dp || cs[0].Status != preflight.Warn || !strings.Contains(cs[0].Found, "DISABLE_MODULES_MANAGEMENT=true") {
+	dp, cs := hostcheck.CheckDatapath(settings(t, "DISABLE_MODULES_MANAGEMENT=true"), spy, hostcheck.Options{})
+	if dp || cs[0].Status != hostcheck.Warn || !strings.Contains(cs[0].Found, "DISABLE_MODULES_MANAGEMENT=true") {
 		t.Errorf("auto: %t %+v", dp, cs)
 	}
-	dp, cs = preflight.CheckDatapath(loadConfig(t, "DISABLE_MODULES_MANAGEMENT=true", "OVNHOST_DATAPATH=kernel"), spy, preflight.Options{})
-	if cs[0].Status != preflight.Fail || cs[0].Fix == "" {
+	dp, cs = hostcheck.CheckDatapath(settings(t, "DISABLE_MODULES_MANAGEMENT=true", "OVNHOST_DATAPATH=kernel"), spy, hostcheck.Options{})
+	if cs[0].Status != hostcheck.Fail || cs[0].Fix == "" {
 		t.Errorf("kernel: %t %+v", dp, cs)
 	}
 	if spy.loads != 0 {
 		t.Errorf("LoadModule called %d times with module management disabled", spy.loads)
 	}
 	// The whole run agrees.
-	r := preflight.Run(context.Background(), loadConfig(t, "DISABLE_MODULES_MANAGEMENT=true"))
+	r := hostcheck.Preflight(context.Background(), settings(t, "DISABLE_MODULES_MANAGEMENT=true"))
 	if r.Findings.KernelDatapath {
 		t.Errorf("Run: kernel datapath found: %+v", r.Findings)
 	}
-	r = preflight.Run(context.Background(), loadConfig(t, "DISABLE_MODULES_MANAGEMENT=true", "OVNHOST_DATAPATH=kernel"))
+	r = hostcheck.Preflight(context.Background(), settings(t, "DISABLE_MODULES_MANAGEMENT=true", "OVNHOST_DATAPATH=kernel"))
 	if !r.Failed() {
 		t.Error("Run with datapath=kernel did not fail")
 	}
 }
 
 type noLoad struct {
-	preflight.Host
+	hostcheck.Host
 	loads int
 }
 
@@ -264,7 +276,7 @@ func TestLinkKindProbe(t *testing.T) {
 	testenv.RequireRoot(t)
 	before, _ := netlink.LinkList()
 	for _, k := range []string{"geneve", "vxlan"} {
-		ok, err := preflight.NewHost().LinkKind(k)
+		ok, err := hostcheck.NewHost().LinkKind(k)
 		t.Logf("%s: %v %v", k, ok, err)
 		if err != nil {
 			t.Errorf("%s: %v", k, err)

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ovnhost/ovnhost/tests/harness/criruntime"
 )
 
 // BenchmarkCRISandbox measures RunPodSandbox (create → SANDBOX_READY, the
@@ -53,8 +55,8 @@ import (
 // $OVNHOST_CRI_BENCH_ROUNDS sets the rounds (default 3).
 func BenchmarkCRISandbox(b *testing.B) {
 	e := newEnv(b)
-	requireFile(b, "/usr/lib/cni/bridge", "containernetworking-plugins")
-	requireFile(b, "/usr/lib/cni/host-local", "containernetworking-plugins")
+	criruntime.RequireFile(b, "/usr/lib/cni/bridge", "containernetworking-plugins")
+	criruntime.RequireFile(b, "/usr/lib/cni/host-local", "containernetworking-plugins")
 	rounds := 3
 	if s := os.Getenv("OVNHOST_CRI_BENCH_ROUNDS"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -65,14 +67,14 @@ func BenchmarkCRISandbox(b *testing.B) {
 	}
 	const serialN, conc = 20, 20
 
-	pauseTar, _ := buildImages(b, e.dir)
-	e.startNode()
+	pauseTar, _ := criruntime.BuildImages(b, e.Dir)
+	e.StartNode()
 	ref := newBridgeRef(b, e)
 	ovnNet, ovnTypes, brPlugins, hostLocalDir, brConf := ref.ovnNetwork, ref.ovnTypes, ref.plugins, ref.hostLocal, ref.conf
 	b.Cleanup(func() { _ = os.Remove(brConf) })
 
-	e.startContainerd()
-	e.importImage(pauseTar)
+	e.StartContainerd()
+	e.ImportImage(pauseTar)
 
 	plugins := []*sbPlugin{
 		{name: "ovnhost", network: ovnNet, cidr: netip.MustParsePrefix("10.16.0.0/16")},
@@ -87,16 +89,16 @@ func BenchmarkCRISandbox(b *testing.B) {
 	var idsMu sync.Mutex
 	podCfg := func(name string) string {
 		b.Helper()
-		return e.writeJSON(name+"-pod.json", map[string]any{
+		return e.WriteJSON(name+"-pod.json", map[string]any{
 			"metadata":      map[string]any{"name": name, "namespace": "default", "uid": name + "-uid", "attempt": 0},
 			"hostname":      name,
-			"log_directory": e.path("cri", "logs", name),
-			"linux":         map[string]any{"cgroup_parent": e.cgParent},
+			"log_directory": e.Path("cri", "logs", name),
+			"linux":         map[string]any{"cgroup_parent": e.CgroupParent},
 		})
 	}
 	// runp is the timed operation; safe in goroutines (no b.Fatal).
 	runp := func(p *sbPlugin, name, cfg string) (string, time.Duration, error) {
-		cmd := e.crictlCmd("runp", cfg)
+		cmd := e.CrictlCmd("runp", cfg)
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		t0 := time.Now()
@@ -117,39 +119,20 @@ func BenchmarkCRISandbox(b *testing.B) {
 	check := func(p *sbPlugin, sbs []string) {
 		b.Helper()
 		for _, id := range sbs {
-			var sb struct {
-				Status struct {
-					State   string `json:"state"`
-					Network struct {
-						IP string `json:"ip"`
-					} `json:"network"`
-				} `json:"status"`
-				Info struct {
-					RuntimeSpec struct {
-						Linux struct {
-							Namespaces []struct{ Type, Path string } `json:"namespaces"`
-						} `json:"linux"`
-					} `json:"runtimeSpec"`
-				} `json:"info"`
+			sb := e.InspectSandbox(id)
+			if sb.Netns != "" {
+				e.NetnsPaths = append(e.NetnsPaths, sb.Netns)
 			}
-			if err := json.Unmarshal([]byte(e.cri("inspectp", "-o", "json", id)), &sb); err != nil {
-				b.Fatal(err)
-			}
-			for _, n := range sb.Info.RuntimeSpec.Linux.Namespaces {
-				if n.Type == "network" && n.Path != "" {
-					e.netnsPaths = append(e.netnsPaths, n.Path)
-				}
-			}
-			ip, err := netip.ParseAddr(sb.Status.Network.IP)
-			if sb.Status.State != "SANDBOX_READY" || err != nil || !p.cidr.Contains(ip) {
-				b.Fatalf("%s sandbox %s: state %s, IP %q, want SANDBOX_READY in %s", p.name, id, sb.Status.State, sb.Status.Network.IP, p.cidr)
+			ip, err := netip.ParseAddr(sb.IP)
+			if sb.State != "SANDBOX_READY" || err != nil || !p.cidr.Contains(ip) {
+				b.Fatalf("%s sandbox %s: state %s, IP %q, want SANDBOX_READY in %s", p.name, id, sb.State, sb.IP, p.cidr)
 			}
 		}
 		t0 := time.Now()
-		e.cri(append([]string{"stopp"}, sbs...)...)
-		e.cri(append([]string{"rmp"}, sbs...)...)
+		e.CRI(append([]string{"stopp"}, sbs...)...)
+		e.CRI(append([]string{"rmp"}, sbs...)...)
 		p.removal = append(p.removal, float64(time.Since(t0).Microseconds())/1e3/float64(len(sbs)))
-		if out := e.cri("pods", "-q"); out != "" {
+		if out := e.CRI("pods", "-q"); out != "" {
 			b.Fatalf("sandboxes left after rmp: %s", out)
 		}
 	}
@@ -160,7 +143,7 @@ func BenchmarkCRISandbox(b *testing.B) {
 			name := fmt.Sprintf("sb-%s-%s-%d", p.name, tag, i)
 			id, d, err := runp(p, name, podCfg(name))
 			if err != nil {
-				b.Fatalf("%v\n%s\n%s", err, e.tail("containerd.log", 30), e.tail("ovnhost.log", 20))
+				b.Fatalf("%v\n%s\n%s", err, e.Tail("containerd.log", 30), e.Tail("ovnhost.log", 20))
 			}
 			if tag != "warm" {
 				p.serial = append(p.serial, sbMs(d))
@@ -196,7 +179,7 @@ func BenchmarkCRISandbox(b *testing.B) {
 			p.conc = append(p.conc, sbMs(lat[i]))
 		}
 		if len(ok) != conc {
-			b.Fatalf("%d of %d concurrent sandboxes failed\n%s\n%s", conc-len(ok), conc, e.tail("containerd.log", 30), e.tail("ovnhost.log", 20))
+			b.Fatalf("%d of %d concurrent sandboxes failed\n%s\n%s", conc-len(ok), conc, e.Tail("containerd.log", 30), e.Tail("ovnhost.log", 20))
 		}
 		check(p, ok)
 	}
@@ -228,18 +211,18 @@ func BenchmarkCRISandbox(b *testing.B) {
 	use(plugins[0]) // back to ovnhost's own configuration
 
 	// Nothing left.
-	if out := e.cri("pods", "-q"); out != "" {
+	if out := e.CRI("pods", "-q"); out != "" {
 		b.Fatalf("sandboxes left: %s", out)
 	}
-	if l, p := e.podIfaces(); len(l) != 0 || len(p) != 0 {
+	if l, p := e.PodIfaces(); len(l) != 0 || len(p) != 0 {
 		b.Fatalf("ovnhost pod veths %v / OVS ports %v left in the node namespace", l, p)
 	}
-	for _, l := range e.nodeLinks() {
+	for _, l := range e.NodeLinks() {
 		if strings.HasPrefix(l, "veth") {
 			b.Fatalf("bridge pod veth %s left in the node namespace", l)
 		}
 	}
-	lsps := run(b, lookPath(b, "ovn-nbctl"), "--db=unix:"+e.path("ovn-run", "ovnnb_db.sock"), "--timeout=10",
+	lsps := run(b, lookPath(b, "ovn-nbctl"), "--db=unix:"+e.Path("ovn-run", "ovnnb_db.sock"), "--timeout=10",
 		"--bare", "--columns=name", "list", "Logical_Switch_Port")
 	for _, n := range strings.Fields(lsps) {
 		if strings.HasPrefix(n, "sb-") {
@@ -261,26 +244,12 @@ func BenchmarkCRISandbox(b *testing.B) {
 			}
 		}
 	}
-	for _, p := range e.netnsPaths {
+	for _, p := range e.NetnsPaths {
 		if fileExists(p) {
 			b.Fatalf("pod network namespace %s left", p)
 		}
 	}
-	e.stopContainerd()
-	e.stopNode()
-	e.teardown()
-	if left := processesMentioning(e.dir); len(left) > 0 {
-		b.Fatalf("processes left:\n%s", describe(left))
-	}
-	if left := e.cgroupProcs(); len(left) > 0 {
-		b.Fatalf("processes left in %s:\n%s", e.cgParent, describe(left))
-	}
-	if left := e.cgroupDirs(); len(left) > 0 {
-		b.Fatalf("cgroups left: %v", left)
-	}
-	if left := mountsUnder(e.dir); len(left) > 0 {
-		b.Fatalf("mounts left: %v", left)
-	}
+	e.TeardownAndCheck(b)
 
 	ovn, br := plugins[0], plugins[1]
 	rep := func(v float64, name string) { b.ReportMetric(v, name) }
@@ -342,7 +311,7 @@ func newBridgeRef(t testing.TB, e *env) *bridgeRef {
 		Name    string           `json:"name"`
 		Plugins []map[string]any `json:"plugins"`
 	}
-	raw, err := os.ReadFile(e.waitConflist())
+	raw, err := os.ReadFile(e.WaitConflist())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,12 +323,12 @@ func newBridgeRef(t testing.TB, e *env) *bridgeRef {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(e.path("cni-bin", p), data, 0o755); err != nil {
+		if err := os.WriteFile(e.Path("cni-bin", p), data, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	r := &bridgeRef{e: e, ovnNetwork: ovnNet.Name, hostLocal: e.path("host-local"), staged: e.path("bridge.conflist.staged"),
-		conf: e.path("cni-conf", "0-bridge.conflist")}
+	r := &bridgeRef{e: e, ovnNetwork: ovnNet.Name, hostLocal: e.Path("host-local"), staged: e.Path("bridge.conflist.staged"),
+		conf: e.Path("cni-conf", "0-bridge.conflist")}
 	r.plugins = []any{map[string]any{
 		"type": "bridge", "bridge": "cnibench0", "isGateway": true, "ipMasq": false,
 		"ipam": map[string]any{"type": "host-local", "ranges": [][]map[string]any{{{"subnet": "10.88.0.0/16"}}},
@@ -371,7 +340,7 @@ func newBridgeRef(t testing.TB, e *env) *bridgeRef {
 			r.plugins = append(r.plugins, map[string]any{"type": "portmap", "capabilities": map[string]any{"portMappings": true}})
 		}
 	}
-	brRaw, _ := json.MarshalIndent(map[string]any{"cniVersion": cniVersion, "name": bridgeRefNetwork, "plugins": r.plugins}, "", "  ")
+	brRaw, _ := json.MarshalIndent(map[string]any{"cniVersion": criruntime.CNIVersion, "name": bridgeRefNetwork, "plugins": r.plugins}, "", "  ")
 	if err := os.WriteFile(r.staged, brRaw, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +356,7 @@ func (r *bridgeRef) use(bridge bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tmp := r.e.path("cni-conf", ".0-bridge.tmp") // not a conf file name until renamed
+		tmp := r.e.Path("cni-conf", ".0-bridge.tmp") // not a conf file name until renamed
 		if err := os.WriteFile(tmp, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -445,7 +414,7 @@ func (e *env) waitCNINetwork(name string) {
 			} `json:"cniconfig"`
 			LastCNILoadStatus string `json:"lastCNILoadStatus"`
 		}
-		if err := json.Unmarshal([]byte(e.cri("info")), &info); err != nil {
+		if err := json.Unmarshal([]byte(e.CRI("info")), &info); err != nil {
 			e.t.Fatal(err)
 		}
 		got = got[:0]

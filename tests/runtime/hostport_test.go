@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ovnhost/ovnhost/tests/harness/criruntime"
 )
 
 // Addresses of the link between the node and "another host" (a second
@@ -30,11 +32,11 @@ const (
 // itself) at the node's address on port 8080; rmp removes portmap's rules.
 func TestContainerdCRIHostPort(t *testing.T) {
 	e := newEnv(t)
-	pauseTar, bbTar := buildImages(t, e.dir)
-	e.startNode()
+	pauseTar, bbTar := criruntime.BuildImages(t, e.Dir)
+	e.StartNode()
 
 	// --- the installed conflist chains portmap after ovnhost-cni
-	confs, _ := filepath.Glob(e.path("cni-conf", "*.conflist"))
+	confs, _ := filepath.Glob(e.Path("cni-conf", "*.conflist"))
 	raw, err := os.ReadFile(confs[0])
 	if err != nil {
 		t.Fatal(err)
@@ -47,36 +49,36 @@ func TestContainerdCRIHostPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(conf.Plugins) != 2 || conf.Plugins[0]["type"] != "ovnhost-cni" || conf.Plugins[1]["type"] != "portmap" {
-		t.Fatalf("conflist does not chain portmap after ovnhost-cni:\n%s\n%s", raw, e.tail("ovnhost.log", 20))
+		t.Fatalf("conflist does not chain portmap after ovnhost-cni:\n%s\n%s", raw, e.Tail("ovnhost.log", 20))
 	}
 	t.Logf("conflist %s: %s", filepath.Base(confs[0]), strings.Join(strings.Fields(string(raw)), " "))
 
 	// --- another host: a namespace on a veth to the node
-	other := e.ns + "h"
+	other := e.NS + "h"
 	run(t, "ip", "netns", "add", other)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", other).Run() })
 	run(t, "ip", "-n", other, "link", "set", "lo", "up")
-	run(t, "ip", "link", "add", "ohhp0", "netns", e.ns, "type", "veth", "peer", "name", "eth0", "netns", other)
-	run(t, "ip", "-n", e.ns, "addr", "add", hpNodeAddr+"/24", "dev", "ohhp0")
-	run(t, "ip", "-n", e.ns, "link", "set", "ohhp0", "up")
+	run(t, "ip", "link", "add", "ohhp0", "netns", e.NS, "type", "veth", "peer", "name", "eth0", "netns", other)
+	run(t, "ip", "-n", e.NS, "addr", "add", hpNodeAddr+"/24", "dev", "ohhp0")
+	run(t, "ip", "-n", e.NS, "link", "set", "ohhp0", "up")
 	run(t, "ip", "-n", other, "addr", "add", hpOtherAddr+"/24", "dev", "eth0")
 	run(t, "ip", "-n", other, "link", "set", "eth0", "up")
 	// A Kubernetes node forwards; this namespace is a fresh one.
-	run(t, "ip", "netns", "exec", e.ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	run(t, "ip", "netns", "exec", e.NS, "sysctl", "-qw", "net.ipv4.ip_forward=1")
 
-	e.startContainerd()
-	e.importImage(pauseTar)
-	e.importImage(bbTar)
+	e.StartContainerd()
+	e.ImportImage(pauseTar)
+	e.ImportImage(bbTar)
 
 	// --- the pod, with a hostPort
-	p := e.runPodWith("web", map[string]any{
+	p := e.RunPodWith("web", map[string]any{
 		"port_mappings": []map[string]any{{"protocol": 0 /* TCP */, "container_port": 80, "host_port": 8080}},
 	}, "sh", "-c", "echo hello-from-hostport > /www/index.html && exec httpd -f -p 80 -h /www")
-	t.Logf("pod %s: %s", p.name, p.ip)
+	t.Logf("pod %s: %s", p.Name, p.IP)
 	// httpd is up inside the pod before we go through the node.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		out, err := e.exec(p, "sh", "-c", "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 127.0.0.1 80")
+		out, err := e.Exec(p, "sh", "-c", "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 127.0.0.1 80")
 		if err == nil && strings.Contains(out, "hello-from-hostport") {
 			break
 		}
@@ -87,8 +89,8 @@ func TestContainerdCRIHostPort(t *testing.T) {
 	}
 
 	nat := e.natRules()
-	if !strings.Contains(nat, p.id) || !strings.Contains(nat, "--dport "+hpHostPort) {
-		t.Fatalf("no portmap DNAT rule for the pod (%s) in the node's nat table:\n%s", p.id, nat)
+	if !strings.Contains(nat, p.ID) || !strings.Contains(nat, "--dport "+hpHostPort) {
+		t.Fatalf("no portmap DNAT rule for the pod (%s) in the node's nat table:\n%s", p.ID, nat)
 	}
 
 	// --- from another host to the node's address (PREROUTING DNAT)
@@ -97,33 +99,28 @@ func TestContainerdCRIHostPort(t *testing.T) {
 		t.Helper()
 		out, err := httpGetInNetns(ns, addr, 5*time.Second)
 		if err != nil || !strings.Contains(out, "hello-from-hostport") {
-			t.Fatalf("GET http://%s/ from %s: %v\n%s\nnat table:\n%s\n%s", addr, from, err, out, e.natRules(), e.tail("ovnhost.log", 20))
+			t.Fatalf("GET http://%s/ from %s: %v\n%s\nnat table:\n%s\n%s", addr, from, err, out, e.natRules(), e.Tail("ovnhost.log", 20))
 		}
 	}
 	get(other, "another host")
 	// --- from the node itself (OUTPUT DNAT)
-	get(e.ns, "the node")
+	get(e.NS, "the node")
 
 	// --- rmp: portmap's rules for the pod are gone (portmap DEL)
-	e.cri("stopp", p.id)
-	e.cri("rmp", p.id)
+	e.CRI("stopp", p.ID)
+	e.CRI("rmp", p.ID)
 	nat = e.natRules()
-	if strings.Contains(nat, p.id) || strings.Contains(nat, "--dport "+hpHostPort) || strings.Contains(nat, "CNI-DN-") {
+	if strings.Contains(nat, p.ID) || strings.Contains(nat, "--dport "+hpHostPort) || strings.Contains(nat, "CNI-DN-") {
 		t.Fatalf("portmap rules left for the pod after rmp:\n%s", nat)
 	}
 	if out, err := httpGetInNetns(other, addr, 3*time.Second); err == nil {
 		t.Fatalf("hostPort still answers after rmp:\n%s", out)
 	}
-	if l, ports := e.podIfaces(); len(l) != 0 || len(ports) != 0 {
+	if l, ports := e.PodIfaces(); len(l) != 0 || len(ports) != 0 {
 		t.Fatalf("after rmp: veths %v and OVS ports %v left", l, ports)
 	}
 
-	e.stopContainerd()
-	e.stopNode()
-	e.teardown()
-	if left := processesMentioning(e.dir); len(left) > 0 {
-		t.Fatalf("processes left:\n%s", describe(left))
-	}
+	e.TeardownAndCheck(t)
 }
 
 // httpGetInNetns sends GET / over TCP to addr from the named network
@@ -169,5 +166,5 @@ func httpGetInNetns(ns, addr string, timeout time.Duration) (string, error) {
 
 // natRules is the node namespace's iptables nat table (portmap's backend).
 func (e *env) natRules() string {
-	return run(e.t, "ip", "netns", "exec", e.ns, "iptables-save", "-t", "nat")
+	return run(e.t, "ip", "netns", "exec", e.NS, "iptables-save", "-t", "nat")
 }

@@ -12,6 +12,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ovnhost/ovnhost/tests/harness/criruntime"
 )
 
 // BenchmarkKubeletPods measures pod create → Running for 50 pods created at
@@ -46,18 +48,18 @@ import (
 // (default 1) change the size.
 func BenchmarkKubeletPods(b *testing.B) {
 	e := newEnv(b)
-	requireFile(b, "/usr/lib/cni/bridge", "containernetworking-plugins")
-	requireFile(b, "/usr/lib/cni/host-local", "containernetworking-plugins")
+	criruntime.RequireFile(b, "/usr/lib/cni/bridge", "containernetworking-plugins")
+	criruntime.RequireFile(b, "/usr/lib/cni/host-local", "containernetworking-plugins")
 	n, rounds := envInt(b, "OVNHOST_KUBELET_BENCH_PODS", 50), envInt(b, "OVNHOST_KUBELET_BENCH_ROUNDS", 1)
-	pauseTar, bbTar := buildImages(b, e.dir)
-	cp := startControlPlane(b, e.dir)
-	e.startKubeNode(cp)
+	pauseTar, bbTar := criruntime.BuildImages(b, e.Dir)
+	cp := criruntime.StartControlPlane(b, e.Dir)
+	e.StartKubeNode(cp)
 	ref := newBridgeRef(b, e)
 	b.Cleanup(func() { _ = os.Remove(ref.conf) })
-	e.startContainerd()
-	e.importImage(pauseTar)
-	e.importImage(bbTar)
-	e.startKubelet(cp)
+	e.StartContainerd()
+	e.ImportImage(pauseTar)
+	e.ImportImage(bbTar)
+	e.StartKubelet(cp)
 
 	type plugin struct {
 		name    string
@@ -85,7 +87,7 @@ func BenchmarkKubeletPods(b *testing.B) {
 		var badIP string
 		werrc := make(chan error, 1)
 		go func() {
-			werrc <- watchPods(ctx, cp.kc, metav1.ListOptions{LabelSelector: sel}, func(pod *corev1.Pod) bool {
+			werrc <- criruntime.WatchPods(ctx, cp.Kube, metav1.ListOptions{LabelSelector: sel}, func(pod *corev1.Pod) bool {
 				if pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" {
 					return false
 				}
@@ -118,10 +120,10 @@ func BenchmarkKubeletPods(b *testing.B) {
 			go func() {
 				defer wg.Done()
 				for i := range jobs {
-					pod := kubePod(names[i], nil, "sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done")
+					pod := criruntime.KubePod(names[i], nil, "sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done")
 					pod.Labels = map[string]string{"bench": tag}
 					t0 := time.Now()
-					if _, err := cp.kc.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+					if _, err := cp.Kube.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 						errs <- err
 						continue
 					}
@@ -149,7 +151,7 @@ func BenchmarkKubeletPods(b *testing.B) {
 			b.Fatal(badIP)
 		}
 		if werr != nil {
-			b.Fatalf("%s: %d of %d pods Running (%v)\n%s", p.name, len(running), count, werr, e.tail("kubelet.log", 20))
+			b.Fatalf("%s: %d of %d pods Running (%v)\n%s", p.name, len(running), count, werr, e.Tail("kubelet.log", 20))
 		}
 		if record {
 			for _, d := range running {
@@ -157,8 +159,8 @@ func BenchmarkKubeletPods(b *testing.B) {
 			}
 			p.waves = append(p.waves, sbMs(last.Sub(first)))
 		}
-		e.deletePods(cp, names...)
-		e.waitNoReadySandboxes(5 * time.Minute)
+		e.DeletePods(cp, names...)
+		e.WaitNoReadySandboxes(5 * time.Minute)
 	}
 
 	for _, p := range plugins {
@@ -178,7 +180,7 @@ func BenchmarkKubeletPods(b *testing.B) {
 	}
 	b.StopTimer()
 	ref.use(false)
-	if l, p := e.podIfaces(); len(l) != 0 || len(p) != 0 {
+	if l, p := e.PodIfaces(); len(l) != 0 || len(p) != 0 {
 		b.Fatalf("ovnhost pod veths %v / OVS ports %v left after the pods were deleted", l, p)
 	}
 

@@ -18,14 +18,11 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/ovnhost/ovnhost/internal/annotations"
+	"github.com/ovnhost/ovnhost/tests/harness/criruntime"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
-// Multus (the thin plugin) from the Go module proxy.
 const (
-	multusModule  = "gopkg.in/k8snetworkplumbingwg/multus-cni.v4"
-	multusPkg     = multusModule + "/cmd/multus"
-	multusVersion = "v4.2.3"
 	// The secondary network: macvlan on the node's mv0, whose other end is
 	// in the LAN namespace at lanSecondaryIP.
 	lanSecondaryIP = "192.168.50.254"
@@ -45,25 +42,19 @@ var nadGVR = schema.GroupVersionResource{Group: "k8s.cni.cncf.io", Version: "v1"
 // deleting the pods releases both networks.
 func TestMultusMacvlanSecondary(t *testing.T) {
 	e := newEnv(t)
-	requireFile(t, "/usr/lib/cni/macvlan", "containernetworking-plugins")
-	requireFile(t, "/usr/lib/cni/host-local", "containernetworking-plugins")
-	// Built against this repository's Kubernetes client libraries (v0.37.2,
-	// not the 0.32.5 it pins): it then reuses the packages kube-apiserver's
-	// build compiled (cold: seconds of CPU instead of about 5 minutes).
-	// k8s.io/kubelet stays at Multus's own version (0.37 renamed
-	// ClaimResource.CDIDevices, which Multus uses).
-	multus := goInstalled(t, "multus", multusModule, multusPkg, multusVersion,
-		"k8s.io/api v0.37.2", "k8s.io/apimachinery v0.37.2", "k8s.io/client-go v0.37.2")
-	pauseTar, bbTar := buildImages(t, e.dir)
-	cp := startControlPlane(t, e.dir)
-	cp.api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "tests", "runtime", "testdata", "crd-network-attachment-definitions.yaml"))
-	e.startKubeNode(cp)
+	criruntime.RequireFile(t, "/usr/lib/cni/macvlan", "containernetworking-plugins")
+	criruntime.RequireFile(t, "/usr/lib/cni/host-local", "containernetworking-plugins")
+	multus := criruntime.Multus(t) // built against this repository's Kubernetes libraries
+	pauseTar, bbTar := criruntime.BuildImages(t, e.Dir)
+	cp := criruntime.StartControlPlane(t, e.Dir)
+	cp.API.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "tests", "runtime", "testdata", "crd-network-attachment-definitions.yaml"))
+	e.StartKubeNode(cp)
 
 	// The macvlan master: mv0 in the node, its peer in the LAN namespace.
-	run(t, "ip", "link", "add", "mv0", "netns", e.ns, "type", "veth", "peer", "name", "lan1", "netns", e.lan)
-	run(t, "ip", "-n", e.ns, "link", "set", "mv0", "up")
-	run(t, "ip", "-n", e.lan, "addr", "add", lanSecondaryIP+"/24", "dev", "lan1")
-	run(t, "ip", "-n", e.lan, "link", "set", "lan1", "up")
+	run(t, "ip", "link", "add", "mv0", "netns", e.NS, "type", "veth", "peer", "name", "lan1", "netns", e.LAN)
+	run(t, "ip", "-n", e.NS, "link", "set", "mv0", "up")
+	run(t, "ip", "-n", e.LAN, "addr", "add", lanSecondaryIP+"/24", "dev", "lan1")
+	run(t, "ip", "-n", e.LAN, "link", "set", "lan1", "up")
 
 	// Multus, macvlan and host-local in the CNI bin dir; Multus's
 	// configuration as the thin entrypoint generates it.
@@ -72,25 +63,25 @@ func TestMultusMacvlanSecondary(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(e.path("cni-bin", name), data, 0o755); err != nil {
+		if err := os.WriteFile(e.Path("cni-bin", name), data, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	ours, err := os.ReadFile(e.waitConflist())
+	ours, err := os.ReadFile(e.WaitConflist())
 	if err != nil {
 		t.Fatal(err)
 	}
-	multusConf := e.multusConf(ours, cp.api.Kubeconfig)
-	if err := os.WriteFile(e.path("cni-conf", "00-multus.conf"), multusConf, 0o644); err != nil {
+	multusConf := e.multusConf(ours, cp.API.Kubeconfig)
+	if err := os.WriteFile(e.Path("cni-conf", "00-multus.conf"), multusConf, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("00-multus.conf: %s", multusConf)
 
 	// The secondary network.
-	dc := dynamic.NewForConfigOrDie(cp.api.Config)
+	dc := dynamic.NewForConfigOrDie(cp.API.Config)
 	macvlan := fmt.Sprintf(`{"cniVersion":"0.4.0","name":"macvlan-lan","type":"macvlan","master":"mv0","mode":"bridge",
 		"ipam":{"type":"host-local","dataDir":%q,"ranges":[[{"subnet":"192.168.50.0/24","rangeStart":"192.168.50.10","rangeEnd":"192.168.50.50"}]]}}`,
-		e.path("host-local-macvlan"))
+		e.Path("host-local-macvlan"))
 	nad := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
 		"metadata": map[string]any{"name": "macvlan-lan", "namespace": "default"},
@@ -102,22 +93,22 @@ func TestMultusMacvlanSecondary(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	e.startContainerd()
+	e.StartContainerd()
 	e.waitCNINetwork("multus-cni-network")
-	e.importImage(pauseTar)
-	e.importImage(bbTar)
-	e.startKubelet(cp)
+	e.ImportImage(pauseTar)
+	e.ImportImage(bbTar)
+	e.StartKubelet(cp)
 
 	// ovnhost saw Multus's file appear and does not call it a conflict.
 	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(e.tail("ovnhost.log", 400), "Multus (00-multus.conf) is read first and delegates the default network to ovnhost") {
+	for !strings.Contains(e.Tail("ovnhost.log", 400), "Multus (00-multus.conf) is read first and delegates the default network to ovnhost") {
 		if time.Now().After(deadline) {
-			t.Fatalf("ovnhost did not report Multus delegating to it:\n%s", e.tail("ovnhost.log", 30))
+			t.Fatalf("ovnhost did not report Multus delegating to it:\n%s", e.Tail("ovnhost.log", 30))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if strings.Contains(e.tail("ovnhost.log", 400), "conflicting CNI configuration") {
-		t.Fatalf("ovnhost reports Multus's configuration as a conflict:\n%s", e.tail("ovnhost.log", 30))
+	if strings.Contains(e.Tail("ovnhost.log", 400), "conflicting CNI configuration") {
+		t.Fatalf("ovnhost reports Multus's configuration as a conflict:\n%s", e.Tail("ovnhost.log", 30))
 	}
 	// netctl doctor agrees.
 	e.doctorCNIConfig("pass", "Multus (00-multus.conf) is read first and delegates the default network to ovnhost")
@@ -125,11 +116,11 @@ func TestMultusMacvlanSecondary(t *testing.T) {
 	// --- two pods, ovnhost's eth0 and macvlan's net1
 	net := map[string]string{"k8s.v1.cni.cncf.io/networks": "macvlan-lan"}
 	for _, name := range []string{"mpod-a", "mpod-b"} {
-		p := kubePod(name, net, "sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done")
+		p := criruntime.KubePod(name, net, "sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done")
 		if name == "mpod-b" {
 			p.Spec.Containers[0].Command = []string{"sh", "-c", "echo hello-from-mpod-b > /www/index.html && exec httpd -f -p 8080 -h /www"}
 		}
-		if _, err := cp.kc.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		if _, err := cp.Kube.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -140,10 +131,10 @@ func TestMultusMacvlanSecondary(t *testing.T) {
 	var pods []mpod
 	ovnCIDR, lanCIDR := netip.MustParsePrefix("10.16.0.0/16"), netip.MustParsePrefix("192.168.50.0/24")
 	for _, name := range []string{"mpod-a", "mpod-b"} {
-		kp := e.waitPodRunning(cp, name, 3*time.Minute)
-		p := e.podOf(kp)
-		if !ovnCIDR.Contains(p.ip) || kp.Annotations[annotations.IPAddress] != p.ip.String() {
-			t.Fatalf("pod %s: status.podIP %s, ovnhost annotation %q: the default network is not ovnhost's", name, p.ip, kp.Annotations[annotations.IPAddress])
+		kp := e.WaitPodRunning(cp, name, 3*time.Minute)
+		p := e.PodOf(kp)
+		if !ovnCIDR.Contains(p.IP) || kp.Annotations[annotations.IPAddress] != p.IP.String() {
+			t.Fatalf("pod %s: status.podIP %s, ovnhost annotation %q: the default network is not ovnhost's", name, p.IP, kp.Annotations[annotations.IPAddress])
 		}
 		// Multus's record of what it attached.
 		var status []struct {
@@ -156,8 +147,8 @@ func TestMultusMacvlanSecondary(t *testing.T) {
 		if err := json.Unmarshal([]byte(raw), &status); err != nil || len(status) != 2 {
 			t.Fatalf("pod %s: network-status %q: %v", name, raw, err)
 		}
-		if !status[0].Default || status[0].Interface != "eth0" || len(status[0].IPs) != 1 || status[0].IPs[0] != p.ip.String() {
-			t.Fatalf("pod %s: network-status[0] %+v, want the default network on eth0 with %s", name, status[0], p.ip)
+		if !status[0].Default || status[0].Interface != "eth0" || len(status[0].IPs) != 1 || status[0].IPs[0] != p.IP.String() {
+			t.Fatalf("pod %s: network-status[0] %+v, want the default network on eth0 with %s", name, status[0], p.IP)
 		}
 		if status[1].Name != "default/macvlan-lan" || status[1].Interface != "net1" || len(status[1].IPs) != 1 {
 			t.Fatalf("pod %s: network-status[1] %+v, want default/macvlan-lan on net1", name, status[1])
@@ -167,50 +158,50 @@ func TestMultusMacvlanSecondary(t *testing.T) {
 			t.Fatalf("pod %s: net1 address %q not in %s", name, status[1].IPs[0], lanCIDR)
 		}
 		// Both interfaces, with those addresses, inside the pod.
-		for ifname, addr := range map[string]string{"eth0": p.ip.String() + "/16", "net1": n1.String() + "/24"} {
-			out, err := e.exec(p, "ip", "-o", "addr", "show", ifname)
+		for ifname, addr := range map[string]string{"eth0": p.IP.String() + "/16", "net1": n1.String() + "/24"} {
+			out, err := e.Exec(p, "ip", "-o", "addr", "show", ifname)
 			if err != nil || !strings.Contains(out, addr) {
 				t.Fatalf("pod %s: %s does not carry %s: %v\n%s", name, ifname, addr, err, out)
 			}
 		}
 		// busybox's ip has no -d: ask iproute2 from outside, in the pod's namespace.
-		if !strings.HasPrefix(p.netns, "/var/run/netns/") && !strings.HasPrefix(p.netns, "/run/netns/") {
-			t.Fatalf("pod %s: network namespace %s is not under /run/netns", name, p.netns)
+		if !strings.HasPrefix(p.Netns, "/var/run/netns/") && !strings.HasPrefix(p.Netns, "/run/netns/") {
+			t.Fatalf("pod %s: network namespace %s is not under /run/netns", name, p.Netns)
 		}
-		out := run(t, "ip", "-n", filepath.Base(p.netns), "-d", "link", "show", "net1")
+		out := run(t, "ip", "-n", filepath.Base(p.Netns), "-d", "link", "show", "net1")
 		if !strings.Contains(out, "macvlan mode bridge") {
 			t.Fatalf("pod %s: net1 is not a macvlan in bridge mode:\n%s", name, out)
 		}
 		pods = append(pods, mpod{p, n1})
 	}
 	a, b := pods[0], pods[1]
-	t.Logf("pods: %s eth0 %s net1 %s, %s eth0 %s net1 %s", a.name, a.ip, a.net1, b.name, b.ip, b.net1)
+	t.Logf("pods: %s eth0 %s net1 %s, %s eth0 %s net1 %s", a.Name, a.IP, a.net1, b.Name, b.IP, b.net1)
 
 	// --- traffic on both networks
-	e.ping(a.pod, b.pod) // eth0: OVN
-	e.tcp(a.pod, b.pod, "hello-from-mpod-b")
+	e.Ping(a.pod, b.pod) // eth0: OVN
+	e.TCP(a.pod, b.pod, "hello-from-mpod-b")
 	for _, to := range []string{b.net1.String(), lanSecondaryIP} { // net1: macvlan, pod to pod and to the LAN
-		if out, err := e.exec(a.pod, "ping", "-c", "3", "-i", "0.2", "-W", "2", "-I", "net1", to); err != nil {
-			t.Fatalf("ping over net1 %s -> %s: %v\n%s", a.name, to, err, out)
+		if out, err := e.Exec(a.pod, "ping", "-c", "3", "-i", "0.2", "-W", "2", "-I", "net1", to); err != nil {
+			t.Fatalf("ping over net1 %s -> %s: %v\n%s", a.Name, to, err, out)
 		}
 	}
-	out, err := e.exec(a.pod, "sh", "-c", fmt.Sprintf(`printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 %s 8080`, b.net1))
+	out, err := e.Exec(a.pod, "sh", "-c", fmt.Sprintf(`printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 %s 8080`, b.net1))
 	if err != nil || !strings.Contains(out, "hello-from-mpod-b") {
-		t.Fatalf("TCP over net1 %s -> %s:8080: %v\n%s", a.name, b.net1, err, out)
+		t.Fatalf("TCP over net1 %s -> %s:8080: %v\n%s", a.Name, b.net1, err, out)
 	}
 	// The LAN sees net1's own address (macvlan: no NAT, its own MAC).
-	neigh := run(t, "ip", "-n", e.lan, "neigh", "show", a.net1.String())
+	neigh := run(t, "ip", "-n", e.LAN, "neigh", "show", a.net1.String())
 	if !strings.Contains(neigh, "lladdr") {
 		t.Fatalf("the LAN has no neighbour entry for %s: %q", a.net1, neigh)
 	}
 
 	// --- deletion releases both networks
-	e.deletePods(cp, "mpod-a", "mpod-b")
-	e.waitNoReadySandboxes(60 * time.Second)
-	if l, p := e.podIfaces(); len(l) != 0 || len(p) != 0 {
+	e.DeletePods(cp, "mpod-a", "mpod-b")
+	e.WaitNoReadySandboxes(60 * time.Second)
+	if l, p := e.PodIfaces(); len(l) != 0 || len(p) != 0 {
 		t.Fatalf("after deletion: veths %v and OVS ports %v left on the node", l, p)
 	}
-	leases, _ := filepath.Glob(filepath.Join(e.path("host-local-macvlan"), "macvlan-lan", "192.168.50.*"))
+	leases, _ := filepath.Glob(filepath.Join(e.Path("host-local-macvlan"), "macvlan-lan", "192.168.50.*"))
 	if len(leases) != 0 {
 		t.Fatalf("macvlan host-local reservations left: %v", leases)
 	}
@@ -241,9 +232,9 @@ func (e *env) multusConf(ours []byte, kubeconfig string) []byte {
 		"name":        "multus-cni-network",
 		"type":        "multus",
 		"kubeconfig":  kubeconfig,
-		"binDir":      e.path("cni-bin"),
-		"confDir":     e.path("cni-conf"),
-		"cniDir":      e.path("multus-cache"),
+		"binDir":      e.Path("cni-bin"),
+		"confDir":     e.Path("cni-conf"),
+		"cniDir":      e.Path("multus-cache"),
 		"logToStderr": true,
 		"logLevel":    "verbose",
 		"delegates":   []any{master},
@@ -259,9 +250,9 @@ func (e *env) multusConf(ours []byte, kubeconfig string) []byte {
 // its cni-config verdict.
 func (e *env) doctorCNIConfig(status, found string) {
 	e.t.Helper()
-	cmd := exec.Command("ip", "netns", "exec", e.ns, testenv.Binary(e.t, "netctl"), "doctor", "--output", "json", "--timeout", "2s",
-		"--cni-conf-dir="+e.path("cni-conf"), "--cni-bin-dir="+e.path("cni-bin"), "--cni-socket="+e.path("cni.sock"),
-		"--ovs-run-dir="+e.path("ovs-run"), "--ovn-run-dir="+e.path("ovn-run"))
+	cmd := exec.Command("ip", "netns", "exec", e.NS, testenv.Binary(e.t, "netctl"), "doctor", "--output", "json", "--timeout", "2s",
+		"--cni-conf-dir="+e.Path("cni-conf"), "--cni-bin-dir="+e.Path("cni-bin"), "--cni-socket="+e.Path("cni.sock"),
+		"--ovs-run-dir="+e.Path("ovs-run"), "--ovn-run-dir="+e.Path("ovn-run"))
 	out, _ := cmd.Output() // exits 1 or 2 for the other checks' warnings on this machine
 	var rep struct {
 		Checks []struct{ Name, Status, Found, Fix string } `json:"checks"`

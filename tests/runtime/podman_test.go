@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ovnhost/ovnhost/tests/harness/criruntime"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
@@ -46,16 +47,16 @@ func TestPodmanCNI(t *testing.T) {
 		}
 	}
 	podman := lookPath(t, "podman")
-	_, bbTar := buildImages(t, e.dir)
-	e.startNode()
+	_, bbTar := criruntime.BuildImages(t, e.Dir)
+	e.StartNode()
 
 	p := e.newPodman(podman)
 	p.run("load", "-i", bbTar)
 	if out := p.run("network", "ls", "--format", "{{.Name}} {{.Driver}}"); !strings.Contains(out, "ovnhost") {
-		t.Fatalf("podman does not list the ovnhost network from %s:\n%s", e.path("cni-conf"), out)
+		t.Fatalf("podman does not list the ovnhost network from %s:\n%s", e.Path("cni-conf"), out)
 	}
 	start := func(name string, command ...string) string {
-		return p.run(append([]string{"run", "-d", "--name", name, "--network", "ovnhost", "--cgroup-parent", e.cgParent, busyboxRef}, command...)...)
+		return p.run(append([]string{"run", "-d", "--name", name, "--network", "ovnhost", "--cgroup-parent", e.CgroupParent, criruntime.BusyboxRef}, command...)...)
 	}
 	a := start("pa", "sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done")
 	b := start("pb", "sh", "-c", "echo hello-from-podman-b > /www/index.html && exec httpd -f -p 8080 -h /www")
@@ -76,20 +77,20 @@ func TestPodmanCNI(t *testing.T) {
 	if ips["pa"] == ips["pb"] {
 		t.Fatalf("both containers got %s", ips["pa"])
 	}
-	links, ports := e.podIfaces()
+	links, ports := e.PodIfaces()
 	if len(links) != 2 || len(ports) != 2 {
 		t.Fatalf("want 2 pod veths and 2 OVS ports on the node, got %v %v", links, ports)
 	}
 	// podman's CNI backend passes K8S_POD_NAME=<container name> (and no
 	// namespace): the standalone node names the port <name>.default.
 	for _, name := range []string{"pa", "pb"} {
-		if !e.lspExists(name + ".default") {
+		if !e.LSPExists(name + ".default") {
 			t.Fatalf("logical switch port %s.default missing in NB; it has: %s", name,
-				run(t, lookPath(t, "ovn-nbctl"), "--db="+e.nbDB(), "--bare", "--columns=name", "list", "Logical_Switch_Port"))
+				run(t, lookPath(t, "ovn-nbctl"), "--db="+e.NBDB(), "--bare", "--columns=name", "list", "Logical_Switch_Port"))
 		}
 	}
 	if out, err := p.cmd("exec", "pa", "ping", "-c", "3", "-i", "0.2", "-W", "2", ips["pb"].String()).CombinedOutput(); err != nil {
-		t.Fatalf("ping pa -> pb (%s): %v\n%s\n%s", ips["pb"], err, out, e.tail("ovnhost.log", 20))
+		t.Fatalf("ping pa -> pb (%s): %v\n%s\n%s", ips["pb"], err, out, e.Tail("ovnhost.log", 20))
 	}
 	out, err := p.cmd("exec", "pa", "sh", "-c", fmt.Sprintf(`printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 %s 8080`, ips["pb"])).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "hello-from-podman-b") {
@@ -97,26 +98,16 @@ func TestPodmanCNI(t *testing.T) {
 	}
 
 	p.run("rm", "-f", "-t", "2", "pa", "pb")
-	if l, ports := e.podIfaces(); len(l) != 0 || len(ports) != 0 {
+	if l, ports := e.PodIfaces(); len(l) != 0 || len(ports) != 0 {
 		t.Fatalf("after podman rm: veths %v and OVS ports %v left", l, ports)
 	}
 	for _, name := range []string{"pa", "pb"} {
-		if e.lspExists(name + ".default") {
+		if e.LSPExists(name + ".default") {
 			t.Fatalf("logical switch port %s.default left after podman rm", name)
 		}
 	}
 	p.teardown()
-	e.stopNode()
-	e.teardown()
-	if left := processesMentioning(e.dir); len(left) > 0 {
-		t.Fatalf("processes left:\n%s", describe(left))
-	}
-	if left := e.cgroupDirs(); len(left) > 0 {
-		t.Fatalf("cgroups left: %v", left)
-	}
-	if left := mountsUnder(e.dir); len(left) > 0 {
-		t.Fatalf("mounts left: %v", left)
-	}
+	e.TeardownAndCheck(t)
 }
 
 type podmanEnv struct {
@@ -129,7 +120,7 @@ type podmanEnv struct {
 func (e *env) newPodman(bin string) *podmanEnv {
 	t := e.t
 	t.Helper()
-	dir := e.path("podman")
+	dir := e.Path("podman")
 	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +142,7 @@ image_copy_tmp_dir = %[3]q
 network_backend = "cni"
 network_config_dir = %[5]q
 cni_plugin_dirs = [%[6]q]
-`, dir+"/events.log", dir+"/libpod", dir+"/tmp", dir+"/volumes", e.path("cni-conf"), e.path("cni-bin"))
+`, dir+"/events.log", dir+"/libpod", dir+"/tmp", dir+"/volumes", e.Path("cni-conf"), e.Path("cni-bin"))
 	storage := fmt.Sprintf("[storage]\ndriver = \"overlay\"\ngraphroot = %q\nrunroot = %q\n", dir+"/root", dir+"/runroot")
 	p := &podmanEnv{e: e, bin: bin, conf: dir + "/containers.conf"}
 	for name, body := range map[string]string{"containers.conf": conf, "storage.conf": storage, "registries.conf": "unqualified-search-registries = []\n"} {
@@ -165,11 +156,11 @@ cni_plugin_dirs = [%[6]q]
 
 func (p *podmanEnv) cmd(args ...string) *exec.Cmd {
 	// runc's state goes under the test's directory too (default /run/runc).
-	global := []string{"--net=/run/netns/" + p.e.ns, "--", p.bin, "--runtime-flag", "root=" + p.e.path("podman", "runc")}
+	global := []string{"--net=/run/netns/" + p.e.NS, "--", p.bin, "--runtime-flag", "root=" + p.e.Path("podman", "runc")}
 	cmd := exec.Command(lookPath(p.e.t, "nsenter"), append(global, args...)...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "CONTAINERS_CONF=" + p.conf,
-		"CONTAINERS_STORAGE_CONF=" + p.e.path("podman", "storage.conf"), "CONTAINERS_REGISTRIES_CONF=" + p.e.path("podman", "registries.conf"),
-		"HOME=" + p.e.path("podman"), "TMPDIR=" + p.e.path("podman", "tmp")}
+		"CONTAINERS_STORAGE_CONF=" + p.e.Path("podman", "storage.conf"), "CONTAINERS_REGISTRIES_CONF=" + p.e.Path("podman", "registries.conf"),
+		"HOME=" + p.e.Path("podman"), "TMPDIR=" + p.e.Path("podman", "tmp")}
 	return cmd
 }
 
@@ -181,7 +172,7 @@ func (p *podmanEnv) run(args ...string) string {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		p.e.t.Fatalf("podman %s: %v\n%s%s\n%s", strings.Join(args, " "), err, out, stderr.String(), p.e.tail("ovnhost.log", 20))
+		p.e.t.Fatalf("podman %s: %v\n%s%s\n%s", strings.Join(args, " "), err, out, stderr.String(), p.e.Tail("ovnhost.log", 20))
 	}
 	return strings.TrimSpace(string(out))
 }
@@ -189,8 +180,8 @@ func (p *podmanEnv) run(args ...string) string {
 // teardown removes every container (CNI DEL while ovnhost runs) and
 // podman's storage mounts. Idempotent.
 func (p *podmanEnv) teardown() {
-	if p.e.node != nil {
+	if p.e.Node != nil {
 		_ = p.cmd("rm", "-af", "-t", "0").Run()
 	}
-	p.e.unmountUnder()
+	p.e.UnmountUnder()
 }

@@ -16,10 +16,8 @@ import (
 	"syscall"
 	"time"
 
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-
 	"github.com/ovnhost/ovnhost/controller/kube"
+	"github.com/ovnhost/ovnhost/internal/kubeclient"
 	"github.com/ovnhost/ovnhost/internal/ovnnb"
 	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
 	"github.com/ovnhost/ovnhost/internal/version"
@@ -59,9 +57,13 @@ func main() {
 	fs.StringVar(&svcCIDR, "service-cluster-ip-range", env("SVC_CIDR", "10.96.0.0/12"), "the cluster's Service CIDRs, comma-separated (as kube-apiserver's flag of that name)")
 	fs.BoolVar(&o.EnableLB, "enable-lb", true, "program Services as OVN load balancers (false: leave Services to kube-proxy)")
 	fs.BoolVar(&o.EnableNP, "enable-np", true, "enforce NetworkPolicy with OVN ACLs")
-	fs.StringVar(&o.HealthAddr, "health-addr", ":10660", "address of /healthz, /readyz and /metrics (empty: off)")
+	fs.IntVar(&o.ACLLogRate, "acl-log-rate", 20, "packets per second each logging NetworkPolicy ACL (ovn.kubernetes.io/enable_log) may send to ovn-controller: the rate of OVN meter acl-log-meter")
+	fs.StringVar(&o.HealthAddr, "health-addr", ":10660", "address of /healthz, /readyz and /metrics (empty: off); not loopback: HTTPS with authenticated /metrics (--metrics-auth)")
 	fs.DurationVar(&o.NBUnhealthyAfter, "nb-unhealthy-after", kube.DefaultNBUnhealthyAfter, "/healthz fails once the OVN northbound connection has been down this long (the liveness probe then restarts the controller)")
 	fs.BoolVar(&o.Profiling, "profiling", false, "serve /debug/pprof on --health-addr")
+	fs.StringVar(&o.MetricsAuth, "metrics-auth", kube.MetricsAuthAuto, "protection of /metrics and /debug/pprof on --health-addr: auto (kubernetes unless --health-addr is a loopback address), kubernetes (HTTPS; a bearer token the API server accepts, TokenReview, with get on the path, SubjectAccessReview) or none")
+	fs.StringVar(&o.MetricsCert, "metrics-cert", "", "certificate of --health-addr's HTTPS (with --metrics-key; re-read when it changes); empty: self-signed")
+	fs.StringVar(&o.MetricsKey, "metrics-key", "", "key of --health-addr's HTTPS (with --metrics-cert)")
 	fs.BoolVar(&leaderElect, "leader-elect", true, "elect a leader among replicas through a Lease")
 	fs.StringVar(&o.LeaseNamespace, "lease-namespace", env("POD_NAMESPACE", "kube-system"), "namespace of the leader Lease")
 	fs.StringVar(&o.LeaseName, "lease-name", "ovnhost-controller", "name of the leader Lease")
@@ -111,18 +113,16 @@ func main() {
 		}
 		o.ServiceCIDRs = append(o.ServiceCIDRs, pfx)
 	}
+	if o.ACLLogRate < 1 {
+		fmt.Fprintf(os.Stderr, "ovnhost-controller: --acl-log-rate %d: give the packets per second a logging ACL may send to ovn-controller, at least 1 (default 20)\n", o.ACLLogRate)
+		os.Exit(2)
+	}
 	for _, e := range strings.Split(excl, ",") {
 		if e = strings.TrimSpace(e); e != "" {
 			o.DefaultExcl = append(o.DefaultExcl, e)
 		}
 	}
-	var cfg *rest.Config
-	var err error
-	if kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
+	cfg, err := kubeclient.Required(kubeconfig)
 	if err != nil {
 		log.Error("no Kubernetes client configuration; pass --kubeconfig or run in a pod", "error", err)
 		os.Exit(2)

@@ -5,6 +5,7 @@
 //	ovnhost run [flags]        run the node (systemd, Talos, DaemonSet entrypoint)
 //	ovnhost preflight [flags]  run the host checks alone
 //	ovnhost cleanup [--purge] [flags]  remove what ovnhost put on the host
+//	ovnhost certs --dir=DIR|--secret=NS/NAME  create or renew the OVN certificates
 //	ovnhost version
 //
 // Exit status: 0 clean stop, 1 runtime failure, 2 bad configuration,
@@ -19,8 +20,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -28,14 +27,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ovnhost/ovnhost/internal/config"
+	"github.com/ovnhost/ovnhost/internal/hostcheck"
 	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
 	"github.com/ovnhost/ovnhost/internal/version"
-	"github.com/ovnhost/ovnhost/supervisor/config"
+	"github.com/ovnhost/ovnhost/supervisor/agent"
 	"github.com/ovnhost/ovnhost/supervisor/health"
-	"github.com/ovnhost/ovnhost/supervisor/hostnat"
-	"github.com/ovnhost/ovnhost/supervisor/node"
-	"github.com/ovnhost/ovnhost/supervisor/preflight"
 )
 
 const (
@@ -54,7 +52,7 @@ func main() {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: ovnhost run|preflight|cleanup [--purge]|version [flags]; `ovnhost run --help` lists the settings")
+	fmt.Fprintln(w, "usage: ovnhost run|preflight|cleanup [--purge]|certs --dir=DIR|--secret=NS/NAME|version [flags]; `ovnhost run --help` lists the settings")
 }
 
 func run(args, environ []string, stdout, stderr io.Writer) int {
@@ -69,6 +67,8 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	case "run", "preflight":
 	case "cleanup":
 		return cleanup(args[1:], environ, stdout, stderr)
+	case "certs":
+		return certs(args[1:], environ, stdout, stderr)
 	case "-h", "--help", "help":
 		usage(stdout)
 		return exitOK
@@ -88,6 +88,9 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	level := new(slog.LevelVar)
 	log := newLogger(cfg, level, stderr)
+	if cfg.SSLUnused {
+		log.Info("ENABLE_SSL does not apply all-in-one: the local NB/SB databases are reached over unix sockets; no certificates are read")
+	}
 	for _, k := range cfg.IgnoredEnv {
 		log.Debug("ignoring a Kubernetes service-link variable (a Service named ovnhost-* in this namespace; set enableServiceLinks: false)", "env", k)
 	}
@@ -102,7 +105,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		return runCentral(ctx, cfg, log, stderr)
 	}
 
-	pre := preflight.Run(ctx, cfg)
+	pre := hostcheck.Preflight(ctx, cfg.HostSettings())
 	if args[0] == "preflight" {
 		pre.Print(stdout)
 		if pre.Failed() {
@@ -116,21 +119,19 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		return exitPreflight
 	}
 	for _, c := range pre.Checks {
-		if c.Status == preflight.Warn {
+		if c.Status == hostcheck.Warn {
 			log.Warn("preflight", "check", c.Name, "found", c.Found, "fix", c.Fix)
 		}
 	}
 	if err := watchConfigFile(ctx, cfg, args[1:], environ, level, log); err != nil {
 		log.Warn("cannot watch the config file; changes need a restart", "file", cfg.File, "err", err)
 	}
-	var tlsFiles *ovsdbconn.TLSFiles
+	tlsFiles, ok := loadTLS(cfg, log, stderr)
+	if !ok {
+		return exitConfig
+	}
 	var tlsConfig *tls.Config
-	if cfg.EnableSSL {
-		tlsFiles, err = ovsdbconn.LoadTLS(cfg.SSLKey, cfg.SSLCert, cfg.SSLCACert, log)
-		if err != nil {
-			fmt.Fprintf(stderr, "ovnhost: ENABLE_SSL: %v; check --ssl-key, --ssl-cert and --ssl-ca-cert (default <ssl-dir>/ovn-privkey.pem, ovn-cert.pem, cacert.pem)\n", err)
-			return exitConfig
-		}
+	if tlsFiles != nil {
 		tlsConfig = tlsFiles.Config()
 	}
 	nc, err := cfg.Resolve(pre.Findings, tlsConfig)
@@ -138,36 +139,12 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "ovnhost:", err)
 		return exitPreflight
 	}
-	return runNode(ctx, cfg, nc, tlsFiles, log, environ)
+	return runNode(ctx, cfg, nc, tlsFiles, log)
 }
 
-func envMap(environ []string) map[string]string {
-	m := make(map[string]string, len(environ))
-	for _, kv := range environ {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			m[k] = v
-		}
-	}
-	return m
-}
-
-func newLogger(cfg *config.Config, level *slog.LevelVar, w io.Writer) *slog.Logger {
-	_ = level.UnmarshalText([]byte(cfg.LogLevel))
-	opts := &slog.HandlerOptions{Level: level}
-	mk := func(w io.Writer) slog.Handler {
-		if cfg.LogFormat == "json" {
-			return slog.NewJSONHandler(w, opts)
-		}
-		return slog.NewTextHandler(w, opts)
-	}
-	// Under systemd each line carries its journald priority.
-	if f, ok := w.(*os.File); ok && health.UnderJournal(f, os.Getenv("JOURNAL_STREAM")) {
-		return slog.New(health.JournalHandler(w, mk))
-	}
-	return slog.New(mk(w))
-}
-
-func runNode(ctx context.Context, cfg *config.Config, nc *nodeconfig.NodeConfig, tlsFiles *ovsdbconn.TLSFiles, log *slog.Logger, environ []string) int {
+// runNode is `ovnhost run`: the node assembled by supervisor/agent, from
+// start to a stop or a hand-over to the next ovnhost.
+func runNode(ctx context.Context, cfg *config.Config, nc *nodeconfig.NodeConfig, tlsFiles *ovsdbconn.TLSFiles, log *slog.Logger) int {
 	// SIGUSR2: hand over to the next ovnhost (an upgrade of ovnhost
 	// itself); registered first, since its default action kills us.
 	usr2 := make(chan os.Signal, 1)
@@ -176,67 +153,43 @@ func runNode(ctx context.Context, cfg *config.Config, nc *nodeconfig.NodeConfig,
 	h := health.New()
 	log.Info("starting", "version", version.Version, "node", nc.Name, "mode", cfg.Mode, "datapath", nc.Datapath,
 		"tunnel_iface", nc.TunnelIface, "encap_ip", nc.EncapIP, "pod_mtu", nc.PodMTU, "sb", nc.SB)
-	if cfg.HealthAddr != "" {
-		l, err := net.Listen("tcp", cfg.HealthAddr)
-		if err != nil {
-			log.Error("health endpoint", "addr", cfg.HealthAddr, "err", err, "fix", "free the port or change --health-addr")
-			return exitFailure
-		}
-		srv := &http.Server{Handler: h.Handler(), ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(l) }()
-		defer srv.Close()
-		log.Info("serving /healthz /readyz /metrics", "addr", l.Addr().String())
+	stopHealth, err := h.Serve(cfg.HealthAddr, log)
+	if err != nil {
+		return exitFailure
 	}
+	defer stopHealth()
 	wctx, wcancel := context.WithCancel(context.Background())
 	defer wcancel()
 	go h.RunWatchdog(wctx)
-	registerOVSMetrics(cfg, nc, h, log)
-	stopAPI, err := startNodeAPI(wctx, cfg, nc, h, nodeAPIExtras{}, log)
-	if err != nil {
-		log.Error("node API", "addr", cfg.NodeAPIAddr, "err", err, "fix", "free the port, fix --node-api-cert/--node-api-key, or set --node-api-addr= to disable it")
-		return exitFailure
-	}
-	defer stopAPI()
 
-	n, err := node.New(cfg, nc, node.Options{Log: log, Health: h, TLS: tlsFiles, ExplainExec: preflight.ExplainExec})
+	a, err := agent.New(nc, agent.Options{Log: log, Health: h, TLS: tlsFiles, ExplainExec: hostcheck.ExplainExec})
 	if err != nil {
 		log.Error("cannot run the node", "err", err)
 		return exitFailure
 	}
-	if cniPossible(cfg, envMap(environ)) {
-		egress := &egressUnit{backend: cfg.NATBackend, keepDatapath: cfg.KeepDatapath, log: log,
-			n: n, nodeName: nc.Name, kubeconfig: cfg.Kubeconfig, sb: nc.SB}
-		n.AddUnit(egress)
-		if rc, _ := kubeConfig(cfg.Kubeconfig); rc != nil { // EIP/SNAT come from a ConfigMap: Kubernetes mode only
-			n.AddUnit(&externalGatewayUnit{n: n, nodeName: nc.Name, kubeconfig: cfg.Kubeconfig, tunnelIface: nc.TunnelIface,
-				keepDatapath: cfg.KeepDatapath, log: log})
-		}
-		cni := newCNIUnit(n, cfg, nc, log, h.Registry())
-		cni.opts.Egress = egress.apply
-		n.AddUnit(cni)
-	} else {
-		log.Warn("CNI server disabled: no Kubernetes configuration and no northbound database to allocate pod addresses from", "fix", "set KUBECONFIG (or run in-cluster), or OVN_DB_IPS for standalone allocation")
-	}
 	t0 := time.Now()
-	if err := n.Start(ctx); err != nil {
-		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+	if err := a.Start(ctx); err != nil {
+		switch {
+		case errors.Is(err, agent.ErrNodeAPI): // logged with its fix
+		case ctx.Err() != nil && errors.Is(err, context.Canceled):
 			log.Info("stopped while starting")
 			h.Stopping()
 			return exitOK
+		default:
+			log.Error("start failed; everything started was stopped", "err", err)
 		}
-		log.Error("start failed; everything started was stopped", "err", err)
 		return exitFailure
 	}
-	log.Info("ready", "took", time.Since(t0).Round(time.Millisecond), "system_id", n.SystemID())
+	log.Info("ready", "took", time.Since(t0).Round(time.Millisecond), "system_id", a.SystemID())
 	// Start-up garbage (schemas, initial monitor contents) is the bulk of
 	// the heap: hand it back now rather than at the next GC cycles.
 	debug.FreeOSMemory()
 	upgrade := waitForStop(ctx, usr2, log)
 	h.Stopping()
-	sctx, cancel := context.WithTimeout(context.Background(), 6*cfg.StopTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), 6*nc.Daemons.StopTimeout)
 	defer cancel()
 	if upgrade {
-		handedOver, err := n.StopForUpgrade(sctx)
+		handedOver, err := a.StopForUpgrade(sctx)
 		if err != nil {
 			log.Error("stop for an upgrade", "err", err)
 			return exitFailure
@@ -248,7 +201,66 @@ func runNode(ctx context.Context, cfg *config.Config, nc *nodeconfig.NodeConfig,
 		}
 		return exitUpgrade
 	}
-	if err := n.Stop(sctx); err != nil {
+	if err := a.Stop(sctx); err != nil {
+		log.Error("stop", "err", err)
+		return exitFailure
+	}
+	log.Info("stopped")
+	return exitOK
+}
+
+// runCentral is `ovnhost run --role=central`: one member of the clustered
+// OVN central. The node's host checks (datapath, tunnel interface) do not
+// apply; a bad membership is a configuration error (exit 2).
+func runCentral(ctx context.Context, cfg *config.Config, log *slog.Logger, stderr io.Writer) int {
+	tlsFiles, ok := loadTLS(cfg, log, stderr)
+	if !ok {
+		return exitConfig
+	}
+	h := health.New()
+	c, err := agent.NewCentral(cfg, agent.Options{Log: log, Health: h, TLS: tlsFiles, ExplainExec: hostcheck.ExplainExec})
+	if err != nil {
+		var ce *config.Error
+		if errors.As(err, &ce) {
+			fmt.Fprintln(stderr, err)
+			fmt.Fprintln(stderr, "ovnhost: configuration rejected; nothing was started")
+			return exitConfig
+		}
+		log.Error("cannot run the central", "err", err)
+		return exitFailure
+	}
+	log.Info("starting", "version", version.Version, "role", cfg.Role, "address", c.Self(), "members", strings.Join(cfg.OVNDBIPs, ","), "ssl", cfg.EnableSSL)
+	stopHealth, err := h.Serve(cfg.HealthAddr, log)
+	if err != nil {
+		return exitFailure
+	}
+	defer stopHealth()
+	wctx, wcancel := context.WithCancel(context.Background())
+	defer wcancel()
+	go h.RunWatchdog(wctx)
+	t0 := time.Now()
+	if err := c.Start(ctx); err != nil {
+		if errors.Is(err, agent.ErrLeft) {
+			log.Info("left the cluster; nothing left to run here", "address", c.Self())
+			h.Stopping()
+			return exitOK
+		}
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			log.Info("stopped while starting")
+			h.Stopping()
+			return exitOK
+		}
+		log.Error("start failed; everything started was stopped", "err", err)
+		return exitFailure
+	}
+	log.Info("ready", "took", time.Since(t0).Round(time.Millisecond))
+	debug.FreeOSMemory()
+	<-ctx.Done()
+	log.Info("stopping")
+	h.Stopping()
+	sctx, cancel := context.WithTimeout(context.Background(), 4*cfg.StopTimeout)
+	defer cancel()
+	if err := c.Stop(sctx); err != nil {
 		log.Error("stop", "err", err)
 		return exitFailure
 	}
@@ -289,11 +301,7 @@ func cleanup(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return exitConfig
 	}
-	removed, err := node.Cleanup(cfg, purge)
-	if err == nil {
-		// The egress masquerade rules of either backend (no-op when absent).
-		err = hostnat.Cleanup(nil)
-	}
+	removed, err := agent.Cleanup(cfg, purge)
 	for _, r := range removed {
 		fmt.Fprintln(stdout, "removed", r)
 	}

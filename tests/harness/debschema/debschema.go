@@ -109,20 +109,10 @@ func Fetch(t testing.TB, suite string) Release {
 	return r
 }
 
-func cacheRoot() string {
-	if d := os.Getenv("OVNHOST_KUBE_CACHE"); d != "" {
-		return d
-	}
-	if d, err := os.UserCacheDir(); err == nil {
-		return filepath.Join(d, "ovnhost")
-	}
-	return "/var/cache/ovnhost"
-}
-
 // fetch fills <cache>/ovsschema/<suite> once; a "complete" stamp marks a
 // finished fetch, and a lock serialises test binaries fetching at once.
 func fetch(r Release) (string, error) {
-	root := filepath.Join(cacheRoot(), "ovsschema")
+	root := filepath.Join(testenv.CacheRoot(), "ovsschema")
 	dir := filepath.Join(root, r.Suite)
 	stamp := filepath.Join(dir, "complete")
 	if _, err := os.Stat(stamp); err == nil {

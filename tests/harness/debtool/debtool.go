@@ -46,18 +46,8 @@ func Program(t testing.TB, pkg, file string) string {
 	return p
 }
 
-func cacheRoot() string {
-	if d := os.Getenv("OVNHOST_KUBE_CACHE"); d != "" {
-		return d
-	}
-	if d, err := os.UserCacheDir(); err == nil {
-		return filepath.Join(d, "ovnhost")
-	}
-	return "/var/cache/ovnhost"
-}
-
 func fetch(pkg, file string) (string, error) {
-	dir := filepath.Join(cacheRoot(), "deb", pkg)
+	dir := filepath.Join(testenv.CacheRoot(), "deb", pkg)
 	bin := filepath.Join(dir, filepath.Base(file))
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil

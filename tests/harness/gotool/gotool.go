@@ -52,23 +52,13 @@ func Install(t testing.TB, pkg, version string, tags ...string) string {
 	return p
 }
 
-func cacheRoot() string {
-	if d := os.Getenv("OVNHOST_KUBE_CACHE"); d != "" {
-		return d
-	}
-	if d, err := os.UserCacheDir(); err == nil {
-		return filepath.Join(d, "ovnhost")
-	}
-	return "/var/cache/ovnhost"
-}
-
 func install(pkg, version string, tags []string) (string, error) {
 	name := filepath.Base(pkg)
 	variant := version
 	if len(tags) > 0 {
 		variant += "-" + strings.Join(tags, "-")
 	}
-	dir := filepath.Join(cacheRoot(), fmt.Sprintf("%s-%s-%s-%s-%s", name, variant, runtime.Version(), runtime.GOOS, runtime.GOARCH))
+	dir := filepath.Join(testenv.CacheRoot(), fmt.Sprintf("%s-%s-%s-%s-%s", name, variant, runtime.Version(), runtime.GOOS, runtime.GOARCH))
 	bin := filepath.Join(dir, name)
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil

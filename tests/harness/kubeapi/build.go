@@ -81,26 +81,12 @@ func goTool() (string, error) {
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
-func cacheRoot() (string, error) {
-	if d := os.Getenv("OVNHOST_KUBE_CACHE"); d != "" {
-		return d, nil
-	}
-	if d, err := os.UserCacheDir(); err == nil {
-		return filepath.Join(d, "ovnhost"), nil
-	}
-	// No HOME and no XDG_CACHE_HOME (some CI runners): a system cache directory.
-	return "/var/cache/ovnhost", nil
-}
-
 func build() (string, error) {
 	gobin, err := goTool()
 	if err != nil {
 		return "", fmt.Errorf("go toolchain not found: %w", err)
 	}
-	root, err := cacheRoot()
-	if err != nil {
-		return "", err
-	}
+	root := testenv.CacheRoot()
 	v := version()
 	dir := filepath.Join(root, fmt.Sprintf("kube-v%s-%s-%s-%s", v, runtime.Version(), runtime.GOOS, runtime.GOARCH))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -312,61 +298,34 @@ func buildTool(dir, name string) (string, error) {
 		return "", fmt.Errorf("go toolchain not found: %w", err)
 	}
 	v := version()
-	bin := filepath.Join(dir, name)
-	stamp := filepath.Join(dir, ".stamp-"+name)
-	want := "k8s=v" + v + " recipe=1"
-	ok := func() bool {
-		b, err := os.ReadFile(stamp)
-		return err == nil && string(b) == want && fileExists(bin)
-	}
-	if ok() {
-		return bin, nil
-	}
-	unlock, err := testenv.LockDir(dir)
-	if err != nil {
-		return "", err
-	}
-	defer unlock()
-	if ok() {
-		return bin, nil
-	}
-	t0 := time.Now()
-	fmt.Fprintf(os.Stderr, "kubeapi: building %s v%s into %s\n", name, v, dir)
-	moddir := filepath.Join(dir, "mod")
-	env := append(os.Environ(), "GOWORK=off", "GOFLAGS=-buildvcs=false -modcacherw", "CGO_ENABLED=0")
-	run := func(args ...string) error {
-		cmd := exec.Command(gobin, args...)
-		cmd.Dir = moddir
-		cmd.Env = env
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("go %s (in %s): %v: %s", strings.Join(args, " "), moddir, err, lastLines(stderr.String(), 20))
+	return testenv.CachedStamp(dir, name, ".stamp-"+name, "k8s=v"+v+" recipe=1", func(tmp string) error {
+		t0 := time.Now()
+		fmt.Fprintf(os.Stderr, "kubeapi: building %s v%s into %s\n", name, v, dir)
+		moddir := filepath.Join(dir, "mod")
+		env := append(os.Environ(), "GOWORK=off", "GOFLAGS=-buildvcs=false -modcacherw", "CGO_ENABLED=0")
+		run := func(args ...string) error {
+			cmd := exec.Command(gobin, args...)
+			cmd.Dir = moddir
+			cmd.Env = env
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if err := cmd.Run(); err != nil {
+				return fmt.Errorf("go %s (in %s): %v: %s", strings.Join(args, " "), moddir, err, lastLines(stderr.String(), 20))
+			}
+			return nil
 		}
+		pkg := "k8s.io/kubernetes/cmd/" + name
+		if err := run("get", "-tool", pkg+"@v"+v); err != nil {
+			return err
+		}
+		vpkg := "k8s.io/component-base/version"
+		parts := strings.Split(v, ".")
+		ldflags := fmt.Sprintf("-s -w -X %s.gitVersion=v%s -X %s.gitMajor=%s -X %s.gitMinor=%s -X %s.gitTreeState=clean",
+			vpkg, v, vpkg, parts[0], vpkg, parts[1], vpkg)
+		if err := run("build", "-ldflags", ldflags, "-o", tmp+"/", pkg); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "kubeapi: built %s in %s\n", name, time.Since(t0).Round(time.Second))
 		return nil
-	}
-	pkg := "k8s.io/kubernetes/cmd/" + name
-	if err := run("get", "-tool", pkg+"@v"+v); err != nil {
-		return "", err
-	}
-	vpkg := "k8s.io/component-base/version"
-	parts := strings.Split(v, ".")
-	ldflags := fmt.Sprintf("-s -w -X %s.gitVersion=v%s -X %s.gitMajor=%s -X %s.gitMinor=%s -X %s.gitTreeState=clean",
-		vpkg, v, vpkg, parts[0], vpkg, parts[1], vpkg)
-	tmp, err := os.MkdirTemp(dir, ".build")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	if err := run("build", "-ldflags", ldflags, "-o", tmp+"/", pkg); err != nil {
-		return "", err
-	}
-	if err := os.Rename(filepath.Join(tmp, name), bin); err != nil {
-		return "", err
-	}
-	if err := os.WriteFile(stamp, []byte(want), 0o644); err != nil {
-		return "", err
-	}
-	fmt.Fprintf(os.Stderr, "kubeapi: built %s in %s\n", name, time.Since(t0).Round(time.Second))
-	return bin, nil
+	})
 }

@@ -1,6 +1,7 @@
-// Command prebuild builds, into the harness cache, the Kubernetes programs
-// and helm that make test's packages build on first use, in the order the
-// packages need them. make test starts it in the background at the lowest
+// Command prebuild builds, into the harness cache, the Kubernetes programs,
+// helm and the runtime harness's crictl, pause and Multus that make test's
+// packages build on first use, in the order the packages need them. make
+// test starts it in the background at the lowest
 // CPU priority, so that on a cold machine the builds use the CPU the tests
 // leave idle (they mostly wait on daemons) instead of running one after
 // another inside the tests. A test that needs a program still being built
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ovnhost/ovnhost/tests/harness/criruntime"
 	"github.com/ovnhost/ovnhost/tests/harness/gotool"
 	"github.com/ovnhost/ovnhost/tests/harness/kubeapi"
 )
@@ -31,8 +33,11 @@ func main() {
 		// tests/monitoring, tests/packaging.
 		{"kubectl", func(b testing.TB) { kubeapi.Kubectl(b) }},
 		{"helm", func(b testing.TB) { gotool.Helm(b) }},
-		// tests/runtime.
+		// tests/runtime (tests/harness/criruntime).
 		{"kubelet", func(b testing.TB) { kubeapi.Kubelet(b) }},
+		{"crictl", func(b testing.TB) { criruntime.Crictl(b) }},
+		{"pause", func(b testing.TB) { criruntime.Pause(b) }},
+		{"multus", func(b testing.TB) { criruntime.Multus(b) }},
 	}
 	failed := 0
 	for _, s := range steps {

@@ -229,8 +229,59 @@ func qemuBinary() (string, error) {
 }
 
 func boot(t testing.TB, cfg Config) (*VM, error) {
+	qemu, err := bootPreflight(t, cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfg.fillDefaults(t)
+	seq := nextVMSeq()
+	cpio, err := buildInitrd(cfg)
+	if err != nil {
+		return nil, err
+	}
+	vm, err := newVM(t, cfg)
+	if err != nil {
+		return nil, err
+	}
+	initrd, err := vm.writeInitrd(cpio)
+	if err != nil {
+		return nil, err
+	}
+	ln, ctlPath, err := vm.listenControl()
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	args, extra, err := qemuArgs(cfg, vm.dir, initrd, ctlPath, seq)
+	if err != nil {
+		return nil, err
+	}
+	t0, err := vm.startQemu(qemu, args, extra)
+	if err != nil {
+		return nil, err
+	}
+	// One deadline from qemu start to the agent's hello.
+	timer := time.NewTimer(cfg.BootTimeout)
+	defer timer.Stop()
+	if err := vm.waitControlChannel(ln, timer.C); err != nil {
+		return nil, err
+	}
+	if err := vm.waitAgentHello(t0, timer.C); err != nil {
+		return nil, err
+	}
+	t.Logf("VM %s: kernel %s up, agent answering after %s", cfg.Name, cfg.Kernel.Release, vm.Booted.Round(100*time.Millisecond))
+	if err := vm.setupNet(); err != nil {
+		return nil, err
+	}
+	return vm, nil
+}
+
+// bootPreflight checks what a boot needs before it starts anything: a
+// name, root, and qemu (returned). Without root or qemu the test is
+// skipped, or fails under OVNHOST_TEST_STRICT.
+func bootPreflight(t testing.TB, cfg Config) (string, error) {
 	if cfg.Name == "" {
-		return nil, errors.New("Config.Name is required (it is the guest's hostname)")
+		return "", errors.New("Config.Name is required (it is the guest's hostname)")
 	}
 	if os.Geteuid() != 0 {
 		// The 9p export with security_model=passthrough needs root to
@@ -243,10 +294,15 @@ func boot(t testing.TB, cfg Config) (*VM, error) {
 	qemu, err := qemuBinary()
 	if err != nil {
 		if testenv.Strict() {
-			return nil, err
+			return "", err
 		}
 		t.Skip(err.Error())
 	}
+	return qemu, nil
+}
+
+// fillDefaults sets the Config's unset fields to their defaults.
+func (cfg *Config) fillDefaults(t testing.TB) {
 	if cfg.Kernel == nil {
 		cfg.Kernel = DebianKernel(t, Bookworm)
 	}
@@ -262,11 +318,20 @@ func boot(t testing.TB, cfg Config) (*VM, error) {
 	if cfg.BootTimeout == 0 {
 		cfg.BootTimeout = 4 * time.Minute
 	}
+}
+
+// nextVMSeq numbers the VMs of this test binary (their default MACs).
+func nextVMSeq() int {
 	vmSeq.Lock()
 	vmSeq.n++
 	seq := vmSeq.n
 	vmSeq.Unlock()
+	return seq
+}
 
+// buildInitrd builds the initramfs (a newc cpio): busybox, the kernel
+// modules to load in dependency order, vmagent and /init.
+func buildInitrd(cfg Config) ([]byte, error) {
 	k := cfg.Kernel
 	mods, err := k.ModuleOrder(append(append([]string{}, BootModules...), cfg.Modules...)...)
 	if err != nil {
@@ -281,36 +346,61 @@ func boot(t testing.TB, cfg Config) (*VM, error) {
 		return nil, errors.New("busybox not found (Debian package busybox-static)")
 	}
 	ir := &initramfs{busybox: busybox, agent: agent, modules: mods, init: initScript(cfg)}
-	cpio, err := ir.build()
-	if err != nil {
-		return nil, err
-	}
+	return ir.build()
+}
+
+// newVM makes the VM's directory and the VM, killed and removed when the
+// test ends.
+func newVM(t testing.TB, cfg Config) (*VM, error) {
 	// A short directory: the control socket path must fit sun_path.
 	dir, err := os.MkdirTemp("", "qemuvm-"+cfg.Name+"-")
 	if err != nil {
 		return nil, err
 	}
-	vm := &VM{Name: cfg.Name, Kernel: k, cfg: cfg, dir: dir, exited: make(chan struct{}),
+	vm := &VM{Name: cfg.Name, Kernel: cfg.Kernel, cfg: cfg, dir: dir, exited: make(chan struct{}),
 		pending: map[uint64]chan wire.Response{}, closed: make(chan struct{})}
 	t.Cleanup(func() { vm.close(t) })
-	initrd := filepath.Join(dir, "initrd.cpio")
+	return vm, nil
+}
+
+// writeInitrd writes the initramfs into the VM's directory and returns its
+// path.
+func (vm *VM) writeInitrd(cpio []byte) (string, error) {
+	initrd := filepath.Join(vm.dir, "initrd.cpio")
 	if err := os.WriteFile(initrd, cpio, 0o644); err != nil {
-		return nil, err
+		return "", err
 	}
-	ctlPath := filepath.Join(dir, "ctl.sock")
+	return initrd, nil
+}
+
+// listenControl listens on the control socket qemu connects its
+// virtio-serial port to; it returns the listener and its path.
+func (vm *VM) listenControl() (*net.UnixListener, string, error) {
+	ctlPath := filepath.Join(vm.dir, "ctl.sock")
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: ctlPath, Net: "unix"})
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	defer ln.Close()
+	return ln, ctlPath, nil
+}
 
+// kernelCmdline is the guest kernel's command line: serial console, no
+// reboot on panic, the systemd options and $OVNHOST_VM_APPEND.
+func kernelCmdline(cfg Config) string {
+	return "console=ttyS0 panic=-1 quiet mitigations=off cryptomgr.notests " + systemdArgs(cfg) + os.Getenv("OVNHOST_VM_APPEND")
+}
+
+// qemuArgs is qemu's command line for cfg (the VM's files in dir), and the
+// link ends it inherits as extra files. It fills in the NICs' default
+// names and MACs (seq numbers the VM).
+func qemuArgs(cfg Config, dir, initrd, ctlPath string, seq int) ([]string, []*os.File, error) {
 	args := []string{
 		"-name", cfg.Name, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		// qboot and the PVH entry: no SeaBIOS, no in-guest decompression.
 		"-machine", "pc", "-bios", "qboot.rom", "-accel", "tcg,thread=multi", "-cpu", cpuModel(),
 		"-smp", fmt.Sprint(cfg.CPUs), "-m", fmt.Sprint(cfg.Memory),
-		"-kernel", k.Vmlinux, "-initrd", initrd,
-		"-append", "console=ttyS0 panic=-1 quiet mitigations=off cryptomgr.notests " + systemdArgs(cfg) + os.Getenv("OVNHOST_VM_APPEND"),
+		"-kernel", cfg.Kernel.Vmlinux, "-initrd", initrd,
+		"-append", kernelCmdline(cfg),
 		"-chardev", "file,id=con,path=" + filepath.Join(dir, "console.log"), "-serial", "chardev:con",
 		"-device", "virtio-serial-pci",
 		"-chardev", "socket,id=ctl,path=" + ctlPath,
@@ -318,9 +408,20 @@ func boot(t testing.TB, cfg Config) (*VM, error) {
 		"-fsdev", "local,id=hostroot,path=/,security_model=passthrough,readonly=on,multidevs=remap",
 		"-device", "virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot",
 	}
+	nics, extra, err := nicArgs(cfg.NICs, seq)
+	if err != nil {
+		return nil, nil, err
+	}
+	return append(args, nics...), extra, nil
+}
+
+// nicArgs is the -netdev/-device pairs of the NICs (defaults filled in
+// place) and the link ends qemu inherits, fd 3 onwards.
+func nicArgs(nics []NIC, seq int) ([]string, []*os.File, error) {
+	var args []string
 	var extra []*os.File
-	for i := range cfg.NICs {
-		n := &cfg.NICs[i]
+	for i := range nics {
+		n := &nics[i]
 		if n.MAC == "" {
 			n.MAC = fmt.Sprintf("52:54:00:%02x:%02x:%02x", (seq>>8)&0xff, seq&0xff, i)
 		}
@@ -334,15 +435,21 @@ func boot(t testing.TB, cfg Config) (*VM, error) {
 		case n.link != nil:
 			f, err := n.link.take(n.side)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			extra = append(extra, f)
 			args = append(args, "-netdev", fmt.Sprintf("socket,id=%s,fd=%d", id, 2+len(extra)))
 		default:
-			return nil, fmt.Errorf("NIC %d: neither UserNIC nor a Link end", i)
+			return nil, nil, fmt.Errorf("NIC %d: neither UserNIC nor a Link end", i)
 		}
 		args = append(args, "-device", fmt.Sprintf("virtio-net-pci,netdev=%s,mac=%s", id, n.MAC))
 	}
+	return args, extra, nil
+}
+
+// startQemu starts qemu and a goroutine that records its exit; it returns
+// when qemu was started.
+func (vm *VM) startQemu(qemu string, args []string, extra []*os.File) (time.Time, error) {
 	vm.cmd = exec.Command(qemu, args...)
 	vm.cmd.ExtraFiles = extra
 	vm.cmd.Stdout = &vm.stderr
@@ -350,14 +457,18 @@ func boot(t testing.TB, cfg Config) (*VM, error) {
 	vm.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	t0 := time.Now()
 	if err := startFromLockedThread(vm.cmd); err != nil {
-		return nil, fmt.Errorf("start %s: %w", qemu, err)
+		return t0, fmt.Errorf("start %s: %w", qemu, err)
 	}
 	go func() {
 		vm.exitErr = vm.cmd.Wait()
 		close(vm.exited)
 	}()
+	return t0, nil
+}
 
-	// qemu connects to the control socket while it starts.
+// waitControlChannel waits until qemu connects the control socket (it
+// does while it starts), qemu exits or deadline fires.
+func (vm *VM) waitControlChannel(ln *net.UnixListener, deadline <-chan time.Time) error {
 	accepted := make(chan net.Conn, 1)
 	go func() {
 		c, err := ln.Accept()
@@ -365,15 +476,21 @@ func boot(t testing.TB, cfg Config) (*VM, error) {
 			accepted <- c
 		}
 	}()
-	timer := time.NewTimer(cfg.BootTimeout)
-	defer timer.Stop()
 	select {
 	case vm.conn = <-accepted:
 	case <-vm.exited:
-		return nil, fmt.Errorf("qemu exited before connecting its control channel: %v\n%s", vm.exitErr, vm.diag())
-	case <-timer.C:
-		return nil, fmt.Errorf("qemu did not connect its control channel within %s\n%s", cfg.BootTimeout, vm.diag())
+		return fmt.Errorf("qemu exited before connecting its control channel: %v\n%s", vm.exitErr, vm.diag())
+	case <-deadline:
+		return fmt.Errorf("qemu did not connect its control channel within %s\n%s", vm.cfg.BootTimeout, vm.diag())
 	}
+	return nil
+}
+
+// waitAgentHello starts reading the control channel and waits for the
+// agent's hello (it names the kernel it runs), recording the boot time
+// since t0.
+func (vm *VM) waitAgentHello(t0 time.Time, deadline <-chan time.Time) error {
+	k := vm.Kernel
 	vm.enc = json.NewEncoder(vm.conn)
 	hello := make(chan wire.Response, 1)
 	go vm.readLoop(hello)
@@ -381,18 +498,14 @@ func boot(t testing.TB, cfg Config) (*VM, error) {
 	case h := <-hello:
 		vm.Booted = time.Since(t0)
 		if h.Hello != k.Release {
-			return nil, fmt.Errorf("agent runs kernel %q, want %q", h.Hello, k.Release)
+			return fmt.Errorf("agent runs kernel %q, want %q", h.Hello, k.Release)
 		}
 	case <-vm.closed:
-		return nil, fmt.Errorf("control channel closed before the agent said hello: %v\n%s", vm.readErr, vm.diag())
-	case <-timer.C:
-		return nil, fmt.Errorf("the agent did not say hello within %s of qemu start (boot stuck?)\n%s", cfg.BootTimeout, vm.diag())
+		return fmt.Errorf("control channel closed before the agent said hello: %v\n%s", vm.readErr, vm.diag())
+	case <-deadline:
+		return fmt.Errorf("the agent did not say hello within %s of qemu start (boot stuck?)\n%s", vm.cfg.BootTimeout, vm.diag())
 	}
-	t.Logf("VM %s: kernel %s up, agent answering after %s", cfg.Name, k.Release, vm.Booted.Round(100*time.Millisecond))
-	if err := vm.setupNet(); err != nil {
-		return nil, err
-	}
-	return vm, nil
+	return nil
 }
 
 // forker is one goroutine locked to its thread for the life of the test

@@ -1,0 +1,220 @@
+package podsource
+
+import (
+	"github.com/ovnhost/ovnhost/internal/annotations"
+
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// Route is a route of the pod's interface (GW invalid: on-link).
+type Route struct {
+	Dst netip.Prefix
+	GW  netip.Addr
+}
+
+// PodNetwork is everything the server needs to wire one pod.
+type PodNetwork struct {
+	Switch      string
+	Addrs       []netip.Prefix // address with the subnet's prefix length
+	Gateways    []netip.Addr   // one per family present
+	MAC         net.HardwareAddr
+	Routes      []Route // from the routes annotation
+	IngressMbps int
+	EgressMbps  int
+	// MTU is the Subnet's mtu (0: the node's pod MTU).
+	MTU    int
+	Mirror bool
+}
+
+// AnnotationError is a bad or missing annotation: it fails that pod only.
+type AnnotationError struct {
+	Key, Value, Problem string
+}
+
+func (e *AnnotationError) Error() string {
+	if e.Value == "" {
+		return fmt.Sprintf("annotation %s: %s", e.Key, e.Problem)
+	}
+	return fmt.Sprintf("annotation %s=%q: %s", e.Key, e.Value, e.Problem)
+}
+
+// requiredAnnotations are what the controller writes before a pod can be wired.
+var requiredAnnotations = []string{annotations.Allocated, annotations.Routed, annotations.IPAddress, annotations.MACAddress, annotations.CIDR, annotations.Gateway}
+
+// missingAnnotations lists what the controller has not written yet.
+func missingAnnotations(ann map[string]string) []string {
+	var miss []string
+	for _, k := range requiredAnnotations {
+		v, ok := ann[k]
+		switch {
+		case !ok || v == "":
+			miss = append(miss, k)
+		case (k == annotations.Allocated || k == annotations.Routed) && v != "true":
+			miss = append(miss, k+"=true")
+		}
+	}
+	return miss
+}
+
+// ParseAnnotations reads a pod's network from its annotations (after the
+// controller has written them).
+func ParseAnnotations(ann map[string]string) (*PodNetwork, error) {
+	n := &PodNetwork{Switch: ann[annotations.LogicalSwitch]}
+	ips := strings.Split(ann[annotations.IPAddress], ",")
+	cidrs := strings.Split(ann[annotations.CIDR], ",")
+	var prefixes []netip.Prefix
+	for _, c := range cidrs {
+		p, err := netip.ParsePrefix(strings.TrimSpace(c))
+		if err != nil {
+			return nil, &AnnotationError{annotations.CIDR, ann[annotations.CIDR], "not a CIDR (want 10.16.0.0/16 or v4,v6)"}
+		}
+		prefixes = append(prefixes, p)
+	}
+	for _, s := range ips {
+		s = strings.TrimSpace(s)
+		if p, err := netip.ParsePrefix(s); err == nil {
+			s = p.Addr().String()
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, &AnnotationError{annotations.IPAddress, ann[annotations.IPAddress], "not an IP address (want 10.16.0.5 or v4,v6)"}
+		}
+		a = a.Unmap()
+		found := false
+		for _, p := range prefixes {
+			if p.Contains(a) {
+				n.Addrs = append(n.Addrs, netip.PrefixFrom(a, p.Bits()))
+				found = true
+				break
+			}
+		}
+		if !found {
+			return nil, &AnnotationError{annotations.IPAddress, ann[annotations.IPAddress], fmt.Sprintf("address %s is outside the pod's CIDR %s", a, ann[annotations.CIDR])}
+		}
+	}
+	for _, s := range strings.Split(ann[annotations.Gateway], ",") {
+		g, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil {
+			return nil, &AnnotationError{annotations.Gateway, ann[annotations.Gateway], "not an IP address"}
+		}
+		n.Gateways = append(n.Gateways, g.Unmap())
+	}
+	mac, err := net.ParseMAC(strings.TrimSpace(ann[annotations.MACAddress]))
+	if err != nil || len(mac) != 6 || mac[0]&1 == 1 {
+		return nil, &AnnotationError{annotations.MACAddress, ann[annotations.MACAddress], "not a unicast Ethernet MAC (want 0a:58:0a:10:00:05)"}
+	}
+	n.MAC = mac
+	if v := strings.TrimSpace(ann[annotations.MTU]); v != "" {
+		mtu, err := strconv.Atoi(v)
+		if err != nil || mtu < 576 || mtu > 65535 {
+			return nil, &AnnotationError{annotations.MTU, v, "not an MTU from 576 to 65535 (the Subnet's mtu, written by the controller)"}
+		}
+		n.MTU = mtu
+	}
+	if err := parseOptional(ann, n); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// parseOptional reads the user-set annotations: rates, mirror and routes.
+func parseOptional(ann map[string]string, n *PodNetwork) error {
+	var err error
+	if n.IngressMbps, err = parseRate(ann, annotations.IngressRate); err != nil {
+		return err
+	}
+	if n.EgressMbps, err = parseRate(ann, annotations.EgressRate); err != nil {
+		return err
+	}
+	if v, ok := ann[annotations.Mirror]; ok && v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return &AnnotationError{annotations.Mirror, v, "not a boolean (want true or false)"}
+		}
+		n.Mirror = b
+	}
+	if v := strings.TrimSpace(ann[annotations.Routes]); v != "" {
+		var rs []struct {
+			Dst string `json:"dst"`
+			GW  string `json:"gw"`
+		}
+		if err := json.Unmarshal([]byte(v), &rs); err != nil {
+			return &AnnotationError{annotations.Routes, v, `not a JSON list of routes (want [{"dst":"192.168.0.0/24","gw":"10.16.0.254"}])`}
+		}
+		for _, r := range rs {
+			var rt Route
+			gw, err := netip.ParseAddr(strings.TrimSpace(r.GW))
+			if r.GW != "" && err != nil {
+				return &AnnotationError{annotations.Routes, v, fmt.Sprintf("gw %q is not an IP address", r.GW)}
+			}
+			rt.GW = gw
+			switch d := strings.TrimSpace(r.Dst); d {
+			case "", "default":
+				if !rt.GW.IsValid() {
+					return &AnnotationError{annotations.Routes, v, "a default route needs a gw"}
+				}
+				if rt.GW.Is4() {
+					rt.Dst = netip.MustParsePrefix("0.0.0.0/0")
+				} else {
+					rt.Dst = netip.MustParsePrefix("::/0")
+				}
+			default:
+				p, err := netip.ParsePrefix(d)
+				if err != nil {
+					a, aerr := netip.ParseAddr(d)
+					if aerr != nil {
+						return &AnnotationError{annotations.Routes, v, fmt.Sprintf("dst %q is not a CIDR", r.Dst)}
+					}
+					p = netip.PrefixFrom(a, a.BitLen())
+				}
+				rt.Dst = p.Masked()
+			}
+			if rt.GW.IsValid() && rt.GW.Is4() != rt.Dst.Addr().Is4() {
+				return &AnnotationError{annotations.Routes, v, fmt.Sprintf("dst %s and gw %s are of different families", rt.Dst, rt.GW)}
+			}
+			n.Routes = append(n.Routes, rt)
+		}
+	}
+	return nil
+}
+
+func parseRate(ann map[string]string, key string) (int, error) {
+	v := strings.TrimSpace(ann[key])
+	if v == "" {
+		return 0, nil
+	}
+	r, err := strconv.Atoi(v)
+	if err != nil || r < 0 || r > 100000 {
+		return 0, &AnnotationError{key, v, "not a whole number of Mbit/s between 0 and 100000"}
+	}
+	return r, nil
+}
+
+// PodRoutes is the pod's full route list: a default route per gateway
+// family unless the routes annotation gives one, then the annotated routes.
+func (n *PodNetwork) PodRoutes() []Route {
+	var out []Route
+	has := func(v4 bool) bool {
+		for _, r := range n.Routes {
+			if r.Dst.Bits() == 0 && r.Dst.Addr().Is4() == v4 {
+				return true
+			}
+		}
+		return false
+	}
+	for _, g := range n.Gateways {
+		if !has(g.Is4()) {
+			dst := netip.MustParsePrefix("0.0.0.0/0")
+			if g.Is6() {
+				dst = netip.MustParsePrefix("::/0")
+			}
+			out = append(out, Route{Dst: dst, GW: g})
+		}
+	}
+	return append(out, n.Routes...)
+}

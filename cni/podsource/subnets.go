@@ -1,0 +1,240 @@
+package podsource
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/ovnhost/ovnhost/internal/annotations"
+	"github.com/ovnhost/ovnhost/internal/ovnnet"
+)
+
+// The node reads Subnets (kubeovn.io/v1) for the host side of egress: which
+// CIDRs are the cluster's and which of them ask for natOutgoing. Only
+// Subnets the controller has validated count: a Subnet's spec alone is
+// not trusted to rewrite the node's NAT.
+var subnetGVR = schema.GroupVersionResource{Group: "kubeovn.io", Version: "v1", Resource: "subnets"}
+
+const subnetsKey = "subnets"
+
+func (k *Kube) startSubnets(dyn dynamic.Interface) error {
+	k.subnetFac = dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	k.subnets = k.subnetFac.ForResource(subnetGVR).Informer()
+	_, err := k.subnets.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { k.signal(subnetsKey) },
+		UpdateFunc: func(any, any) { k.signal(subnetsKey) },
+		DeleteFunc: func(any) { k.signal(subnetsKey) },
+	})
+	if err != nil {
+		return err
+	}
+	k.subnetFac.Start(k.stop)
+	return nil
+}
+
+// egressPlan is what the host masquerades, from the validated Subnets
+// (nil without a Subnet informer: the host's NAT is left alone).
+func (k *Kube) egressPlan(join []netip.Prefix) *EgressPlan {
+	if k.subnets == nil {
+		return nil
+	}
+	plan := &EgressPlan{Cluster: append([]netip.Prefix{netip.MustParsePrefix(ovnnet.DefaultServiceCIDR)}, join...)}
+	for _, obj := range k.subnets.GetStore().List() {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		cidrs, nat, ok := subnetEgress(u)
+		if !ok {
+			continue
+		}
+		plan.Cluster = append(plan.Cluster, cidrs...)
+		if nat {
+			plan.NATOutgoing = append(plan.NATOutgoing, cidrs...)
+		}
+		if g, ok := gatewayPlan(u, k.node, cidrs, nat); ok {
+			plan.Gateways = append(plan.Gateways, g)
+		}
+	}
+	sort.Slice(plan.Gateways, func(i, j int) bool { return plan.Gateways[i].Subnet < plan.Gateways[j].Subnet })
+	sortPrefixes(plan.Cluster)
+	sortPrefixes(plan.NATOutgoing)
+	return plan
+}
+
+// subnetEgress reads a Subnet's CIDRs and natOutgoing; ok is false unless
+// the controller marked it Validated.
+func subnetEgress(u *unstructured.Unstructured) (cidrs []netip.Prefix, natOutgoing, ok bool) {
+	if !subnetValidated(u) {
+		return nil, false, false
+	}
+	cidrs = subnetCIDRs(u)
+	natOutgoing, _, _ = unstructured.NestedBool(u.Object, "spec", "natOutgoing")
+	return cidrs, natOutgoing, len(cidrs) > 0
+}
+
+// GatewayPlan is the host side of a centralized subnet on one of its
+// gateway nodes: the host end of the transit network (on the gateway
+// bridge), routes back to the subnet through it, and the masquerade (to
+// EgressIP when gatewayNode gives one for this node).
+type GatewayPlan struct {
+	Subnet      string
+	CIDRs       []netip.Prefix // IPv4
+	Transit     netip.Prefix   // the router side, ovnnet.TransitAnnotation
+	EgressIP    netip.Addr     // invalid: the node's own address
+	NATOutgoing bool
+}
+
+// gatewayPlan: ok when the controller has programmed u as a centralized
+// subnet (its transit annotation) and its gatewayNode lists node.
+func gatewayPlan(u *unstructured.Unstructured, node string, cidrs []netip.Prefix, nat bool) (GatewayPlan, bool) {
+	typ, _, _ := unstructured.NestedString(u.Object, "spec", "gatewayType")
+	gw, _, _ := unstructured.NestedString(u.Object, "spec", "gatewayNode")
+	transit, err := netip.ParsePrefix(u.GetAnnotations()[ovnnet.TransitAnnotation])
+	if typ != "centralized" || err != nil || !transit.Addr().Is4() {
+		return GatewayPlan{}, false
+	}
+	specs, err := ovnnet.ParseGatewayNode(gw)
+	if err != nil {
+		return GatewayPlan{}, false
+	}
+	for _, s := range specs {
+		if s.Node != node {
+			continue
+		}
+		g := GatewayPlan{Subnet: u.GetName(), Transit: transit, EgressIP: s.EgressIP, NATOutgoing: nat}
+		for _, c := range cidrs {
+			if c.Addr().Is4() {
+				g.CIDRs = append(g.CIDRs, c)
+			}
+		}
+		return g, len(g.CIDRs) > 0
+	}
+	return GatewayPlan{}, false
+}
+
+func sortPrefixes(ps []netip.Prefix) {
+	sort.Slice(ps, func(i, j int) bool { return ps[i].String() < ps[j].String() })
+}
+
+// routedCIDRs are what ovn0 routes through the join gateway: the CIDRs of
+// every Subnet of the default VPC that the controller validated, read from
+// the Subnet objects (never from pod annotations, never a built-in
+// default), except join itself (ovn0 is on it), underlay (vlan) and
+// non-OVN provider subnets, and anything as wide as a default route.
+// Without a Subnet informer nothing is routed.
+func (k *Kube) routedCIDRs(join netip.Prefix) []netip.Prefix {
+	if k.subnets == nil {
+		return nil
+	}
+	seen := map[netip.Prefix]bool{}
+	var out []netip.Prefix
+	for _, obj := range k.subnets.GetStore().List() {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok || !subnetValidated(u) || !routedThroughJoin(u) {
+			continue
+		}
+		for _, c := range subnetCIDRs(u) {
+			if c.Bits() == 0 || c.Overlaps(join) || seen[c] {
+				if c.Bits() == 0 {
+					k.log.Warn("a validated Subnet covers the whole address space; not routing it through ovn0", "subnet", u.GetName(), "cidr", c)
+				}
+				continue
+			}
+			seen[c] = true
+			out = append(out, c)
+		}
+	}
+	sortPrefixes(out)
+	return out
+}
+
+// routedThroughJoin: a Subnet of the default VPC on OVN's overlay.
+func routedThroughJoin(u *unstructured.Unstructured) bool {
+	if u.GetName() == ovnnet.JoinSubnet {
+		return false
+	}
+	vpc, _, _ := unstructured.NestedString(u.Object, "spec", "vpc")
+	vlan, _, _ := unstructured.NestedString(u.Object, "spec", "vlan")
+	provider, _, _ := unstructured.NestedString(u.Object, "spec", "provider")
+	if vpc != "" && vpc != ovnnet.DefaultRouter {
+		return false
+	}
+	if provider != "" && provider != "ovn" && !strings.HasSuffix(provider, ".ovn") {
+		return false
+	}
+	return vlan == ""
+}
+
+func subnetValidated(u *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Validated" && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
+}
+
+func subnetCIDRs(u *unstructured.Unstructured) []netip.Prefix {
+	block, _, _ := unstructured.NestedString(u.Object, "spec", "cidrBlock")
+	var out []netip.Prefix
+	for _, s := range strings.Split(block, ",") {
+		if p, err := netip.ParsePrefix(strings.TrimSpace(s)); err == nil {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
+}
+
+// checkAgainstSubnet compares a pod's cidr and gateway with the validated
+// Subnet of its logical switch (OVN's, once matchOVN agreed with the
+// annotation): the Subnet is admin-owned, the annotations are not. It
+// returns what is awaited ("" when they agree or when the node has no
+// Subnet informer) or the mismatch that refuses the pod.
+func (k *Kube) checkAgainstSubnet(p *corev1.Pod, n *PodNetwork) (string, *MismatchError) {
+	if k.subnets == nil || n.Switch == "" {
+		return "", nil
+	}
+	obj, ok, _ := k.subnets.GetStore().GetByKey(n.Switch)
+	u, _ := obj.(*unstructured.Unstructured)
+	if !ok || u == nil || !subnetValidated(u) {
+		return fmt.Sprintf("Subnet %q (the pod's logical switch) is not known to this node as validated yet", n.Switch), nil
+	}
+	where := fmt.Sprintf("Subnet %s (the admin-owned Subnet of the pod's logical switch)", n.Switch)
+	mm := func(field, want string) *MismatchError {
+		return &MismatchError{Pod: p.Namespace + "/" + p.Name, Field: field, Annotation: p.Annotations[field], OVN: want, Source: where}
+	}
+	block, _, _ := unstructured.NestedString(u.Object, "spec", "cidrBlock")
+	cidrs := subnetCIDRs(u)
+	for _, a := range n.Addrs {
+		if !slices.Contains(cidrs, a.Masked()) {
+			return "", mm(annotations.CIDR, "cidrBlock "+block)
+		}
+	}
+	if gw, _, _ := unstructured.NestedString(u.Object, "spec", "gateway"); gw != "" {
+		var want []netip.Addr
+		for _, s := range strings.Split(gw, ",") {
+			if g, err := netip.ParseAddr(strings.TrimSpace(s)); err == nil {
+				want = append(want, g.Unmap())
+			}
+		}
+		for _, g := range n.Gateways {
+			if !slices.Contains(want, g) {
+				return "", mm(annotations.Gateway, "gateway "+gw)
+			}
+		}
+	}
+	return "", nil
+}

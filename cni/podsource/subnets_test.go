@@ -1,0 +1,177 @@
+package podsource
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/ovnhost/ovnhost/internal/annotations"
+	"github.com/ovnhost/ovnhost/internal/ovnnet"
+)
+
+// subnet is a Subnet object as the controller leaves it: spec, the
+// Validated condition, and the transit annotation of centralized ones.
+func subnet(name string, validated bool, spec map[string]any, ann map[string]string) *unstructured.Unstructured {
+	status := "False"
+	if validated {
+		status = "True"
+	}
+	meta := map[string]any{"name": name}
+	if ann != nil {
+		m := map[string]any{}
+		for k, v := range ann {
+			m[k] = v
+		}
+		meta["annotations"] = m
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": meta, "spec": spec,
+		"status": map[string]any{"conditions": []any{map[string]any{"type": "Validated", "status": status}}},
+	}}
+}
+
+func withSubnets(t *testing.T, node string, subnets ...*unstructured.Unstructured) *Kube {
+	t.Helper()
+	k := NewKube(nil, nil, KubeOptions{Node: node, Log: slog.Default()})
+	k.subnets = cache.NewSharedIndexInformer(&cache.ListWatch{}, &unstructured.Unstructured{}, 0, cache.Indexers{})
+	for _, u := range subnets {
+		if err := k.subnets.GetStore().Add(u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return k
+}
+
+func prefixes(ss ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range ss {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}
+
+// The egress plan is read from validated Subnets only: their CIDRs are the
+// cluster's, the natOutgoing ones are masqueraded, and a centralized
+// subnet naming this node in gatewayNode (with the controller's transit
+// annotation) makes this node one of its gateways.
+func TestEgressPlanFromValidatedSubnets(t *testing.T) {
+	transit := map[string]string{ovnnet.TransitAnnotation: "172.31.0.0/30"}
+	k := withSubnets(t, "n1",
+		subnet("ovn-default", true, map[string]any{"cidrBlock": "10.16.0.0/16", "natOutgoing": true}, nil),
+		subnet("join", true, map[string]any{"cidrBlock": "100.64.0.0/16"}, nil),
+		subnet("no-nat", true, map[string]any{"cidrBlock": "10.20.0.0/16,fd00:20::/64"}, nil),
+		subnet("forged", false, map[string]any{"cidrBlock": "10.30.0.0/16", "natOutgoing": true}, nil),
+		subnet("central", true, map[string]any{"cidrBlock": "10.40.0.0/24,fd00:40::/64", "natOutgoing": true,
+			"gatewayType": "centralized", "gatewayNode": "n0,n1:192.0.2.9"}, transit),
+		subnet("central-elsewhere", true, map[string]any{"cidrBlock": "10.41.0.0/24",
+			"gatewayType": "centralized", "gatewayNode": "n0"}, transit),
+		subnet("central-unprogrammed", true, map[string]any{"cidrBlock": "10.42.0.0/24",
+			"gatewayType": "centralized", "gatewayNode": "n1"}, nil),
+	)
+	plan := k.egressPlan(prefixes("100.64.0.0/16"))
+	wantCluster := prefixes("10.16.0.0/16", "10.20.0.0/16", "10.40.0.0/24", "10.41.0.0/24", "10.42.0.0/24",
+		"10.96.0.0/12", "100.64.0.0/16", "100.64.0.0/16", "fd00:20::/64", "fd00:40::/64")
+	if !slices.Equal(plan.Cluster, wantCluster) {
+		t.Errorf("cluster %v, want %v", plan.Cluster, wantCluster)
+	}
+	if want := prefixes("10.16.0.0/16", "10.40.0.0/24", "fd00:40::/64"); !slices.Equal(plan.NATOutgoing, want) {
+		t.Errorf("natOutgoing %v, want %v", plan.NATOutgoing, want)
+	}
+	want := GatewayPlan{Subnet: "central", CIDRs: prefixes("10.40.0.0/24"), Transit: netip.MustParsePrefix("172.31.0.0/30"),
+		EgressIP: netip.MustParseAddr("192.0.2.9"), NATOutgoing: true}
+	if len(plan.Gateways) != 1 || !gatewayEqual(plan.Gateways[0], want) {
+		t.Errorf("gateways %+v, want [%+v]", plan.Gateways, want)
+	}
+	// Without a Subnet informer the source does not say: the host's NAT is
+	// left alone.
+	if p := NewKube(nil, nil, KubeOptions{Node: "n1"}).egressPlan(nil); p != nil {
+		t.Errorf("plan without Subnets: %+v", p)
+	}
+}
+
+func gatewayEqual(a, b GatewayPlan) bool {
+	return a.Subnet == b.Subnet && slices.Equal(a.CIDRs, b.CIDRs) && a.Transit == b.Transit && a.EgressIP == b.EgressIP && a.NATOutgoing == b.NATOutgoing
+}
+
+func TestNodeAnnotations(t *testing.T) {
+	ann := map[string]string{annotations.IPAddress: "100.64.0.2", annotations.CIDR: "100.64.0.0/16", annotations.Gateway: "100.64.0.1",
+		annotations.MACAddress: "0a:58:64:40:00:02", annotations.PortName: "node-n1"}
+	nn, err := parseNodeAnnotations(ann)
+	if err != nil || nn.PortName != "node-n1" || nn.Addr.String() != "100.64.0.2/16" || nn.Gateway.String() != "100.64.0.1" || nn.MAC.String() != "0a:58:64:40:00:02" {
+		t.Fatalf("%+v %v", nn, err)
+	}
+	for _, k := range []string{annotations.IPAddress, annotations.CIDR, annotations.Gateway, annotations.MACAddress, annotations.PortName} {
+		bad := map[string]string{}
+		for kk, v := range ann {
+			if kk != k {
+				bad[kk] = v
+			}
+		}
+		if _, err := parseNodeAnnotations(bad); err == nil {
+			t.Errorf("without %s: accepted", k)
+		}
+	}
+}
+
+// Through the informers: the node's network once annotated, a signal when
+// the node changes, the rates of a known pod.
+func TestKubeNodeNetworkWatchAndRates(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns",
+		Annotations: map[string]string{annotations.IngressRate: "10", annotations.EgressRate: "3"}}, Spec: corev1.PodSpec{NodeName: "n1"}}
+	bad := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: "ns",
+		Annotations: map[string]string{annotations.IngressRate: "fast"}}, Spec: corev1.PodSpec{NodeName: "n1"}}
+	cs := fake.NewSimpleClientset(node, pod, bad)
+	k := NewKube(cs, nil, KubeOptions{Node: "n1", Log: slog.Default()})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := k.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+	if err := k.WaitSynced(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, ok, err := k.PodRates("ns/p"); !ok || err != nil || r != (Rates{10, 3}) {
+		t.Errorf("rates of ns/p: %+v %v %v", r, ok, err)
+	}
+	if _, ok, err := k.PodRates("ns/bad"); !ok || err == nil || !strings.Contains(err.Error(), annotations.IngressRate) {
+		t.Errorf("rates of ns/bad: %v %v", ok, err)
+	}
+	if _, ok, _ := k.PodRates("ns/unknown"); ok {
+		t.Error("an unknown pod has rates")
+	}
+	nodeChanged, _, stop := k.WatchNode()
+	defer stop()
+	// Not annotated yet: NodeNetwork waits until its context ends.
+	short, scancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err := k.NodeNetwork(short)
+	scancel()
+	if err == nil || !strings.Contains(err.Error(), "node n1 has no complete") {
+		t.Fatalf("unannotated node: %v", err)
+	}
+	node.Annotations = map[string]string{annotations.IPAddress: "100.64.0.2", annotations.CIDR: "100.64.0.0/16", annotations.Gateway: "100.64.0.1",
+		annotations.MACAddress: "0a:58:64:40:00:02", annotations.PortName: "node-n1"}
+	if _, err := cs.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-nodeChanged:
+	case <-ctx.Done():
+		t.Fatal("no signal for the node's update")
+	}
+	nn, err := k.NodeNetwork(ctx)
+	if err != nil || nn.PortName != "node-n1" || nn.Addr.String() != "100.64.0.2/16" || nn.PodCIDRs != nil || nn.Egress != nil {
+		t.Fatalf("node network %+v %v (no Subnet informer: no routes, no egress plan)", nn, err)
+	}
+}

@@ -1,0 +1,84 @@
+package pods
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/ovnhost/ovnhost/controller/reconcile"
+	"github.com/ovnhost/ovnhost/internal/annotations"
+	"github.com/ovnhost/ovnhost/internal/ipam"
+	"github.com/ovnhost/ovnhost/internal/ovnnb"
+	"github.com/ovnhost/ovnhost/internal/ovnnet"
+)
+
+// Rebuild re-claims every recorded address: nodes, then pods oldest first;
+// it returns how many pods' addresses were restored. Pods whose record
+// conflicts are queued and get a new address.
+func (r *Reconciler) Rebuild(ctx context.Context) (int, error) {
+	t0 := time.Now()
+	defer func() { r.m.rebuild.Set(time.Since(t0).Seconds()) }()
+	// Nodes first: their join ports' MACs are theirs (a pod's annotation,
+	// which its author may have written, cannot take a node's MAC away).
+	nodes, err := r.nodes.List(labels.Everything())
+	if err != nil {
+		return 0, err
+	}
+	for _, nd := range nodes {
+		a := nd.Annotations
+		if ips, err := ipam.ParseIPs(a[annotations.IPAddress]); err == nil {
+			if _, err := r.cfg.Net.Restore(ovnnet.NodeOwner(nd.Name), ovnnet.JoinSubnet, ips, a[annotations.MACAddress]); err != nil {
+				r.log.Warn("recorded node address not restored; the node gets a new one", "node", nd.Name, "error", err)
+			}
+		}
+	}
+	pods, err := r.pods.List(labels.Everything())
+	if err != nil {
+		return 0, err
+	}
+	sort.Slice(pods, func(i, j int) bool {
+		ti, tj := pods[i].CreationTimestamp, pods[j].CreationTimestamp
+		if !ti.Equal(&tj) {
+			return ti.Before(&tj)
+		}
+		return pods[i].Namespace+"/"+pods[i].Name < pods[j].Namespace+"/"+pods[j].Name
+	})
+	// Ports written before a crash whose annotation never landed: their
+	// addresses are claimed too, so nobody else gets them meanwhile.
+	ports, err := r.cfg.NB.Ports(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	portOf := make(map[string]ovnnb.Port, len(ports))
+	for _, p := range ports {
+		if o := p.ExternalIDs[ovnnb.KeyPod]; o != "" {
+			portOf[o] = p
+		}
+	}
+	n := 0
+	for _, p := range pods {
+		if !reconcile.WantsAddress(p) {
+			continue
+		}
+		owner := ovnnet.PodOwner(p.Namespace, p.Name)
+		a := p.Annotations
+		if a[annotations.Allocated] == "true" && a[annotations.IPAddress] != "" {
+			ips, err := ipam.ParseIPs(a[annotations.IPAddress])
+			if err == nil {
+				_, err = r.cfg.Net.Restore(owner, a[annotations.LogicalSwitch], ips, a[annotations.MACAddress])
+			}
+			if err != nil {
+				r.log.Warn("recorded pod address not restored; the pod gets a new one", "pod", owner, "error", err)
+			} else {
+				n++
+			}
+			continue
+		}
+		if port, ok := portOf[owner]; ok && port.Switch != "" && port.Switch != ovnnet.JoinSubnet {
+			_, _ = r.cfg.Net.Restore(owner, port.Switch, port.IPs, port.MAC)
+		}
+	}
+	return n, nil
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package nbtest
+
+const raceDetector = false
