@@ -37,10 +37,12 @@ type Kube struct {
 	nodeFac informers.SharedInformerFactory
 	pods    cache.SharedIndexInformer
 	nodes   cache.SharedIndexInformer
-	// subnets, when the source has a dynamic client (egress plan).
+	// subnets: the shared Subnet informer given, or one of its own when
+	// the source has a dynamic client (subnetFac); none, no egress plan.
 	dyn       dynamic.Interface
 	subnetFac dynamicinformer.DynamicSharedInformerFactory
 	subnets   cache.SharedIndexInformer
+	subnetReg cache.ResourceEventHandlerRegistration
 	stop      chan struct{}
 	synced    chan struct{}
 
@@ -74,6 +76,9 @@ type KubeOptions struct {
 	// controller's northbound writes) before its ADD is refused
 	// (default DefaultMismatchGrace).
 	MismatchGrace time.Duration
+	// Subnets is the node's shared Subnet informer, run by its owner (the
+	// agent); nil: the source runs its own when it has a dynamic client.
+	Subnets cache.SharedIndexInformer
 }
 
 // DefaultMismatchGrace is KubeOptions.MismatchGrace's default.
@@ -99,7 +104,7 @@ func NewKubeFromConfig(cfg *rest.Config, o KubeOptions) (*Kube, error) {
 // adds the Subnet informer (the node's Subnet view: ovn0's routes, the
 // egress plan, pods checked against their Subnet).
 func NewKube(cs kubernetes.Interface, dyn dynamic.Interface, o KubeOptions) *Kube {
-	k := &Kube{cs: cs, dyn: dyn, node: o.Node, log: o.Log, waiters: map[string]map[chan struct{}]struct{}{},
+	k := &Kube{cs: cs, dyn: dyn, subnets: o.Subnets, node: o.Node, log: o.Log, waiters: map[string]map[chan struct{}]struct{}{},
 		ovn: o.OVN, mismatchGrace: o.MismatchGrace}
 	if k.mismatchGrace <= 0 {
 		k.mismatchGrace = DefaultMismatchGrace
@@ -208,8 +213,8 @@ func (k *Kube) Start(ctx context.Context) error {
 		k.ovn.Start(ctx)
 	}
 	synced := []cache.InformerSynced{k.pods.HasSynced, k.nodes.HasSynced}
-	if k.dyn != nil {
-		if err := k.startSubnets(k.dyn); err != nil {
+	if k.subnets != nil || k.dyn != nil {
+		if err := k.startSubnets(); err != nil {
 			return err
 		}
 		synced = append(synced, k.subnets.HasSynced)
@@ -242,6 +247,10 @@ func (k *Kube) Stop() {
 		close(k.stop)
 		k.factory.Shutdown()
 		k.nodeFac.Shutdown()
+		if k.subnetReg != nil {
+			_ = k.subnets.RemoveEventHandler(k.subnetReg)
+			k.subnetReg = nil
+		}
 		if k.subnetFac != nil {
 			k.subnetFac.Shutdown()
 		}

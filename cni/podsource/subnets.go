@@ -11,7 +11,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
@@ -23,14 +22,18 @@ import (
 // CIDRs are the cluster's and which of them ask for natOutgoing. Only
 // Subnets the controller has validated count: a Subnet's spec alone is
 // not trusted to rewrite the node's NAT.
-var subnetGVR = schema.GroupVersionResource{Group: "kubeovn.io", Version: "v1", Resource: "subnets"}
+var SubnetGVR = schema.GroupVersionResource{Group: "kubeovn.io", Version: "v1", Resource: "subnets"}
 
 const subnetsKey = "subnets"
 
-func (k *Kube) startSubnets(dyn dynamic.Interface) error {
-	k.subnetFac = dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
-	k.subnets = k.subnetFac.ForResource(subnetGVR).Informer()
-	_, err := k.subnets.AddEventHandler(cache.ResourceEventHandlerFuncs{
+// startSubnets follows the Subnets: through the shared informer it was
+// given (its owner runs it), else through one of its own built on dyn.
+func (k *Kube) startSubnets() error {
+	if k.subnets == nil {
+		k.subnetFac = dynamicinformer.NewDynamicSharedInformerFactory(k.dyn, 0)
+		k.subnets = k.subnetFac.ForResource(SubnetGVR).Informer()
+	}
+	reg, err := k.subnets.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { k.signal(subnetsKey) },
 		UpdateFunc: func(any, any) { k.signal(subnetsKey) },
 		DeleteFunc: func(any) { k.signal(subnetsKey) },
@@ -38,7 +41,10 @@ func (k *Kube) startSubnets(dyn dynamic.Interface) error {
 	if err != nil {
 		return err
 	}
-	k.subnetFac.Start(k.stop)
+	k.subnetReg = reg
+	if k.subnetFac != nil {
+		k.subnetFac.Start(k.stop)
+	}
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/ovnhost/ovnhost/cni/cniconf"
 	"github.com/ovnhost/ovnhost/cni/nodeport"
@@ -62,6 +63,7 @@ type settings struct {
 	pluginSrc       string
 	kube            kubernetes.Interface
 	dyn             dynamic.Interface
+	subnets         cache.SharedIndexInformer
 	forceStandalone bool
 	annWait         time.Duration
 	installWait     time.Duration
@@ -79,10 +81,11 @@ func WithPluginSource(path string) Option { return func(s *settings) { s.pluginS
 
 // WithKubeClients uses the node's client set for Kubernetes mode instead
 // of building clients from Options.Kubeconfig or the in-cluster
-// configuration; dyn reads the Subnets (nil: no Subnet view, no egress
-// plan).
-func WithKubeClients(cs kubernetes.Interface, dyn dynamic.Interface) Option {
-	return func(s *settings) { s.kube, s.dyn = cs, dyn }
+// configuration. subnets is the node's shared Subnet informer, started and
+// stopped by its owner; without it, dyn reads the Subnets through an
+// informer of the server's own (both nil: no Subnet view, no egress plan).
+func WithKubeClients(cs kubernetes.Interface, dyn dynamic.Interface, subnets cache.SharedIndexInformer) Option {
+	return func(s *settings) { s.kube, s.dyn, s.subnets = cs, dyn, subnets }
 }
 
 // WithStandalone forces standalone mode even when in-cluster configuration exists.
@@ -162,7 +165,7 @@ func newSource(o Options, st settings, log *slog.Logger) (podsource.Source, erro
 		sb = o.Node.Layout.LocalSB()
 	}
 	ko := podsource.KubeOptions{Node: o.Node.Name, Log: log, TrustedManagers: o.ControllerFieldManagers,
-		OVN: podsource.NewSBPorts(sb, o.Node.SB.TLS, log)}
+		OVN: podsource.NewSBPorts(sb, o.Node.SB.TLS, log), Subnets: st.subnets}
 	if !st.forceStandalone {
 		if st.kube != nil {
 			return podsource.NewKube(st.kube, st.dyn, ko), nil

@@ -97,7 +97,8 @@ func (a *Agent) wire() {
 	}
 	eo := egress.Options{Config: a.nc, Node: a.node, Log: a.log, GuardState: a.guardState}
 	if a.kube != nil {
-		eo.Kube, eo.Dynamic = a.kube.client, a.kube.dynamic
+		a.node.AddUnit(&kubeInformers{fac: a.kube.kubeovn})
+		eo.Kube, eo.Dynamic, eo.Subnets = a.kube.client, a.kube.dynamic, a.kube.subnets
 	}
 	a.egress = egress.New(eo)
 	a.node.AddUnit(a.egress)

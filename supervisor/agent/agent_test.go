@@ -122,9 +122,9 @@ func TestUnitOrder(t *testing.T) {
 		{"all-in-one standalone", nil, eth0,
 			"ovn-central+ovs(ovsdb-nb ovsdb-sb ovn-northd | ovsdb-server ovs-config ovs-vswitchd) ovn-controller host-nat cni-server", false},
 		{"all-in-one with Kubernetes", []string{h.kubeconfig()}, eth0,
-			"ovn-central+ovs(ovsdb-nb ovsdb-sb ovn-northd | ovsdb-server ovs-config ovs-vswitchd) ovn-controller host-nat external-gateway cni-server", true},
+			"ovn-central+ovs(ovsdb-nb ovsdb-sb ovn-northd | ovsdb-server ovs-config ovs-vswitchd) ovn-controller kube-informers host-nat external-gateway cni-server", true},
 		{"remote with Kubernetes", []string{"--ovn-sb-addr=tcp:10.0.0.1:6642", h.kubeconfig()}, eth0,
-			"ovsdb-server ovs-config ovs-vswitchd ovn-controller host-nat external-gateway cni-server", true},
+			"ovsdb-server ovs-config ovs-vswitchd ovn-controller kube-informers host-nat external-gateway cni-server", true},
 		{"remote standalone, NB given", []string{"--ovn-db-ips=10.0.0.1"}, eth0,
 			"ovsdb-server ovs-config ovs-vswitchd ovn-controller host-nat cni-server", false},
 		// No source of pod addresses: no CNI server, and nothing that
@@ -150,8 +150,12 @@ func TestUnitOrder(t *testing.T) {
 func TestFeaturesShareTheOneClientSet(t *testing.T) {
 	h := newHost(t)
 	a := assemble(t, h.nodeConfig(eth0, "--ovn-sb-addr=tcp:10.0.0.1:6642", h.kubeconfig()))
-	if a.kube == nil || a.kube.client == nil || a.kube.dynamic == nil || a.kube.configMaps == nil {
+	if a.kube == nil || a.kube.client == nil || a.kube.dynamic == nil || a.kube.configMaps == nil || a.kube.subnets == nil {
 		t.Fatalf("client set: %+v", a.kube)
+	}
+	// One Subnet watch per node: egress and the pod source share it.
+	if a.egress.SubnetInformer() != a.kube.subnets {
+		t.Fatal("egress was not given the node's shared Subnet informer")
 	}
 	if a.kube.rest.Host != "https://192.0.2.1:6443" {
 		t.Fatalf("client set from the kubeconfig: %s", a.kube.rest.Host)

@@ -1,11 +1,16 @@
 package agent
 
 import (
+	"context"
+
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 
+	"github.com/ovnhost/ovnhost/cni/podsource"
 	"github.com/ovnhost/ovnhost/internal/kubeclient"
 	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 	"github.com/ovnhost/ovnhost/supervisor/extgw"
@@ -19,6 +24,13 @@ type kubeClients struct {
 	dynamic dynamic.Interface
 	// configMaps are the informers of the EIP/SNAT ConfigMap alone.
 	configMaps informers.SharedInformerFactory
+	// kubeovn are the informers of the kubeovn.io objects the node reads,
+	// one watch per resource shared by the features (the kubeInformers
+	// unit starts and stops them): subnets is read by the pod source (the
+	// node's Subnet view, egress plan) and by egress (the active-gateway
+	// report).
+	kubeovn dynamicinformer.DynamicSharedInformerFactory
+	subnets cache.SharedIndexInformer
 }
 
 // newKubeClients decides "Kubernetes or standalone", for the whole node:
@@ -41,7 +53,35 @@ func newKubeClients(k nodeconfig.Kubernetes) (*kubeClients, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &kubeClients{rest: rc, client: cs, dynamic: dyn, configMaps: extgw.NewConfigMapInformers(cs)}, nil
+	kubeovn := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	return &kubeClients{rest: rc, client: cs, dynamic: dyn, configMaps: extgw.NewConfigMapInformers(cs),
+		kubeovn: kubeovn, subnets: kubeovn.ForResource(podsource.SubnetGVR).Informer()}, nil
+}
+
+// kubeInformers runs the informers the features share, started before the
+// first of them and stopped after the last.
+type kubeInformers struct {
+	fac  dynamicinformer.DynamicSharedInformerFactory
+	stop chan struct{}
+}
+
+func (u *kubeInformers) Name() string { return "kube-informers" }
+
+func (u *kubeInformers) Start(context.Context) error {
+	// The features wait for the sync themselves: OVS and the pods already
+	// wired must not depend on the API server answering.
+	u.stop = make(chan struct{})
+	u.fac.Start(u.stop)
+	return nil
+}
+
+func (u *kubeInformers) Stop(context.Context) error {
+	if u.stop != nil {
+		close(u.stop)
+		u.fac.Shutdown()
+		u.stop = nil
+	}
+	return nil
 }
 
 // kubeClient is the node's client, nil (untyped) on a standalone node.

@@ -20,6 +20,7 @@ import (
 
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/ovnhost/ovnhost/cni/nodeport"
 	"github.com/ovnhost/ovnhost/internal/nodeconfig"
@@ -66,6 +67,9 @@ type Options struct {
 	// status is reported).
 	Kube    kubernetes.Interface
 	Dynamic dynamic.Interface
+	// Subnets is the node's shared Subnet informer, run by the agent (nil
+	// on a standalone node).
+	Subnets cache.SharedIndexInformer
 	Log     *slog.Logger
 	// GuardState is told when the host firewall guard cannot be installed
 	// or restored (the error: the node must not be, or stay, ready) and
@@ -87,6 +91,7 @@ type Unit struct {
 	nodeName string
 	kube     kubernetes.Interface
 	dyn      dynamic.Interface
+	subnets  cache.SharedIndexInformer
 	sb       nodeconfig.Remote
 
 	guard      hostnat.Guard
@@ -139,7 +144,7 @@ func nodeAPIPort(addr string) uint16 {
 // New plans the unit; nothing is started.
 func New(o Options) *Unit {
 	return &Unit{backend: o.Config.NATBackend, log: o.Log, n: o.Node, datapath: o.Config.Datapath, nodeName: o.Config.Name,
-		kube: o.Kube, dyn: o.Dynamic, sb: o.Config.SB,
+		kube: o.Kube, dyn: o.Dynamic, subnets: o.Subnets, sb: o.Config.SB,
 		guard: hostnat.DefaultGuard(nodeAPIPort(o.Config.NodeAPI.Addr), PodInterfaces...), guardState: o.GuardState,
 		guardOff: o.Config.HostGuardOff}
 }
@@ -300,3 +305,7 @@ func (u *Unit) GuardDrops() (uint64, bool) {
 // backend (no-op when absent), for `ovnhost cleanup`; RemoveGatewayReturnRoutes removes
 // a centralized gateway's rules.
 func CleanupNAT() error { return hostnat.Cleanup(nil) }
+
+// SubnetInformer is the Subnet informer the unit reads (the assembly's
+// tests check it is the node's shared one).
+func (u *Unit) SubnetInformer() cache.SharedIndexInformer { return u.subnets }

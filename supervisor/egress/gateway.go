@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -128,16 +127,22 @@ func (u *Unit) runGatewayAgent(ctx context.Context) {
 	// gateway came up) may write its name after the active node wrote
 	// its own; the active node puts its name back.
 	statusChanged := make(chan struct{}, 1)
-	subnets := dynamicinformer.NewFilteredDynamicInformer(dc, subnetGVR, "", 0, cache.Indexers{}, nil).Informer()
+	subnets := u.subnets
 	poke := func(any) {
 		select {
 		case statusChanged <- struct{}{}:
 		default:
 		}
 	}
-	_, _ = subnets.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: poke, UpdateFunc: func(_, n any) { poke(n) }})
-	go subnets.Run(ctx.Done())
+	if subnets != nil {
+		if reg, err := subnets.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: poke, UpdateFunc: func(_, n any) { poke(n) }}); err == nil {
+			defer func() { _ = subnets.RemoveEventHandler(reg) }()
+		}
+	}
 	statusOf := func(name string) (string, bool) {
+		if subnets == nil {
+			return "", false
+		}
 		o, ok, _ := subnets.GetStore().GetByKey(name)
 		su, isU := o.(*unstructured.Unstructured)
 		if !ok || !isU {

@@ -1,0 +1,112 @@
+package controller_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+
+	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
+	"github.com/ovnhost/ovnhost/tests/harness/kubeapi"
+	"github.com/ovnhost/ovnhost/tests/testenv"
+)
+
+// TestUnderlayCRDsAdmitKubeOVNObjects (issue 24): the shipped ProviderNetwork
+// and Vlan CRDs admit the objects of Kube-OVN's underlay guide and a Vlan as
+// Kube-OVN 1.8 stored it (controller/apis/kubeovn/v1/testdata/
+// kubeovn-underlay.yaml, the file the unit tests validate), read back with
+// their fields; and refuse at admission what no node could act on, naming the
+// field and the fix: a name whose bridge br-<name> would not fit 15 bytes, an
+// interface name Linux cannot have, a change of defaultInterface, a Vlan
+// without a provider or outside 0..4095.
+func TestUnderlayCRDsAdmitKubeOVNObjects(t *testing.T) {
+	srv := kubeapi.Start(t)
+	base := filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base")
+	srv.InstallCRD(t, filepath.Join(base, "crd-provider-networks.yaml"))
+	srv.InstallCRD(t, filepath.Join(base, "crd-vlans.yaml"))
+	dc := dynamic.NewForConfigOrDie(srv.Config)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "controller", "apis", "kubeovn", "v1", "testdata", "kubeovn-underlay.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gvr := map[string]func() dynamic.NamespaceableResourceInterface{
+		"ProviderNetwork": func() dynamic.NamespaceableResourceInterface { return dc.Resource(kubeovnv1.ProviderNetworkGVR) },
+		"Vlan":            func() dynamic.NamespaceableResourceInterface { return dc.Resource(kubeovnv1.VlanGVR) },
+	}
+	for _, doc := range bytes.Split(b, []byte("\n---")) {
+		var o map[string]any
+		if err := yaml.Unmarshal(doc, &o); err != nil {
+			t.Fatal(err)
+		}
+		u := &unstructured.Unstructured{Object: o}
+		if _, err := gvr[u.GetKind()]().Create(ctx, u, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("Kube-OVN's %s %s refused: %v", u.GetKind(), u.GetName(), err)
+		}
+	}
+	got, err := dc.Resource(kubeovnv1.ProviderNetworkGVR).Get(ctx, "physnet", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pn, p := kubeovnv1.ValidateProviderNetwork(got)
+	if p != nil || pn.Spec.DefaultInterface != "bond0" || !pn.Spec.ExchangeLinkName || len(pn.Spec.VlanInterfaces) != 1 || pn.Spec.NodeSelector == nil {
+		t.Fatalf("physnet read back: %+v %+v", pn, p)
+	}
+	if nic, ok, _ := pn.NodeInterface("n1", map[string]string{"network.example.com/underlay": "true"}); !ok || nic != "bond0" {
+		t.Fatalf("physnet on a labelled node: %q %v", nic, ok)
+	}
+	old, err := dc.Resource(kubeovnv1.VlanGVR).Get(ctx, "vlan-stored-1-8", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, p := kubeovnv1.ValidateVlan(old); p != nil || v.Spec.Tag() != 200 || v.Spec.ProviderName() != "physnet" {
+		t.Fatalf("Vlan stored by Kube-OVN 1.8 read back: %+v %+v", v, p)
+	}
+
+	pnObj := func(name string, spec map[string]any) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kubeovn.io/v1", "kind": "ProviderNetwork",
+			"metadata": map[string]any{"name": name}, "spec": spec}}
+	}
+	vlanObj := func(name string, spec map[string]any) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kubeovn.io/v1", "kind": "Vlan",
+			"metadata": map[string]any{"name": name}, "spec": spec}}
+	}
+	refused := []struct {
+		obj  *unstructured.Unstructured
+		want string
+	}{
+		{pnObj("provider-net1", map[string]any{"defaultInterface": "eth1"}), "at most 12 characters"},
+		{pnObj("net2", map[string]any{"defaultInterface": "eth1/0"}), "spec.defaultInterface"},
+		{pnObj("net2", map[string]any{"defaultInterface": "enp0s31f6-uplink0"}), "spec.defaultInterface"},
+		{pnObj("net2", map[string]any{}), "defaultInterface"},
+		{vlanObj("v1", map[string]any{"id": int64(10)}), "spec.provider must name the ProviderNetwork"},
+		{vlanObj("v1", map[string]any{"id": int64(4096), "provider": "net1"}), "spec.id"},
+	}
+	for _, r := range refused {
+		_, err := gvr[r.obj.GetKind()]().Create(ctx, r.obj, metav1.CreateOptions{})
+		if err == nil || !strings.Contains(err.Error(), r.want) {
+			t.Errorf("%s %s %v: got %v, want a refusal naming %q", r.obj.GetKind(), r.obj.GetName(), r.obj.Object["spec"], err, r.want)
+		}
+	}
+
+	net1, err := dc.Resource(kubeovnv1.ProviderNetworkGVR).Get(ctx, "net1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(net1.Object, "eth3", "spec", "defaultInterface"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dc.Resource(kubeovnv1.ProviderNetworkGVR).Update(ctx, net1, metav1.UpdateOptions{}); err == nil || !strings.Contains(err.Error(), "defaultInterface is immutable") {
+		t.Errorf("changing net1's defaultInterface: got %v, want a refusal saying it is immutable", err)
+	}
+}
