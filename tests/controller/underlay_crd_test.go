@@ -109,4 +109,54 @@ func TestUnderlayCRDsAdmitKubeOVNObjects(t *testing.T) {
 	if _, err := dc.Resource(kubeovnv1.ProviderNetworkGVR).Update(ctx, net1, metav1.UpdateOptions{}); err == nil || !strings.Contains(err.Error(), "defaultInterface is immutable") {
 		t.Errorf("changing net1's defaultInterface: got %v, want a refusal saying it is immutable", err)
 	}
+
+	// A VLAN no Subnet uses may be re-tagged; one in use (status.subnets,
+	// as the controller writes it) keeps its tag and provider, also when
+	// the change goes through the deprecated fields.
+	vlans := dc.Resource(kubeovnv1.VlanGVR)
+	retag := func(name string, field string, value any) error {
+		v, err := vlans.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unstructured.SetNestedField(v.Object, value, "spec", field); err != nil {
+			t.Fatal(err)
+		}
+		_, err = vlans.Update(ctx, v, metav1.UpdateOptions{})
+		return err
+	}
+	if err := retag("vlan100", "id", int64(101)); err != nil {
+		t.Fatalf("re-tagging a VLAN no Subnet uses: %v", err)
+	}
+	for _, name := range []string{"vlan100", "vlan-stored-1-8"} {
+		v, err := vlans.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unstructured.SetNestedStringSlice(v.Object, []string{"underlay1"}, "status", "subnets"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := vlans.UpdateStatus(ctx, v, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const inUse = "cannot change while Subnets use it"
+	for _, c := range []struct {
+		name, field string
+		value       any
+	}{
+		{"vlan100", "id", int64(102)},
+		{"vlan100", "provider", "net1"},
+		{"vlan-stored-1-8", "vlanId", int64(201)},
+		{"vlan-stored-1-8", "providerInterfaceName", "net1"},
+		{"vlan-stored-1-8", "provider", "net1"},
+	} {
+		if err := retag(c.name, c.field, c.value); err == nil || !strings.Contains(err.Error(), inUse) {
+			t.Errorf("Vlan %s in use, spec.%s -> %v: got %v, want a refusal saying %q", c.name, c.field, c.value, err, inUse)
+		}
+	}
+	// Writing the same values through the new field names is no change.
+	if err := retag("vlan-stored-1-8", "provider", "physnet"); err != nil {
+		t.Errorf("Vlan in use, spec.provider set to the provider it already has: %v", err)
+	}
 }
