@@ -43,6 +43,7 @@ import (
 	"github.com/ovnhost/ovnhost/controller/pods"
 	"github.com/ovnhost/ovnhost/controller/services"
 	"github.com/ovnhost/ovnhost/controller/subnets"
+	"github.com/ovnhost/ovnhost/controller/underlay"
 	"github.com/ovnhost/ovnhost/internal/ovnnb"
 	"github.com/ovnhost/ovnhost/internal/ovnnet"
 )
@@ -184,6 +185,8 @@ func (c *Controller) wire(rec record.EventRecorder, nb *ovnnb.Client) error {
 		}
 		c.addons = append(c.addons, a)
 	}
+	// Vlan and ProviderNetwork status (idle without their CRDs).
+	c.addons = append(c.addons, underlay.New(underlay.Config{Log: log, Recorder: rec, Discovery: c.kc.Discovery(), Dynamic: c.dc, DInformers: c.dfactory}))
 	// EIP/SNAT (ovn-external-gw-config): idle while the ConfigMap is absent.
 	ext, err := extgw.New(extgw.Config{Log: log, Kube: c.kc, Recorder: rec, Informers: c.factory, Net: n})
 	if err != nil {

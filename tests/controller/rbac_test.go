@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
+	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
 	"github.com/ovnhost/ovnhost/controller/subnets"
 	"github.com/ovnhost/ovnhost/internal/annotations"
 	"github.com/ovnhost/ovnhost/tests/testenv"
@@ -41,6 +42,9 @@ func (e *env) applyYAML(path string) {
 		u := &unstructured.Unstructured{Object: obj}
 		gv, _ := schema.ParseGroupVersion(u.GetAPIVersion())
 		res := strings.ToLower(u.GetKind()) + "s"
+		if u.GetKind() == "ProviderNetwork" {
+			res = kubeovnv1.ProviderNetworkGVR.Resource // not the plural the kind suggests
+		}
 		r := e.dc.Resource(gv.WithResource(res))
 		var err error
 		if ns := u.GetNamespace(); ns != "" {

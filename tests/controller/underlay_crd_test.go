@@ -3,6 +3,7 @@ package controller_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,7 +12,10 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/yaml"
 
 	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
@@ -158,5 +162,94 @@ func TestUnderlayCRDsAdmitKubeOVNObjects(t *testing.T) {
 	// Writing the same values through the new field names is no change.
 	if err := retag("vlan-stored-1-8", "provider", "physnet"); err != nil {
 		t.Errorf("Vlan in use, spec.provider set to the provider it already has: %v", err)
+	}
+}
+
+// TestControllerKeepsUnderlayStatusWithItsRBAC (issue 24): the controller,
+// run as its ServiceAccount with the shipped rbac-controller.yaml, keeps the
+// status of Kube-OVN's underlay objects: a Vlan lists the Subnets that name
+// it (and so keeps its tag: the CRD's rule bites on the status the
+// controller wrote), a second Vlan with a taken tag is in conflict, a tag
+// 4095 and a ProviderNetwork with a node under two NICs are refused with
+// the fix; the underlay Subnet itself is still refused (not wired yet).
+func TestControllerKeepsUnderlayStatusWithItsRBAC(t *testing.T) {
+	e := newEnv(t)
+	base := filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base")
+	e.srv.InstallCRD(t, filepath.Join(base, "crd-provider-networks.yaml"))
+	e.srv.InstallCRD(t, filepath.Join(base, "crd-vlans.yaml"))
+	e.applyYAML(filepath.Join(base, "namespace.yaml"))
+	e.applyYAML(filepath.Join(base, "rbac-controller.yaml"))
+	e.applyYAML(filepath.Join(testenv.RepoRoot(), "controller", "apis", "kubeovn", "v1", "testdata", "kubeovn-underlay.yaml"))
+	ctx := context.Background()
+	watch := func(gvr schema.GroupVersionResource) cache.SharedIndexInformer {
+		inf := dynamicinformer.NewFilteredDynamicInformer(e.dc, gvr, "", 0, cache.Indexers{}, nil).Informer()
+		_, _ = inf.AddEventHandler(e.changes.Informer())
+		ictx, cancel := context.WithCancel(ctx)
+		t.Cleanup(cancel)
+		go inf.Run(ictx.Done())
+		return inf
+	}
+	vlans, pns := watch(kubeovnv1.VlanGVR), watch(kubeovnv1.ProviderNetworkGVR)
+	create := func(gvr schema.GroupVersionResource, kind, name string, spec map[string]any) {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kubeovn.io/v1", "kind": kind, "metadata": map[string]any{"name": name}, "spec": spec}}
+		if _, err := e.dc.Resource(gvr).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create(kubeovnv1.VlanGVR, "Vlan", "vlan100b", map[string]any{"id": int64(100), "provider": "physnet"})
+	create(kubeovnv1.VlanGVR, "Vlan", "vlan4095", map[string]any{"id": int64(4095), "provider": "net1"})
+	create(kubeovnv1.ProviderNetworkGVR, "ProviderNetwork", "twice", map[string]any{"defaultInterface": "eth1",
+		"customInterfaces": []any{map[string]any{"interface": "eth2", "nodes": []any{"n1"}}, map[string]any{"interface": "eth3", "nodes": []any{"n1"}}}})
+	create(kubeovnv1.SubnetGVR, "Subnet", "underlay1", map[string]any{"cidrBlock": "172.17.0.0/16", "gateway": "172.17.0.1", "vlan": "vlan100", "protocol": "IPv4"})
+
+	kc := e.kubeconfigAs("system:serviceaccount:ovnhost:ovnhost-controller")
+	p := e.startControllerProcess("--kubeconfig", kc, "--lease-namespace", "ovnhost")
+	p.waitReady(t, 60*time.Second)
+
+	status := func(inf cache.SharedIndexInformer, name string) map[string]any {
+		o, ok, _ := inf.GetStore().GetByKey(name)
+		if !ok {
+			return nil
+		}
+		st, _, _ := unstructured.NestedMap(o.(*unstructured.Unstructured).Object, "status")
+		return st
+	}
+	condition := func(st map[string]any, node, typ string) map[string]any {
+		conds, _ := st["conditions"].([]any)
+		for _, c := range conds {
+			m := c.(map[string]any)
+			if m["type"] == typ && (node == "-" || m["node"] == node || (node == "" && m["node"] == nil)) {
+				return m
+			}
+		}
+		return nil
+	}
+	e.waitFor(60*time.Second, "Vlan and ProviderNetwork status written by the controller", func() (bool, string) {
+		v100, v100b, v4095, twice := status(vlans, "vlan100"), status(vlans, "vlan100b"), status(vlans, "vlan4095"), status(pns, "twice")
+		subs, _ := v100["subnets"].([]any)
+		r100, r100b, r4095 := condition(v100, "-", "Ready"), condition(v100b, "-", "Ready"), condition(v4095, "-", "Validated")
+		tw, physnet := condition(twice, "", "Validated"), status(pns, "physnet")
+		ok := len(subs) == 1 && subs[0] == "underlay1" && r100 != nil && r100["status"] == "True" &&
+			v100b["conflict"] == true && r100b != nil && strings.Contains(fmt.Sprint(r100b["message"]), `Vlan "vlan100" already carries tag 100`) &&
+			r4095 != nil && r4095["status"] == "False" && strings.Contains(fmt.Sprint(r4095["message"]), "4095 is reserved") &&
+			tw != nil && tw["status"] == "False" && strings.Contains(fmt.Sprint(tw["message"]), `node "n1" is in spec.customInterfaces[0] (eth2) and [1] (eth3)`) &&
+			fmt.Sprint(physnet["vlans"]) == "[vlan-stored-1-8 vlan100 vlan100b]"
+		return ok, fmt.Sprintf("vlan100 %v; vlan100b %v; vlan4095 %v; twice %v; physnet %v", v100, v100b, v4095, twice, physnet)
+	})
+	if c := cond(e.subnet("underlay1"), kubeovnv1.Validated); c == nil || c.Status != "False" || !strings.Contains(c.Message, "spec.vlan") {
+		t.Errorf("underlay Subnet: Validated %+v, want False naming spec.vlan (underlay Subnets are not wired yet)", c)
+	}
+	v, err := e.dc.Resource(kubeovnv1.VlanGVR).Get(ctx, "vlan100", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = unstructured.SetNestedField(v.Object, int64(300), "spec", "id")
+	if _, err := e.dc.Resource(kubeovnv1.VlanGVR).Update(ctx, v, metav1.UpdateOptions{}); err == nil || !strings.Contains(err.Error(), "cannot change while Subnets use it") {
+		t.Errorf("re-tagging vlan100 while underlay1 uses it: got %v, want a refusal", err)
+	}
+	for _, l := range p.Output() {
+		if strings.Contains(l, "forbidden") {
+			t.Errorf("controller hit a permission error: %s", l)
+		}
 	}
 }

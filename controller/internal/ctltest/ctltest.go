@@ -76,7 +76,8 @@ func newEnv(t testing.TB, s *nbtest.Server, nb *ovnnb.Client, typed, custom []ru
 	e := &Env{
 		Kube: fake.NewClientset(typed...),
 		Dynamic: dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-			map[schema.GroupVersionResource]string{kubeovnv1.SubnetGVR: "SubnetList", kubeovnv1.IPGVR: "IPList"}, custom...),
+			map[schema.GroupVersionResource]string{kubeovnv1.SubnetGVR: "SubnetList", kubeovnv1.IPGVR: "IPList",
+				kubeovnv1.VlanGVR: "VlanList", kubeovnv1.ProviderNetworkGVR: "ProviderNetworkList"}, custom...),
 		NBServer: s, NB: nb, Net: ovnnet.New(nb, ovnnet.Config{}),
 		Recorder: record.NewFakeRecorder(1000),
 		Log:      slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})),

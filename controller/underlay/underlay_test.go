@@ -1,0 +1,169 @@
+package underlay
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+
+	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
+	"github.com/ovnhost/ovnhost/controller/internal/ctltest"
+)
+
+func object(kind, name string, spec map[string]any) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": kubeovnv1.GroupVersion.String(), "kind": kind,
+		"metadata": map[string]any{"name": name}, "spec": spec}}
+}
+
+func vlan(name string, id int64, provider string) *unstructured.Unstructured {
+	return object("Vlan", name, map[string]any{"id": id, "provider": provider})
+}
+
+func pn(name, nic string) *unstructured.Unstructured {
+	return object("ProviderNetwork", name, map[string]any{"defaultInterface": nic})
+}
+
+func ready(st kubeovnv1.VlanStatus) *kubeovnv1.Condition {
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == kubeovnv1.Ready {
+			return &st.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// VlanStatus for each way a Vlan can be wrong, and right.
+func TestVlanStatus(t *testing.T) {
+	net1 := pn("net1", "eth1")
+	older := vlan("vlan10", 10, "net1")
+	older.SetCreationTimestamp(metav1.NewTime(time.Unix(100, 0)))
+	newer := vlan("vlan10b", 10, "net1")
+	newer.SetCreationTimestamp(metav1.NewTime(time.Unix(200, 0)))
+	all := []*unstructured.Unstructured{older, newer, vlan("other", 10, "net2"), vlan("untagged", 0, "net1"), vlan("untagged2", 0, "net1")}
+	subnets := []*unstructured.Unstructured{
+		ctltest.Subnet("b", map[string]any{"cidrBlock": "10.2.0.0/24", "vlan": "vlan10"}),
+		ctltest.Subnet("a", map[string]any{"cidrBlock": "10.1.0.0/24", "vlan": "vlan10"}),
+		ctltest.Subnet("overlay", map[string]any{"cidrBlock": "10.3.0.0/24"}),
+	}
+	cases := []struct {
+		name     string
+		v        *unstructured.Unstructured
+		provider *unstructured.Unstructured
+		reason   string
+		text     string
+		conflict bool
+		subnets  string
+	}{
+		{"ready, with its subnets sorted", older, net1, "VlanReady", "", false, "a,b"},
+		{"second with the tag", newer, net1, "VlanConflict", `Vlan "vlan10" already carries tag 10 on provider network "net1"`, true, ""},
+		{"same tag, other provider", all[2], pn("net2", "eth2"), "VlanReady", "", false, ""},
+		{"untagged twice is fine", all[4], net1, "VlanReady", "", false, ""},
+		{"provider absent", vlan("v20", 20, "net9"), nil, "ProviderNetworkNotFound", `provider network "net9" does not exist`, false, ""},
+		{"provider invalid", vlan("v21", 21, "net1"), pn("net1", "eth/1"), "ProviderNetworkInvalid", "spec.defaultInterface", false, ""},
+		{"tag 4095", vlan("v4095", 4095, "net1"), net1, "InvalidField", "4095 is reserved", false, ""},
+	}
+	for _, c := range cases {
+		st, problem := VlanStatus(c.v, subnets, c.provider, all)
+		r := ready(st)
+		if r == nil || r.Reason != c.reason || !strings.Contains(r.Message, c.text) || st.Conflict != c.conflict || strings.Join(st.Subnets, ",") != c.subnets {
+			t.Errorf("%s: got %+v (problem %q), want Ready reason %s with %q, conflict %v, subnets %q", c.name, st, problem, c.reason, c.text, c.conflict, c.subnets)
+		}
+		if (c.reason == "VlanReady") != (problem == "") || (r != nil && (r.Status == "True") != (c.reason == "VlanReady")) {
+			t.Errorf("%s: problem %q with Ready %+v", c.name, problem, r)
+		}
+	}
+}
+
+// The reconciler on a fake API: status written, kept in line when a
+// Subnet moves to the VLAN, the conflict cleared when the first Vlan goes,
+// the ProviderNetwork's vlans and Validated condition, per-node conditions
+// kept; an invalid ProviderNetwork gets an event.
+func TestReconcilerKeepsStatus(t *testing.T) {
+	nodeCond := map[string]any{"node": "node-a", "type": "Ready", "status": "True", "reason": "InitOVSBridgeSucceeded"}
+	net1 := pn("net1", "eth1")
+	net1.Object["status"] = map[string]any{"ready": true, "readyNodes": []any{"node-a"}, "conditions": []any{nodeCond}}
+	first := vlan("vlan10", 10, "net1")
+	first.SetCreationTimestamp(metav1.NewTime(time.Unix(100, 0)))
+	second := vlan("vlan10b", 10, "net1")
+	second.SetCreationTimestamp(metav1.NewTime(time.Unix(200, 0)))
+	e := ctltest.New(t, nil, first, second, ctltest.Subnet("s1", map[string]any{"cidrBlock": "10.1.0.0/24", "vlan": "vlan10"}))
+	// The fake client would file a ProviderNetwork under the resource its
+	// kind guesses (providernetworks): create them under theirs.
+	for _, p := range []*unstructured.Unstructured{net1, pn("bad", "a/b")} {
+		if _, err := e.Dynamic.Resource(kubeovnv1.ProviderNetworkGVR).Create(e.Ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.Kube.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{
+		{GroupVersion: kubeovnv1.GroupVersion.String(), APIResources: []metav1.APIResource{{Name: "subnets"}, {Name: "vlans"}, {Name: "provider-networks"}}}}
+	r := New(Config{Log: e.Log, Recorder: e.Recorder, Discovery: e.Kube.Discovery(), Dynamic: e.Dynamic, DInformers: e.DInformers})
+	e.Start()
+	if err := r.Start(e.Ctx, &e.WG); err != nil {
+		t.Fatal(err)
+	}
+	vlanStatus := func(obj any) (kubeovnv1.VlanStatus, bool) {
+		u, ok := obj.(*unstructured.Unstructured)
+		var st kubeovnv1.VlanStatus
+		if !ok {
+			return st, false
+		}
+		raw, _ := u.Object["status"].(map[string]any)
+		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st)
+		return st, true
+	}
+	ctltest.Await(t, r.vlans, "vlan10", func(obj any) bool {
+		st, ok := vlanStatus(obj)
+		c := ready(st)
+		return ok && c != nil && c.Status == "True" && strings.Join(st.Subnets, ",") == "s1"
+	})
+	ctltest.Await(t, r.vlans, "vlan10b", func(obj any) bool {
+		st, ok := vlanStatus(obj)
+		c := ready(st)
+		return ok && st.Conflict && c != nil && c.Reason == "VlanConflict"
+	})
+	ctltest.Await(t, r.pns, "net1", func(obj any) bool {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return false
+		}
+		var st kubeovnv1.ProviderNetworkStatus
+		raw, _ := u.Object["status"].(map[string]any)
+		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st)
+		var validated, nodeKept bool
+		for _, c := range st.Conditions {
+			validated = validated || (c.Node == "" && c.Type == kubeovnv1.Validated && c.Status == "True")
+			nodeKept = nodeKept || (c.Node == "node-a" && c.Reason == "InitOVSBridgeSucceeded")
+		}
+		return validated && nodeKept && st.Ready && strings.Join(st.Vlans, ",") == "vlan10,vlan10b"
+	})
+
+	// A second Subnet on the VLAN; then the first Vlan goes: the second is
+	// no longer in conflict.
+	if _, err := e.Dynamic.Resource(kubeovnv1.SubnetGVR).Create(e.Ctx, ctltest.Subnet("s2", map[string]any{"cidrBlock": "10.2.0.0/24", "vlan": "vlan10"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctltest.Await(t, r.vlans, "vlan10", func(obj any) bool {
+		st, _ := vlanStatus(obj)
+		return strings.Join(st.Subnets, ",") == "s1,s2"
+	})
+	if err := e.Dynamic.Resource(kubeovnv1.VlanGVR).Delete(e.Ctx, "vlan10", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctltest.Await(t, r.vlans, "vlan10b", func(obj any) bool {
+		st, ok := vlanStatus(obj)
+		c := ready(st)
+		return ok && !st.Conflict && c != nil && c.Status == "True"
+	})
+	ctltest.Await(t, r.pns, "bad", func(obj any) bool {
+		u, _ := obj.(*unstructured.Unstructured)
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		return len(conds) == 1 && strings.Contains(conds[0].(map[string]any)["message"].(string), "spec.defaultInterface")
+	})
+	if ev := ctltest.Event(e.Events(), "Warning InvalidProviderNetwork"); !strings.Contains(ev, "spec.defaultInterface") {
+		t.Errorf("no InvalidProviderNetwork event naming the field: %q", ev)
+	}
+}
