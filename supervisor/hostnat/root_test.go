@@ -23,7 +23,7 @@ import (
 // Root tests: each runs in a throwaway network namespace, for each backend.
 
 // inFreshNetNS runs fn on a locked OS thread inside a new, unnamed network
-// namespace, then puts the thread back (as supervisor/node/tunnel_test.go).
+// namespace, then puts the thread back (as supervisor/hostlink/hostlink_test.go).
 func inFreshNetNS(t *testing.T, fn func(ns netns.NsHandle)) {
 	t.Helper()
 	testenv.RequireRoot(t)

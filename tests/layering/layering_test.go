@@ -118,6 +118,12 @@ func samePackageTree(dep, pkg string) bool { return dep == pkg || strings.HasPre
 // (and the programs) wire them.
 var nodeFeatures = []string{"supervisor/node", "supervisor/central", "supervisor/egress", "supervisor/extgw", "supervisor/nodeapi", "cni/server"}
 
+// Node parts: what the node features are built from (a supervised daemon,
+// the unit lifecycle, host NAT, a link's IP configuration moved to
+// another). A part imports no feature, no assembly, nothing of the
+// controller.
+var nodeParts = []string{"supervisor/daemon", "supervisor/process", "supervisor/lifecycle", "supervisor/hostnat", "supervisor/hostlink", "supervisor/health"}
+
 // Controller reconcilers: each with its own queue and state; only
 // controller/kube wires them.
 var reconcilers = []string{"controller/pods", "controller/subnets", "controller/ips", "controller/services", "controller/netpol", "controller/gateways", "controller/extgw"}
@@ -150,6 +156,10 @@ func rules() []rule {
 		{from: []string{"internal/ovnnet", "internal/ipam", "internal/ovnnb", "internal/annotations", "cni/cmd/ovnhost-cni", "cni/protocol"},
 			forbidden: []string{"k8s.io/", "sigs.k8s.io/"},
 			why:       "standalone hosts and the small plugin run without Kubernetes"},
+		{from: nodeParts, forbidden: append([]string{"supervisor/agent", "controller/", "cni/"}, nodeFeatures...),
+			why: "a part is used by features; it imports none of them, nor the assembly or the controller"},
+		{from: []string{"supervisor/hostlink"}, forbidden: []string{"k8s.io/", "sigs.k8s.io/", "github.com/ovn-kubernetes/libovsdb", "internal/ovs"},
+			why: "hostlink is pure netlink: moving a link's IP configuration needs neither Kubernetes nor OVS (the caller owns the bridge)"},
 	}
 	for _, f := range nodeFeatures {
 		var others []string
