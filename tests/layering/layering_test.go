@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -118,6 +119,11 @@ func samePackageTree(dep, pkg string) bool { return dep == pkg || strings.HasPre
 // (and the programs) wire them.
 var nodeFeatures = []string{"supervisor/node", "supervisor/central", "supervisor/egress", "supervisor/extgw", "supervisor/nodeapi", "cni/server"}
 
+// Node parts: shared by the node's features (and the central role); they
+// use internal/* and each other, never a feature, the assembly or
+// Kubernetes, so any feature may import them.
+var nodeParts = []string{"supervisor/daemon", "supervisor/process", "supervisor/lifecycle", "supervisor/hostnat", "supervisor/health", "supervisor/ovsbridge"}
+
 // Controller reconcilers: each with its own queue and state; only
 // controller/kube wires them.
 var reconcilers = []string{"controller/pods", "controller/subnets", "controller/ips", "controller/services", "controller/netpol", "controller/gateways", "controller/extgw"}
@@ -160,6 +166,11 @@ func rules() []rule {
 		}
 		rs = append(rs, rule{from: []string{f + "/..."}, forbidden: others,
 			why: "node features do not import each other; supervisor/agent wires them"})
+	}
+	for _, p := range nodeParts {
+		rs = append(rs, rule{from: []string{p + "/..."},
+			forbidden: append(slices.Clone(nodeFeatures), "supervisor/agent", "supervisor/cmd", "cni/", "controller/", "netctl/", "internal/config", "internal/hostcheck", "k8s.io/", "sigs.k8s.io/"),
+			why:       "node parts (" + strings.Join(nodeParts, ", ") + ") are shared by the features: they import no feature, assembly, settings table or Kubernetes"})
 	}
 	for _, f := range reconcilers {
 		var others []string
