@@ -1,7 +1,8 @@
 // Package ovsconf holds what more than one part of the node writes into
 // the local conf.db's Open_vSwitch row and bridges: the vendor mark on the
-// rows ovnhost creates, and ovn-bridge-mappings, which the node's
-// centralized gateway (br-egw) and external gateway (br-external) share.
+// rows ovnhost creates, and ovn-bridge-mappings, which all the node's
+// localnet bridges share (br-egw, br-external, underlay providers; its one
+// writer is supervisor/ovsbridge).
 package ovsconf
 
 import (

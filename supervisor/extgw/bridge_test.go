@@ -2,6 +2,7 @@ package extgw
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -111,4 +112,12 @@ func waitFor(t *testing.T, ovs *ovsdbconn.Conn, what string, cond func() bool) {
 	if err := ovs.WaitUntil(ctx, what, cond, nil); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func ovsRoot(ctx context.Context, ovs *ovsdbconn.Conn) (*vswitch.OpenvSwitch, error) {
+	var roots []vswitch.OpenvSwitch
+	if err := ovs.List(ctx, &roots); err != nil || len(roots) != 1 {
+		return nil, fmt.Errorf("Open_vSwitch rows %v: %v", roots, err)
+	}
+	return &roots[0], nil
 }

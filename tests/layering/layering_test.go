@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -120,13 +121,14 @@ var nodeFeatures = []string{"supervisor/node", "supervisor/central", "supervisor
 
 // Node parts: what the node features are built from (a supervised daemon,
 // the unit lifecycle, host NAT, a link's IP configuration moved to
-// another). A part imports no feature, no assembly, nothing of the
-// controller.
-var nodeParts = []string{"supervisor/daemon", "supervisor/process", "supervisor/lifecycle", "supervisor/hostnat", "supervisor/hostlink", "supervisor/health"}
+// another, OVS bridges and their mappings). They use internal/* and each
+// other, never a feature, the assembly, the settings table or Kubernetes,
+// so any feature may import them.
+var nodeParts = []string{"supervisor/daemon", "supervisor/process", "supervisor/lifecycle", "supervisor/hostnat", "supervisor/hostlink", "supervisor/health", "supervisor/ovsbridge"}
 
 // Controller reconcilers: each with its own queue and state; only
 // controller/kube wires them.
-var reconcilers = []string{"controller/pods", "controller/subnets", "controller/ips", "controller/services", "controller/netpol", "controller/gateways", "controller/extgw"}
+var reconcilers = []string{"controller/pods", "controller/subnets", "controller/ips", "controller/services", "controller/netpol", "controller/gateways", "controller/extgw", "controller/underlay"}
 
 // Test helpers that must never be linked into a program.
 var testOnly = []string{"internal/ovnnb/nbtest", "controller/internal/ctltest", "internal/ovsconf/ovsconftest", "cni/ovsport/ovsporttest", "cni/podnet/podnettest"}
@@ -170,6 +172,11 @@ func rules() []rule {
 		}
 		rs = append(rs, rule{from: []string{f + "/..."}, forbidden: others,
 			why: "node features do not import each other; supervisor/agent wires them"})
+	}
+	for _, p := range nodeParts {
+		rs = append(rs, rule{from: []string{p + "/..."},
+			forbidden: append(slices.Clone(nodeFeatures), "supervisor/agent", "supervisor/cmd", "cni/", "controller/", "netctl/", "internal/config", "internal/hostcheck", "k8s.io/", "sigs.k8s.io/"),
+			why:       "node parts (" + strings.Join(nodeParts, ", ") + ") are shared by the features: they import no feature, assembly, settings table or Kubernetes"})
 	}
 	for _, f := range reconcilers {
 		var others []string
