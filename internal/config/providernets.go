@@ -75,4 +75,3 @@ func (c *Config) checkProviderNetworks() Errors {
 	}
 	return errs
 }
-

@@ -2,9 +2,9 @@ package hostcheck_test
 
 import (
 	"bytes"
-	"fmt"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/netip"
 	"strings"
