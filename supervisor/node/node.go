@@ -156,9 +156,21 @@ func (o unitHealth) Starting(name string) {
 	o.n.health.Waiting(name, what)
 }
 
+// Lacker is a unit that may start without all it serves (an underlay
+// NIC that is not there): ready, so the node is, then lacking, which
+// /readyz names.
+type Lacker interface{ Lacks() error }
+
 func (o unitHealth) Started(name string, took time.Duration) {
-	if _, ok := o.n.observed[name]; ok {
-		o.n.health.Ready(name, took, took)
+	u, ok := o.n.observed[name]
+	if !ok {
+		return
+	}
+	o.n.health.Ready(name, took, took)
+	if l, ok := u.(Lacker); ok {
+		if err := l.Lacks(); err != nil {
+			o.n.health.Lacking(name, err.Error())
+		}
 	}
 }
 
