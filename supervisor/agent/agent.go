@@ -2,7 +2,8 @@
 // NodeConfig it builds the node's Kubernetes client set (none on a
 // standalone node: the one place that decides), the node's daemons
 // (supervisor/node) and its features as lifecycle units after them, in
-// order: host NAT and centralized gateways (supervisor/egress), external
+// order: underlay bridges (supervisor/underlay, with --provider-networks),
+// host NAT and centralized gateways (supervisor/egress), external
 // gateways (supervisor/extgw, Kubernetes only), the CNI server; it wires
 // them to each other and runs start, stop and stop-for-upgrade. Features
 // are given what they need; none builds its own clients or reads the
@@ -141,17 +142,18 @@ func (a *Agent) guardState(err error) {
 	a.o.Health.Recovered(a.egress.Name())
 }
 
-// underlayState turns the provider networks not bridged (a NIC missing)
-// into the underlay unit's readiness; the rest of the node stays ready.
+// underlayState reports the provider networks not bridged (a NIC
+// missing) as the underlay unit's degradation: /readyz names them, and
+// the node, whose other networks work, stays ready.
 func (a *Agent) underlayState(problem error) {
 	if a.o.Health == nil {
 		return
 	}
+	reason := ""
 	if problem != nil {
-		a.o.Health.Lacking(a.underlay.Name(), problem.Error())
-		return
+		reason = problem.Error()
 	}
-	a.o.Health.Recovered(a.underlay.Name())
+	a.o.Health.Degraded(a.underlay.Name(), reason)
 }
 
 // Kubernetes reports whether the node has a Kubernetes client (else it

@@ -157,8 +157,8 @@ func (o unitHealth) Starting(name string) {
 }
 
 // Lacker is a unit that may start without all it serves (an underlay
-// NIC that is not there): ready, so the node is, then lacking, which
-// /readyz names.
+// NIC that is not there): ready, so the node is, but degraded, which
+// /readyz and STATUS name.
 type Lacker interface{ Lacks() error }
 
 func (o unitHealth) Started(name string, took time.Duration) {
@@ -166,12 +166,12 @@ func (o unitHealth) Started(name string, took time.Duration) {
 	if !ok {
 		return
 	}
-	o.n.health.Ready(name, took, took)
 	if l, ok := u.(Lacker); ok {
 		if err := l.Lacks(); err != nil {
-			o.n.health.Lacking(name, err.Error())
+			o.n.health.Degraded(name, err.Error())
 		}
 	}
+	o.n.health.Ready(name, took, took)
 }
 
 // OVS is the long-lived connection to the local conf.db (valid once
