@@ -301,7 +301,12 @@ func (u *Unit) attach(ctx context.Context, pn nodeconfig.ProviderNetwork) (err e
 	if err != nil {
 		return err
 	}
-	// 3. The NIC as the bridge's port.
+	// 3. The NIC, up, as the bridge's port.
+	if nic.Attrs().RawFlags&unix.IFF_UP == 0 {
+		if err := netlink.LinkSetUp(nic); err != nil {
+			return fmt.Errorf("setting %s up: %w", pn.NIC, err)
+		}
+	}
 	if err := ovsbridge.Ensure(ctx, ovs, ovsbridge.Spec{Name: br, Datapath: u.o.Datapath, HWAddr: mac, Uplink: pn.NIC, UplinkMark: uplinkMark}); err != nil {
 		return err
 	}
