@@ -74,6 +74,10 @@ type Config struct {
 	// moves its addresses there: the userspace datapath encapsulates only
 	// from an address on one of its own bridges.
 	UserspaceTunnel bool
+	// ProviderNetworks are the underlay networks of a standalone node
+	// (--provider-networks name:nic,...): each NIC goes into OVS bridge
+	// br-<name> with its IP configuration.
+	ProviderNetworks []nodeconfig.ProviderNetwork
 
 	ProbeInterval         time.Duration // OVN_REMOTE_PROBE_INTERVAL (ms)
 	OpenflowProbeInterval time.Duration // OVN_REMOTE_OPENFLOW_INTERVAL (s)
@@ -220,6 +224,7 @@ func (c *Config) finish() Errors {
 		errs = append(errs, &Error{Key: "node-api-cert", Reason: "--node-api-cert and --node-api-key go together", Fix: "give both, or neither for a self-signed certificate"})
 	}
 	errs = append(errs, c.finishCentral()...)
+	errs = append(errs, c.checkProviderNetworks()...)
 	if c.TunnelType == "stt" && c.Datapath == nodeconfig.ChooseUserspace {
 		errs = append(errs, &Error{Key: "tunnel-type", Value: c.TunnelType, Reason: "STT is not supported by the userspace (netdev) datapath", Fix: "use TUNNEL_TYPE=geneve or vxlan"})
 	}

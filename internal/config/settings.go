@@ -237,6 +237,15 @@ func baseSettings() []setting {
 		{Name: "disable-modules-management", Bool: true, Env: []string{"DISABLE_MODULES_MANAGEMENT"}, Default: "false", Help: "never try to load kernel modules (Talos)", Set: func(c *Config, v string) error { return parseBool(&c.DisableMod)(c, v) }},
 		{Name: "userspace-tunnel", Bool: true, Env: nil, Default: "false", Help: "with the userspace (netdev) datapath, attach the tunnel interface to OVS bridge br-phy and move its addresses and routes there, so Geneve/VXLAN reach other nodes; restored on stop",
 			Set: func(c *Config, v string) error { return parseBool(&c.UserspaceTunnel)(c, v) }},
+		{Name: "provider-networks", Env: nil, Help: "underlay networks of a standalone node, name:nic[,name:nic...]: each NIC goes into OVS bridge br-<name> with its addresses, routes of every table, rules and permanent neighbours, and ovn-bridge-mappings maps name to it; given back on stop (Kubernetes nodes take them from ProviderNetwork objects)",
+			Set: func(c *Config, v string) error {
+				pns, err := parseProviderNetworks(v)
+				if err != nil {
+					return err
+				}
+				c.ProviderNetworks = pns
+				return nil
+			}},
 		{Name: "mlockall", Bool: true, Env: nil, Default: "false", Help: "run ovs-vswitchd with --mlockall (needs CAP_IPC_LOCK)", Set: func(c *Config, v string) error { return parseBool(&c.MLockAll)(c, v) }},
 		{Name: "ovn-remote-probe-interval", Env: []string{"OVN_REMOTE_PROBE_INTERVAL"}, Default: "10000", Help: "ovn-controller's SB probe interval in milliseconds",
 			Set: func(c *Config, v string) error {

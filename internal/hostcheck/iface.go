@@ -166,9 +166,9 @@ func checkInterfaces(s nodeconfig.HostSettings, f LinkFacts) (found tunnelFound,
 		if a, ok := firstAddr(link); ok {
 			encapIP = a.String()
 			checks = append(checks, Check{Name: "encap-ip", Status: Pass, Found: encapIP + " (first address of " + iface + ")"})
-		} else if a, ok := movedAddr(links); ok {
+		} else if br, a, ok := movedAddr(s, iface, links); ok {
 			encapIP = a.String()
-			checks = append(checks, Check{Name: "encap-ip", Status: Pass, Found: encapIP + " (on " + nodeconfig.PhysBridge + ", where the underlay address moves when " + iface + " is attached to OVS)"})
+			checks = append(checks, Check{Name: "encap-ip", Status: Pass, Found: encapIP + " (on " + br + ", where the underlay address moves when " + iface + " is attached to OVS)"})
 		} else {
 			encapIP = "127.0.0.1"
 			checks = append(checks, Check{Name: "encap-ip", Status: Fail, Found: iface + " has no IPv4 or global IPv6 address",
@@ -198,6 +198,7 @@ func checkInterfaces(s nodeconfig.HostSettings, f LinkFacts) (found tunnelFound,
 		}
 		checks = append(checks, c)
 	}
+	checks = append(checks, checkProviderNetworks(s, links, iface)...)
 	return found, checks
 }
 
@@ -208,11 +209,18 @@ func fallbackEncap(s nodeconfig.HostSettings) string {
 	return "127.0.0.1"
 }
 
-func movedAddr(links []Link) (netip.Addr, bool) {
-	for _, l := range links {
-		if l.Name == nodeconfig.PhysBridge {
-			return firstAddr(l)
+// movedAddr finds the address of iface where a running (or crashed) node
+// moved it: br-phy for the tunnel interface, br-<name> for a provider
+// network's NIC.
+func movedAddr(s nodeconfig.HostSettings, iface string, links []Link) (string, netip.Addr, bool) {
+	for _, br := range []string{nodeconfig.PhysBridge, providerBridgeOf(s, iface)} {
+		for _, l := range links {
+			if br != "" && l.Name == br {
+				if a, ok := firstAddr(l); ok {
+					return br, a, true
+				}
+			}
 		}
 	}
-	return netip.Addr{}, false
+	return "", netip.Addr{}, false
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/netip"
 	"strings"
@@ -510,5 +511,41 @@ func TestDatapathWithoutSysModule(t *testing.T) {
 	dp, cs := hostcheck.CheckDatapath(defaultConfig(t), f, hostcheck.Options{})
 	if dp || len(f.loads) != 0 || !strings.Contains(cs[0].Found, "lacks CAP_SYS_MODULE") {
 		t.Fatalf("%t %+v %v", dp, cs, f.loads)
+	}
+}
+
+// A provider network's NIC is matched exactly; a missing one warns (the
+// node runs without that network), naming a near match or what exists.
+func TestProviderNetworkNIC(t *testing.T) {
+	f := healthyFake()
+	_, _, cs := hostcheck.CheckInterfaces(defaultConfig(t, "OVNHOST_PROVIDER_NETWORKS=physnet1:ens34"), f)
+	if c := find(t, cs, "provider-network physnet1"); c.Status != hostcheck.Pass || !strings.Contains(c.Found, "ens34, bridged into br-physnet1") {
+		t.Fatal(c)
+	}
+	_, _, cs = hostcheck.CheckInterfaces(defaultConfig(t, "OVNHOST_PROVIDER_NETWORKS=physnet1:ENS34"), f)
+	if c := find(t, cs, "provider-network physnet1"); c.Status != hostcheck.Warn || !strings.Contains(c.Found, "ENS34 not found; ens34 exists") {
+		t.Fatal(c)
+	}
+	_, _, cs = hostcheck.CheckInterfaces(defaultConfig(t, "OVNHOST_PROVIDER_NETWORKS=physnet1:eth1"), f)
+	if c := find(t, cs, "provider-network physnet1"); c.Status != hostcheck.Warn || !strings.Contains(c.Found, "eth1 not found; this host has ens33, ens34") || !strings.Contains(c.Fix, "--provider-networks") {
+		t.Fatal(c)
+	}
+	// The default-route interface as a provider NIC: fine alone (its
+	// address moves to br-physnet1 and stays the encap IP), refused with
+	// --userspace-tunnel, which wants the same NIC in br-phy.
+	_, _, cs = hostcheck.CheckInterfaces(defaultConfig(t, "OVNHOST_PROVIDER_NETWORKS=physnet1:ens33"), f)
+	if hostcheck.Worst(cs) != hostcheck.Pass {
+		t.Fatalf("%+v", cs)
+	}
+	_, _, cs = hostcheck.CheckInterfaces(defaultConfig(t, "OVNHOST_PROVIDER_NETWORKS=physnet1:ens33", "OVNHOST_USERSPACE_TUNNEL=true"), f)
+	if hostcheck.Worst(cs) != hostcheck.Fail || !strings.Contains(fmt.Sprint(cs), "set IFACE to another NIC") {
+		t.Fatalf("%+v", cs)
+	}
+	// After a start the tunnel NIC's address lives on br-physnet1.
+	f.links[2].Addrs = nil
+	f.links = append(f.links, hostcheck.Link{Name: "br-physnet1", Index: 9, MTU: 1500, Up: true, Addrs: []netip.Prefix{netip.MustParsePrefix("10.0.0.5/24")}})
+	_, encap, cs := hostcheck.CheckInterfaces(defaultConfig(t, "IFACE=ens34", "OVNHOST_PROVIDER_NETWORKS=physnet1:ens34"), f)
+	if c := find(t, cs, "encap-ip"); c.Status != hostcheck.Pass || encap != "10.0.0.5" || !strings.Contains(c.Found, "br-physnet1") {
+		t.Fatal(c)
 	}
 }

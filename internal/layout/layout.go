@@ -91,6 +91,10 @@ type Layout struct {
 	ControllerPid, ControllerLog                               string
 	NBDB, SBDB, NBSock, SBSock, NBPid, SBPid, NBLog, SBLog     string
 	NBCtl, SBCtl, NorthdPid, NorthdCtl, NorthdLog              string
+	// UnderlayJournals holds the journal of each NIC whose configuration
+	// an underlay bridge took over (supervisor/hostlink): state, kept
+	// across reboots beside conf.db, which keeps the bridges.
+	UnderlayJournals string
 }
 
 // New plans the files under p's directories.
@@ -128,6 +132,8 @@ func New(p Paths) Layout {
 		NorthdPid:     ovnRun("ovn-northd.pid"),
 		NorthdCtl:     ovnRun("ovn-northd.ctl"),
 		NorthdLog:     ovnLog("ovn-northd.log"),
+
+		UnderlayJournals: ovsDB("ovnhost-underlay"),
 	}
 }
 

@@ -22,7 +22,10 @@ type ChildStatus struct {
 	Restarts  int    `json:"restarts"`
 	LastExit  string `json:"last_exit,omitempty"`
 	CrashLoop bool   `json:"crash_loop,omitempty"`
-	RSSBytes  int64  `json:"rss_bytes,omitempty"`
+	// Degraded: ready, but without part of what it serves (an underlay
+	// network whose NIC is missing), and why.
+	Degraded string `json:"degraded,omitempty"`
+	RSSBytes int64  `json:"rss_bytes,omitempty"`
 }
 
 // CentralStatus is what a member of the clustered OVN central reports

@@ -21,6 +21,11 @@ type HostSettings struct {
 	// is ENCAP_IP ("": the tunnel interface's address).
 	Iface   []string
 	EncapIP string
+	// UserspaceTunnel moves the tunnel interface into br-phy.
+	UserspaceTunnel bool
+	// ProviderNetworks are the underlay NICs the node bridges: each must
+	// exist, and their addresses are on br-<name> while the node runs.
+	ProviderNetworks []ProviderNetwork
 	// AllInOne: local NB/SB databases and ovn-northd (no OVN_DB_IPS, no
 	// OVN_SB_ADDR), so ovn-northd is one more binary to exec.
 	AllInOne bool

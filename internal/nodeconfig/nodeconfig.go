@@ -35,6 +35,15 @@ func (d Datapath) IsUserspace() bool { return d == Userspace }
 // datapath): on a restart the address is found there, not on the interface.
 const PhysBridge = "br-phy"
 
+// ProviderNetwork is one underlay network on this node: its NIC goes into
+// the OVS bridge br-<Name>, which takes over the NIC's IP configuration, and
+// ovn-bridge-mappings maps Name to that bridge (Kube-OVN's ProviderNetwork,
+// as one node sees it).
+type ProviderNetwork struct {
+	Name string
+	NIC  string
+}
+
 // DefaultTunnelType is Kube-OVN's default encapsulation.
 const DefaultTunnelType = "geneve"
 
@@ -108,6 +117,10 @@ type NodeConfig struct {
 	// UserspaceTunnel: TunnelIface is attached to PhysBridge and its
 	// addresses live there while the node runs.
 	UserspaceTunnel bool
+	// ProviderNetworks are the underlay networks whose NIC the node
+	// bridges (supervisor/underlay): from --provider-networks on a
+	// standalone node.
+	ProviderNetworks []ProviderNetwork
 
 	// NB is empty on a remote node given only OVN_SB_ADDR.
 	NB, SB Remote

@@ -2,7 +2,8 @@
 // NodeConfig it builds the node's Kubernetes client set (none on a
 // standalone node: the one place that decides), the node's daemons
 // (supervisor/node) and its features as lifecycle units after them, in
-// order: host NAT and centralized gateways (supervisor/egress), external
+// order: underlay bridges (supervisor/underlay, with --provider-networks),
+// host NAT and centralized gateways (supervisor/egress), external
 // gateways (supervisor/extgw, Kubernetes only), the CNI server; it wires
 // them to each other and runs start, stop and stop-for-upgrade. Features
 // are given what they need; none builds its own clients or reads the
@@ -25,6 +26,7 @@ import (
 	"github.com/ovnhost/ovnhost/supervisor/health"
 	"github.com/ovnhost/ovnhost/supervisor/lifecycle"
 	"github.com/ovnhost/ovnhost/supervisor/node"
+	"github.com/ovnhost/ovnhost/supervisor/underlay"
 )
 
 // Options are the agent's collaborators.
@@ -59,9 +61,10 @@ type Agent struct {
 	kube *kubeClients // nil: a standalone node
 	node *node.Node
 	// features wired, for the assembly's tests.
-	egress *egress.Unit
-	extgw  *extgw.Unit
-	cni    *cniUnit
+	underlay *underlay.Unit
+	egress   *egress.Unit
+	extgw    *extgw.Unit
+	cni      *cniUnit
 
 	cancelAPI context.CancelFunc
 	stopAPI   func()
@@ -91,6 +94,15 @@ func (a *Agent) cniPossible() bool { return a.kube != nil || a.nc.NB.Endpoint !=
 // wire adds the features, started in this order after ovn-controller is
 // ready and stopped before it.
 func (a *Agent) wire() {
+	if len(a.nc.ProviderNetworks) > 0 {
+		// First: pods of underlay Subnets need the bridges. After
+		// ovn-controller, which follows ovn-bridge-mappings as it changes
+		// and, stopped after this unit, removes its patch ports while
+		// the mapping goes.
+		a.underlay = underlay.New(underlay.Options{Networks: a.nc.ProviderNetworks, Datapath: a.nc.Datapath,
+			JournalDir: a.nc.Layout.UnderlayJournals, Node: a.node, Log: a.log, State: a.underlayState})
+		a.node.AddUnit(a.underlay)
+	}
 	if !a.cniPossible() {
 		a.log.Warn("CNI server disabled: no Kubernetes configuration and no northbound database to allocate pod addresses from", "fix", "set KUBECONFIG (or run in-cluster), or OVN_DB_IPS for standalone allocation")
 		return
@@ -128,6 +140,20 @@ func (a *Agent) guardState(err error) {
 		return
 	}
 	a.o.Health.Recovered(a.egress.Name())
+}
+
+// underlayState reports the provider networks not bridged (a NIC
+// missing) as the underlay unit's degradation: /readyz names them, and
+// the node, whose other networks work, stays ready.
+func (a *Agent) underlayState(problem error) {
+	if a.o.Health == nil {
+		return
+	}
+	reason := ""
+	if problem != nil {
+		reason = problem.Error()
+	}
+	a.o.Health.Degraded(a.underlay.Name(), reason)
 }
 
 // Kubernetes reports whether the node has a Kubernetes client (else it

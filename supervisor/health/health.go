@@ -33,6 +33,9 @@ type Child struct {
 	Restarts  int
 	LastExit  string
 	CrashLoop bool
+	// Degraded: ready, but without part of what it serves (a unit that
+	// runs without an underlay network whose NIC is missing), and why.
+	Degraded string
 }
 
 // Notifier sends an sd_notify state; go-systemd's SdNotify by default.
@@ -245,6 +248,26 @@ func (r *Reporter) Recovered(name string) {
 	}
 }
 
+// Degraded records that a unit is ready but lacks part of what it serves
+// (reason; "" clears it): the node stays ready, as the rest works, and
+// /readyz and STATUS name what is missing.
+func (r *Reporter) Degraded(name, reason string) {
+	r.mu.Lock()
+	c := r.child(name)
+	changed := c.Degraded != reason
+	c.Degraded = reason
+	all := r.allReadyLocked()
+	stopping := r.stopping
+	r.mu.Unlock()
+	if changed && all && !stopping {
+		msg := "ready: " + name + " recovered; " + r.summary()
+		if _, s := r.Status(); strings.HasPrefix(s, "ready, degraded") {
+			msg = s
+		}
+		r.sendStatus(msg)
+	}
+}
+
 // Stopping announces the shutdown.
 func (r *Reporter) Stopping() {
 	r.mu.Lock()
@@ -306,6 +329,15 @@ func (r *Reporter) Status() (bool, string) {
 		return false, "starting"
 	}
 	if len(missing) == 0 {
+		var degraded []string
+		for _, n := range r.order {
+			if d := r.children[n].Degraded; d != "" {
+				degraded = append(degraded, n+": "+d)
+			}
+		}
+		if len(degraded) > 0 {
+			return true, "ready, degraded: " + strings.Join(degraded, "; ")
+		}
 		return true, "ready"
 	}
 	return false, strings.Join(missing, "; ")
@@ -414,7 +446,7 @@ func (r *Reporter) Snapshot() Snapshot {
 	ok, msg := r.Status()
 	s := Snapshot{Ready: ok, Status: msg, Version: version.Version, Uptime: time.Since(r.startedAt).Round(time.Second).String(), Central: r.centralStatus()}
 	for _, c := range r.Children() {
-		cs := ChildStatus{Name: c.Name, Pid: c.Pid, Up: c.Up, Ready: c.Ready, Waiting: c.Waiting, Restarts: c.Restarts, LastExit: c.LastExit, CrashLoop: c.CrashLoop}
+		cs := ChildStatus{Name: c.Name, Pid: c.Pid, Up: c.Up, Ready: c.Ready, Waiting: c.Waiting, Restarts: c.Restarts, LastExit: c.LastExit, CrashLoop: c.CrashLoop, Degraded: c.Degraded}
 		if c.Pid > 0 {
 			cs.RSSBytes, _ = readRSS(c.Pid)
 		}

@@ -64,3 +64,24 @@ func TestReadyOnlyWhenEveryChildIsReady(t *testing.T) {
 		t.Fatalf("crash loop status %q", sent[len(sent)-1])
 	}
 }
+
+// A degraded unit (an underlay network without its NIC) leaves the node
+// ready: READY=1 goes out, /readyz is 200 and names what is missing.
+func TestDegradedStaysReadyAndSaysWhy(t *testing.T) {
+	r := New()
+	var sent []string
+	r.SetNotifier(func(s string) error { sent = append(sent, s); return nil })
+	r.Register("underlay")
+	r.Degraded("underlay", "provider network physnet1: eth2 not found; this host has eth1")
+	r.Ready("underlay", time.Millisecond, time.Millisecond)
+	if len(sent) == 0 || !strings.HasPrefix(sent[0], "READY=1") {
+		t.Fatalf("no READY=1 with a degraded unit: %q", sent)
+	}
+	if ok, msg := r.Status(); !ok || msg != "ready, degraded: underlay: provider network physnet1: eth2 not found; this host has eth1" {
+		t.Fatalf("Status = %v %q", ok, msg)
+	}
+	r.Degraded("underlay", "")
+	if ok, msg := r.Status(); !ok || msg != "ready" || sent[len(sent)-1] != "STATUS=ready: underlay recovered; " {
+		t.Fatalf("Status = %v %q, last sent %q", ok, msg, sent[len(sent)-1])
+	}
+}

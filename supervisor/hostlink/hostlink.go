@@ -13,6 +13,11 @@
 //   - its permanent neighbours;
 //   - its MTU and, on request, its MAC address; the target is set up.
 //
+// Share gives the target a copy of the addresses first (a bridge about to
+// take the link as its port then answers for them at once); Move then moves
+// routes, rules and neighbours before the source's addresses go, so the
+// host is never without a route.
+//
 // Kube-OVN's equivalent copies main-table routes only and turns leases into
 // permanent addresses: hosts lost their policy routing, or kept an address
 // after its lease. What the netlink library cannot carry (nexthop objects,
@@ -131,31 +136,105 @@ func Move(from, to string, opts Options) (res Result, err error) {
 	// every IPv4 route through from and its permanent IPv4 neighbours):
 	// every original address, route and neighbour comes back, in their
 	// original order, whichever of them is missing.
+	if p.shared() {
+		// Run after from has its addresses back: to's copies go and come
+		// again, so that from's are listed (and preferred) first again,
+		// as they were.
+		t.reshare(p)
+	}
 	t.restoreSource(p.src, from, p.addrs, p.routes, p.neighs)
 
-	if res.Addrs, err = t.moveAddrs(p); err != nil {
-		return Result{}, err
-	}
-	if err := t.dropLeftovers(p); err != nil {
-		return Result{}, err
-	}
-	if err := t.waitDAD(p.dst, to, p.addrs); err != nil {
-		return Result{}, err
-	}
-	if res.Routes, err = t.moveRoutes(p); err != nil {
-		return Result{}, err
-	}
-	if res.Rules, err = t.moveRules(p); err != nil {
-		return Result{}, err
-	}
-	if res.Neighs, err = t.moveNeighs(p); err != nil {
-		return Result{}, err
+	if p.shared() {
+		// to answers for every address already (Share): the routes,
+		// rules and neighbours move first and from's addresses go last,
+		// so the host is never without a route (removing from's last
+		// IPv4 address would otherwise drop its routes until they are
+		// re-added on to).
+		if err := t.waitDAD(p.dst, to, p.addrs); err != nil {
+			return Result{}, err
+		}
+		if res.Routes, res.Rules, res.Neighs, err = t.moveRoutesRulesNeighs(p); err != nil {
+			return Result{}, err
+		}
+		if res.Addrs, err = t.moveAddrs(p); err != nil {
+			return Result{}, err
+		}
+		if err := t.dropLeftovers(p); err != nil {
+			return Result{}, err
+		}
+	} else {
+		if res.Addrs, err = t.moveAddrs(p); err != nil {
+			return Result{}, err
+		}
+		if err := t.dropLeftovers(p); err != nil {
+			return Result{}, err
+		}
+		if err := t.waitDAD(p.dst, to, p.addrs); err != nil {
+			return Result{}, err
+		}
+		if res.Routes, res.Rules, res.Neighs, err = t.moveRoutesRulesNeighs(p); err != nil {
+			return Result{}, err
+		}
 	}
 	if err := jr.finish(t, p); err != nil {
 		return Result{}, err
 	}
 	ok = true
 	return res, nil
+}
+
+// Share readies to to take over from's configuration without a moment
+// in which the host does not answer for its addresses: to gets from's MTU
+// (and MAC, on request: Options.CopyMAC), is set up, and gets a copy of
+// from's global addresses (flags, lifetimes, labels), which from keeps;
+// IPv6 duplicate address detection is awaited. For a NIC about to become
+// the port of an OVS bridge: once it is, what arrives through the bridge
+// reaches an internal port that already has the addresses, and the Move
+// that follows finds them there, moves routes, rules and neighbours first
+// and takes from's addresses last.
+//
+// What Move would refuse (a route it cannot carry) is refused here, before
+// any change. All or nothing: on failure to is as it was. Nothing is
+// journaled, as from is not changed: removing to (an OVS internal port
+// goes with its bridge) takes the copies with it. Idempotent.
+func Share(from, to string, opts Options) (added int, err error) {
+	if from == to {
+		return 0, fmt.Errorf("sharing the addresses of %s with itself: name two links", from)
+	}
+	if opts.DADTimeout <= 0 {
+		opts.DADTimeout = defaultDADTimeout
+	}
+	src, err := linkByName(from)
+	if err != nil {
+		return 0, err
+	}
+	dst, err := linkByName(to)
+	if err != nil {
+		return 0, err
+	}
+	p, err := planMove(src, dst, opts)
+	if err != nil {
+		return 0, err
+	}
+	t := &tx{dadTimeout: opts.DADTimeout}
+	ok := false
+	defer func() {
+		if !ok {
+			added = 0
+			err = t.rollback(err, from, to)
+		}
+	}()
+	if err := t.prepareTarget(p); err != nil {
+		return 0, err
+	}
+	if added, err = t.copyAddrs(p); err != nil {
+		return 0, err
+	}
+	if err := t.waitDAD(p.dst, to, p.addrs); err != nil {
+		return 0, err
+	}
+	ok = true
+	return added, nil
 }
 
 // linkByName names the link in its error.

@@ -36,6 +36,19 @@ func (p *plan) empty() bool {
 	return len(p.addrs) == 0 && len(p.routes) == 0 && len(p.rules) == 0 && len(p.neighs) == 0
 }
 
+// shared reports whether to has every address to move already (Share).
+func (p *plan) shared() bool {
+	if len(p.addrs) == 0 {
+		return false
+	}
+	for _, a := range p.addrs {
+		if !hasAddr(p.dstAddrs, a) {
+			return false
+		}
+	}
+	return true
+}
+
 // planMove reads what from has and what may not be moved. It changes
 // nothing: a refusal leaves the host as it was.
 func planMove(src, dst netlink.Link, opts Options) (*plan, error) {

@@ -85,6 +85,85 @@ func (t *tx) moveAddrs(p *plan) (moved int, err error) {
 	return moved, nil
 }
 
+// copyAddrs gives to a copy of each of from's addresses it lacks (from
+// keeps them), in the order that reproduces the kernel's list; it returns
+// how many it added.
+func (t *tx) copyAddrs(p *plan) (added int, err error) {
+	for _, a := range addOrder(p.addrs) {
+		if hasAddr(p.dstAddrs, a) {
+			continue
+		}
+		na := addrReq(a, relabel(a.Label, p.from, p.to))
+		if err := t.step(stepAddrAdd, fmt.Sprintf("add a copy of address %s to %s", na.IPNet, p.to), func() error {
+			return addrAdd(p.dst, na)
+		}); err != nil {
+			return 0, err
+		}
+		t.onUndoUnless(stepAddrAdd, fmt.Sprintf("remove address %s from %s", na.IPNet, p.to),
+			addrCmd("del", na, p.to),
+			func() error { return addrDel(p.dst, na) },
+			func() bool { return gone(linkHasAddr(p.dst, na)) })
+		added++
+	}
+	return added, nil
+}
+
+// reshare records the undo that puts to's copies of from's addresses (a
+// Share before the move) after from's again: the kernel prefers the first
+// of two routes it made for the same prefix, and a rollback re-adds from's
+// addresses after to's copies.
+func (t *tx) reshare(p *plan) {
+	var copies []netlink.Addr
+	for _, a := range p.dstAddrs {
+		if hasAddr(p.addrs, a) {
+			copies = append(copies, a)
+		}
+	}
+	var cmds []string
+	for _, a := range copies {
+		cmds = append(cmds, addrCmd("del", addrReq(a, a.Label), p.to))
+	}
+	for _, a := range addOrder(copies) {
+		cmds = append(cmds, addrCmd("add", addrReq(a, a.Label), p.to))
+	}
+	t.onUndo(stepAddrAdd, fmt.Sprintf("put the copies of %s's addresses on %s after %s's again", p.from, p.to, p.from), strings.Join(cmds, "; "),
+		func() error {
+			for _, a := range copies {
+				if err := addrDel(p.dst, addrReq(a, a.Label)); err != nil {
+					return err
+				}
+				if a.IP.To4() == nil && a.ValidLft != foreverLft {
+					// The kernel leaves the prefix route of an IPv6
+					// address with a lifetime behind.
+					pr := netlink.Route{LinkIndex: p.dst.Attrs().Index, Family: netlink.FAMILY_V6, Dst: prefixOf(a), Protocol: unix.RTPROT_KERNEL, Priority: kernelMetric(a.IP), Table: unix.RT_TABLE_MAIN}
+					if err := routeDel(pr); err != nil {
+						return err
+					}
+				}
+			}
+			for _, a := range addOrder(copies) {
+				if err := addrAdd(p.dst, addrReq(a, a.Label)); err != nil {
+					return err
+				}
+			}
+			return waitDAD(p.dst, p.to, copies, t.dadTimeout)
+		})
+}
+
+// moveRoutesRulesNeighs moves what is not an address, in that order.
+func (t *tx) moveRoutesRulesNeighs(p *plan) (routes, rules, neighs int, err error) {
+	if routes, err = t.moveRoutes(p); err != nil {
+		return 0, 0, 0, err
+	}
+	if rules, err = t.moveRules(p); err != nil {
+		return 0, 0, 0, err
+	}
+	if neighs, err = t.moveNeighs(p); err != nil {
+		return 0, 0, 0, err
+	}
+	return routes, rules, neighs, nil
+}
+
 // dropLeftovers removes from from the prefix routes the kernel left there
 // for its IPv6 addresses with a lifetime. No undo: re-adding the address
 // makes the route again.

@@ -26,6 +26,10 @@ type CleanupOptions struct {
 	// Links name the OVS devices of the node's features (br-egw,
 	// br-external), removed with the node's own.
 	Links []string
+	// BeforeLinks gives back, before the devices go, what the features
+	// moved onto them (an underlay NIC's configuration, from its
+	// journal); it returns what it did.
+	BeforeLinks func() ([]string, error)
 	// AfterLinks removes what the features leave that is not a device (a
 	// centralized gateway's policy rules), after the devices; it returns
 	// what it removed.
@@ -78,6 +82,13 @@ func Cleanup(o CleanupOptions) ([]string, error) {
 		rm(daemon.OutputFIFO(p.pidfile))
 	}
 
+	if o.BeforeLinks != nil {
+		done, err := o.BeforeLinks()
+		removed = append(removed, done...)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	links, err := nldump.Retry(netlink.LinkList)
 	if err != nil {
 		errs = append(errs, err)

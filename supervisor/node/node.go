@@ -156,10 +156,22 @@ func (o unitHealth) Starting(name string) {
 	o.n.health.Waiting(name, what)
 }
 
+// Lacker is a unit that may start without all it serves (an underlay
+// NIC that is not there): ready, so the node is, but degraded, which
+// /readyz and STATUS name.
+type Lacker interface{ Lacks() error }
+
 func (o unitHealth) Started(name string, took time.Duration) {
-	if _, ok := o.n.observed[name]; ok {
-		o.n.health.Ready(name, took, took)
+	u, ok := o.n.observed[name]
+	if !ok {
+		return
 	}
+	if l, ok := u.(Lacker); ok {
+		if err := l.Lacks(); err != nil {
+			o.n.health.Degraded(name, err.Error())
+		}
+	}
+	o.n.health.Ready(name, took, took)
 }
 
 // OVS is the long-lived connection to the local conf.db (valid once

@@ -117,7 +117,7 @@ func samePackageTree(dep, pkg string) bool { return dep == pkg || strings.HasPre
 
 // Node features: each in one room, importing no sibling; only the agent
 // (and the programs) wire them.
-var nodeFeatures = []string{"supervisor/node", "supervisor/central", "supervisor/egress", "supervisor/extgw", "supervisor/nodeapi", "cni/server"}
+var nodeFeatures = []string{"supervisor/node", "supervisor/central", "supervisor/egress", "supervisor/extgw", "supervisor/underlay", "supervisor/nodeapi", "cni/server"}
 
 // Node parts: what the node features are built from (a supervised daemon,
 // the unit lifecycle, host NAT, a link's IP configuration moved to
@@ -145,7 +145,7 @@ func rules() []rule {
 			why: "netctl links no daemon code: the node API's wire types are internal/nodeapi, the host checks internal/hostcheck"},
 		{from: []string{"netctl/..."}, forbidden: []string{"controller/"}, except: []string{"controller/apis"},
 			why: "netctl reads the CRD types, not the controller's reconcilers; names both need live in internal/"},
-		{from: []string{"supervisor/node", "supervisor/central", "supervisor/daemon", "supervisor/process", "supervisor/lifecycle", "supervisor/health", "supervisor/egress", "supervisor/extgw", "cni/..."},
+		{from: []string{"supervisor/node", "supervisor/central", "supervisor/daemon", "supervisor/process", "supervisor/lifecycle", "supervisor/health", "supervisor/egress", "supervisor/extgw", "supervisor/underlay", "cni/..."},
 			forbidden: []string{"internal/hostcheck", "internal/config"},
 			why:       "the runtime acts on the resolved NodeConfig; only the programs, the agent, the node API's doctor and netctl read the settings table and the checks"},
 		{from: []string{"cni/..."}, forbidden: []string{"supervisor/", "controller/", "netctl/"},

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/ovnhost/ovnhost/internal/providernet"
 )
 
 // The underlay CRDs: ProviderNetwork (provider-networks.kubeovn.io) names the
@@ -121,12 +123,12 @@ func (s VlanSpec) ProviderName() string {
 }
 
 // MaxProviderNetworkName: the node bridge is br-<name>, and a Linux interface
-// name has at most 15 bytes.
-const MaxProviderNetworkName = 15 - len("br-")
+// name has at most 15 bytes (internal/providernet, shared with the node).
+const MaxProviderNetworkName = providernet.MaxName
 
 // BridgeName is the OVS bridge a provider network gets on its nodes
 // (Kube-OVN's name, so its nodes' state is recognised).
-func BridgeName(providerNetwork string) string { return "br-" + providerNetwork }
+func BridgeName(providerNetwork string) string { return providernet.BridgeName(providerNetwork) }
 
 // The JSON names of every spec field, for the unknown-field check.
 var (
@@ -139,19 +141,7 @@ var (
 var vlanInterfacePattern = regexp.MustCompile(`^[a-zA-Z0-9_-]+\.[0-9]{1,4}$`)
 
 // ifnameProblem says why name cannot be a Linux interface name, or "".
-func ifnameProblem(name string) string {
-	switch {
-	case name == "":
-		return "is empty"
-	case len(name) > 15:
-		return fmt.Sprintf("is %d bytes long; Linux interface names have at most 15", len(name))
-	case name == "." || name == "..":
-		return "is not an interface name"
-	case strings.ContainsAny(name, "/: \t\n"):
-		return "contains '/', ':' or white space, which no Linux interface name has"
-	}
-	return ""
-}
+func ifnameProblem(name string) string { return providernet.IfnameProblem(name) }
 
 func unknownFields(u *unstructured.Unstructured, known []string) *Problem {
 	spec, _, _ := unstructured.NestedMap(u.Object, "spec")

@@ -1,0 +1,441 @@
+// Package underlay is the node side of underlay networks (Kube-OVN's
+// ProviderNetwork): for each provider network, the host NIC goes into the
+// OVS bridge br-<name>, whose internal port takes over the NIC's whole IP
+// configuration (supervisor/hostlink), and ovn-bridge-mappings maps the
+// network to the bridge (supervisor/ovsbridge), so OVN's localnet ports
+// reach the physical network. The host keeps its connectivity throughout,
+// and gets everything back on stop.
+//
+// Kube-OVN's version moved main-table routes only, left a moment without
+// an uplink and gave nothing back (its issues 2962, 4622, 4914). Here the
+// order is:
+//
+//  1. the bridge and its internal port, with the NIC's MAC;
+//  2. a copy of the NIC's addresses on the internal port (hostlink.Share):
+//     what will arrive through the bridge reaches a port that answers;
+//  3. the NIC as the bridge's port, once ovs-vswitchd has opened it;
+//  4. hostlink.Move: routes of every table, rules and permanent neighbours
+//     first, the NIC's addresses last (journaled, for a crash);
+//  5. the mapping.
+//
+// A failure at any step gives back what was done. Stop gives back in the
+// reverse order (unless the datapath is kept for an upgrade: the next
+// ovnhost finds everything in place and changes nothing). A NIC that is
+// not there leaves the host untouched and that network not ready; it is
+// bridged when it appears (a netlink link event). The unit is given plain
+// {Name, NIC} pairs: from --provider-networks on a standalone node, from
+// ProviderNetwork objects later.
+package underlay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/ovnhost/ovnhost/internal/nldump"
+	"github.com/ovnhost/ovnhost/internal/nodeconfig"
+	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
+	"github.com/ovnhost/ovnhost/internal/providernet"
+	"github.com/ovnhost/ovnhost/supervisor/hostlink"
+	"github.com/ovnhost/ovnhost/supervisor/ovsbridge"
+)
+
+// uplinkMark marks the Port row of the NIC the unit put into a bridge.
+const uplinkMark = "ovnhost-underlay-nic"
+
+// stepTimeout bounds each wait on ovs-vswitchd (a port opened).
+const stepTimeout = 30 * time.Second
+
+// Node is what the unit needs of the node's supervisor.
+type Node interface {
+	// OVS is the long-lived conf.db connection.
+	OVS() *ovsdbconn.Conn
+	// KeepingDatapath reports whether a stop leaves the datapath in
+	// place (--keep-datapath, or an upgrade).
+	KeepingDatapath() bool
+}
+
+// Options are the unit's configuration and collaborators.
+type Options struct {
+	Networks []nodeconfig.ProviderNetwork
+	Datapath nodeconfig.Datapath
+	// JournalDir holds hostlink's journals (NodeConfig.Layout.UnderlayJournals).
+	JournalDir string
+	Node       Node
+	Log        *slog.Logger
+	// State is told, after the start, whenever the set of networks not
+	// bridged changes: nil when all are.
+	State func(problem error)
+}
+
+// Unit bridges the provider networks' NICs.
+type Unit struct {
+	o Options
+
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu      sync.Mutex
+	pending map[string]string // network -> why it is not bridged
+}
+
+// New plans the unit; nothing is touched.
+func New(o Options) *Unit { return &Unit{o: o, pending: map[string]string{}} }
+
+func (u *Unit) Name() string { return "underlay" }
+
+// Awaits is what /readyz says the start waits for.
+func (u *Unit) Awaits() string {
+	var s []string
+	for _, pn := range u.o.Networks {
+		s = append(s, pn.NIC+" into "+providernet.BridgeName(pn.Name))
+	}
+	return "the underlay NICs moved into their bridges (" + strings.Join(s, ", ") + ")"
+}
+
+// Lacks says which networks are not bridged and why (nil: all are).
+func (u *Unit) Lacks() error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.pending) == 0 {
+		return nil
+	}
+	var s []string
+	for name, why := range u.pending {
+		s = append(s, fmt.Sprintf("provider network %s: %s", name, why))
+	}
+	sort.Strings(s)
+	return errors.New(strings.Join(s, "; "))
+}
+
+func (u *Unit) setPending(name, why string) {
+	u.mu.Lock()
+	if why == "" {
+		delete(u.pending, name)
+	} else {
+		u.pending[name] = why
+	}
+	u.mu.Unlock()
+}
+
+// errMissing: the NIC is not on the host; nothing was touched.
+type errMissing struct{ msg string }
+
+func (e *errMissing) Error() string { return e.msg }
+
+// Start bridges every network whose NIC is there and follows link events
+// for the others. A network that cannot be bridged (a NIC that is missing
+// or already another bridge's port, a route hostlink cannot carry) is
+// reported, given back and left; the start fails only when conf.db cannot
+// be read.
+func (u *Unit) Start(ctx context.Context) error {
+	if u.o.Node.OVS() == nil {
+		return errors.New("underlay: conf.db is not connected")
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	// Subscribed before the first look, so a NIC that appears in between
+	// is not missed.
+	links := make(chan netlink.LinkUpdate, 64)
+	if err := netlink.LinkSubscribeWithOptions(links, rctx.Done(), netlink.LinkSubscribeOptions{ErrorCallback: func(error) {}}); err != nil {
+		u.o.Log.Warn("underlay: cannot follow link changes; a missing NIC is looked for again only at the next start", "err", err)
+		links = nil
+	}
+	for _, pn := range u.o.Networks {
+		u.bridge(ctx, pn)
+	}
+	u.cancel, u.done = cancel, make(chan struct{})
+	go func() { defer close(u.done); u.follow(rctx, links) }()
+	return nil
+}
+
+// bridge bridges pn, or records why not (given back on failure).
+func (u *Unit) bridge(ctx context.Context, pn nodeconfig.ProviderNetwork) bool {
+	br := providernet.BridgeName(pn.Name)
+	err := u.attach(ctx, pn)
+	var missing *errMissing
+	switch {
+	case err == nil:
+		u.setPending(pn.Name, "")
+		return true
+	case errors.As(err, &missing):
+		u.o.Log.Warn("underlay: NIC not found; the network is not bridged until it appears, nothing was changed", "network", pn.Name, "problem", missing.msg,
+			"fix", "correct --provider-networks ("+pn.Name+":NIC) or plug the NIC in")
+		u.setPending(pn.Name, missing.msg)
+	default:
+		u.o.Log.Error("underlay: bridging failed; the network is not bridged", "network", pn.Name, "nic", pn.NIC, "bridge", br, "err", err)
+		u.setPending(pn.Name, err.Error())
+	}
+	return false
+}
+
+// follow bridges pending networks when their NIC appears, until ctx ends.
+func (u *Unit) follow(ctx context.Context, links <-chan netlink.LinkUpdate) {
+	last := u.Lacks()
+	report := func() {
+		now := u.Lacks()
+		if (now == nil) != (last == nil) || (now != nil && last != nil && now.Error() != last.Error()) {
+			if u.o.State != nil {
+				u.o.State(now)
+			}
+		}
+		last = now
+	}
+	var retry <-chan time.Time
+	delay := time.Second
+	for {
+		var appeared string
+		select {
+		case <-ctx.Done():
+			return
+		case lu, ok := <-links:
+			if !ok {
+				links = nil
+				continue
+			}
+			if lu.Header.Type != unix.RTM_NEWLINK || lu.Attrs() == nil {
+				continue
+			}
+			appeared = lu.Attrs().Name
+		case <-retry:
+			retry = nil
+		}
+		failed := false
+		for _, pn := range u.o.Networks {
+			u.mu.Lock()
+			_, waiting := u.pending[pn.Name]
+			u.mu.Unlock()
+			if !waiting || (appeared != "" && appeared != pn.NIC) {
+				continue
+			}
+			if u.bridge(ctx, pn) {
+				u.o.Log.Info("underlay: NIC appeared and was bridged", "network", pn.Name, "nic", pn.NIC)
+			} else if !isMissing(u.pendingWhy(pn.Name)) {
+				failed = true
+			}
+		}
+		report()
+		if failed && retry == nil {
+			// Not a missing NIC: conf.db or the kernel refused; try again
+			// later, backing off.
+			retry, delay = time.After(delay), min(2*delay, 30*time.Second)
+		} else if !failed {
+			delay = time.Second
+		}
+	}
+}
+
+func (u *Unit) pendingWhy(name string) string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.pending[name]
+}
+
+func isMissing(why string) bool { return strings.Contains(why, " not found;") }
+
+// Stop gives every network back, unless the datapath is kept.
+func (u *Unit) Stop(ctx context.Context) error {
+	if u.cancel != nil {
+		u.cancel()
+		<-u.done
+		u.cancel = nil
+	}
+	if u.o.Node.KeepingDatapath() {
+		return nil // an upgrade: the next ovnhost finds the bridges in place
+	}
+	var errs []error
+	for i := len(u.o.Networks) - 1; i >= 0; i-- {
+		pn := u.o.Networks[i]
+		if err := u.detach(ctx, pn); err != nil {
+			errs = append(errs, fmt.Errorf("giving %s back from %s: %w", pn.NIC, providernet.BridgeName(pn.Name), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// attach bridges pn (idempotent: a bridge and configuration already in
+// place are left as they are); on failure it gives back what it did.
+func (u *Unit) attach(ctx context.Context, pn nodeconfig.ProviderNetwork) (err error) {
+	br := providernet.BridgeName(pn.Name)
+	nic, err := netlink.LinkByName(pn.NIC)
+	if err != nil {
+		if errors.As(err, new(netlink.LinkNotFoundError)) {
+			return &errMissing{providernet.MissingNIC(pn.NIC, hostLinks())}
+		}
+		return fmt.Errorf("looking up %s: %w", pn.NIC, err)
+	}
+	ovs := u.o.Node.OVS()
+	defer func() {
+		if err != nil {
+			if derr := u.detach(ctx, pn); derr != nil {
+				err = fmt.Errorf("%w; giving back failed too: %w", err, derr)
+			} else {
+				err = fmt.Errorf("%w; given back: %s has its configuration and %s is removed", err, pn.NIC, br)
+			}
+		}
+	}()
+	// 1. The bridge with its internal port (the NIC is not its port yet:
+	// an uplink left from an earlier run stays).
+	mac := nic.Attrs().HardwareAddr.String()
+	if err := ovsbridge.Ensure(ctx, ovs, ovsbridge.Spec{Name: br, Datapath: u.o.Datapath, HWAddr: mac}); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
+	if err := ovsbridge.WaitUplink(wctx, ovs, br, br); err != nil {
+		return fmt.Errorf("waiting for the internal port of %s: %w", br, err)
+	}
+	// 2. The internal port answers for the NIC's addresses too.
+	shared, err := hostlink.Share(pn.NIC, br, hostlink.Options{CopyMAC: true})
+	if err != nil {
+		return err
+	}
+	// 3. The NIC, up, as the bridge's port.
+	if nic.Attrs().RawFlags&unix.IFF_UP == 0 {
+		if err := netlink.LinkSetUp(nic); err != nil {
+			return fmt.Errorf("setting %s up: %w", pn.NIC, err)
+		}
+	}
+	if err := ovsbridge.Ensure(ctx, ovs, ovsbridge.Spec{Name: br, Datapath: u.o.Datapath, HWAddr: mac, Uplink: pn.NIC, UplinkMark: uplinkMark}); err != nil {
+		return err
+	}
+	if err := ovsbridge.WaitUplink(wctx, ovs, br, pn.NIC); err != nil {
+		return err
+	}
+	// 4. Routes, rules, neighbours, then the NIC's addresses.
+	moved, err := hostlink.Move(pn.NIC, br, hostlink.Options{CopyMAC: true, JournalDir: u.o.JournalDir})
+	if err != nil {
+		return err
+	}
+	// 5. The mapping.
+	if err := ovsbridge.SetMapping(ctx, ovs, pn.Name, br); err != nil {
+		return err
+	}
+	if shared > 0 || !moved.Empty() {
+		u.o.Log.Info("underlay: NIC bridged, its configuration moved to the bridge", "network", pn.Name, "nic", pn.NIC, "bridge", br,
+			"addresses", moved.Addrs, "routes", moved.Routes, "rules", moved.Rules, "neighbours", moved.Neighs)
+	} else {
+		u.o.Log.Info("underlay: NIC already bridged, nothing to move", "network", pn.Name, "nic", pn.NIC, "bridge", br)
+	}
+	return nil
+}
+
+// detach gives pn back: the configuration to the NIC (a copy of the
+// addresses first, so the NIC answers before the bridge stops), the
+// mapping, the bridge with the NIC's port. What a crashed move left is put
+// back from its journal. Nothing there: nothing to do.
+func (u *Unit) detach(ctx context.Context, pn nodeconfig.ProviderNetwork) error {
+	br := providernet.BridgeName(pn.Name)
+	ovs := u.o.Node.OVS()
+	brLink, brErr := netlink.LinkByName(br)
+	_, nicErr := netlink.LinkByName(pn.NIC)
+	var errs []error
+	switch {
+	case brErr == nil && nicErr != nil && hasGlobalAddrs(brLink):
+		return fmt.Errorf("%s is gone, so the configuration it had stays on %s, which is kept: plug %s back in and stop ovnhost again, or move the addresses by hand (ip address show dev %s)", pn.NIC, br, pn.NIC, br)
+	case brErr == nil && nicErr == nil && hasGlobalAddrs(brLink):
+		if _, err := hostlink.Share(br, pn.NIC, hostlink.Options{}); err != nil {
+			errs = append(errs, err)
+		} else if moved, err := hostlink.Move(br, pn.NIC, hostlink.Options{JournalDir: u.o.JournalDir}); err != nil {
+			errs = append(errs, err)
+		} else if !moved.Empty() {
+			u.o.Log.Info("underlay: configuration given back to the NIC", "network", pn.Name, "nic", pn.NIC, "bridge", br,
+				"addresses", moved.Addrs, "routes", moved.Routes, "rules", moved.Rules, "neighbours", moved.Neighs)
+		}
+	case nicErr == nil:
+		if err := hostlink.Restore(u.o.JournalDir, pn.NIC); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		// The NIC does not have its configuration back: keep the bridge
+		// that has it.
+		return errors.Join(errs...)
+	}
+	if err := ovsbridge.SetMapping(ctx, ovs, pn.Name, ""); err != nil {
+		return err
+	}
+	if ovsbridge.Exists(ctx, ovs, br) {
+		if err := ovsbridge.Remove(ctx, ovs, br); err != nil {
+			return err
+		}
+		u.o.Log.Info("underlay: bridge removed", "network", pn.Name, "bridge", br)
+	}
+	return nil
+}
+
+// hasGlobalAddrs reports whether link has an address the host is known by
+// (a bridge that took none has nothing to give back).
+func hasGlobalAddrs(link netlink.Link) bool {
+	addrs, err := nldump.Retry(func() ([]netlink.Addr, error) { return netlink.AddrList(link, netlink.FAMILY_ALL) })
+	if err != nil {
+		return true // unknown: give back what there may be
+	}
+	for _, a := range addrs {
+		if a.Scope == int(netlink.SCOPE_UNIVERSE) && !a.IP.IsLinkLocalUnicast() {
+			return true
+		}
+	}
+	return false
+}
+
+// hostLinks names the host's interfaces but the loopback and ovnhost's own
+// devices, sorted: what a missing NIC's message lists.
+func hostLinks() []string {
+	all, err := nldump.Retry(netlink.LinkList)
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, l := range all {
+		n := l.Attrs().Name
+		if l.Attrs().Flags&net.FlagLoopback != 0 || n == "lo" || n == "br-int" || n == "ovs-netdev" || n == "ovs-system" || n == "ovn0" || strings.HasPrefix(n, "ovh") {
+			continue
+		}
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Cleanup is `ovnhost cleanup`'s part, with every daemon stopped: each NIC
+// whose move a journal in journalDir records (a crash, or a stop that kept
+// the datapath) gets its configuration back from the journal, before the
+// bridges' devices are removed. It returns what it restored.
+func Cleanup(journalDir string) ([]string, error) {
+	entries, err := os.ReadDir(journalDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the underlay journals: %w", err)
+	}
+	var done []string
+	var errs []error
+	for _, e := range entries {
+		nic, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || e.IsDir() || strings.HasPrefix(nic, ".") {
+			continue
+		}
+		if err := hostlink.Restore(journalDir, nic); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		done = append(done, "configuration of "+nic+" restored from its journal")
+	}
+	if len(errs) == 0 {
+		_ = os.Remove(journalDir) // only when empty
+	}
+	return done, errors.Join(errs...)
+}
