@@ -153,6 +153,7 @@ func (u *Unit) runGatewayAgent(ctx context.Context) {
 	}
 	reported := map[string]bool{}
 	corrected := map[string]time.Time{}
+	holding := map[string]time.Time{} // subnet -> since when this node holds its gateway port
 	announced := false
 	for {
 		changed := conn.Changed()
@@ -161,6 +162,7 @@ func (u *Unit) runGatewayAgent(ctx context.Context) {
 		var pbs []sbdb.PortBinding
 		_ = conn.List(ctx, &pbs)
 		failed := false
+		var wake time.Duration // a claim to report once it has held
 		if !announced && len(mine) > 0 {
 			// Once the Chassis row exists (as upstream kube-ovn-cni
 			// does): the controller puts only chassis it knows into HA
@@ -182,6 +184,21 @@ func (u *Unit) runGatewayAgent(ctx context.Context) {
 			active := len(mine) > 0 && p.Chassis != nil && *p.Chassis == mine[0].UUID
 			if !active {
 				reported[subnet] = false
+				delete(holding, subnet)
+				continue
+			}
+			// A claim is reported once it has held for claimSettle: a
+			// node that (re)starts claims the port until its BFD session
+			// to a higher-priority gateway is up, for a moment; reported,
+			// that moment would make the controller rank it first (no
+			// failback) and keep the traffic there.
+			if _, ok := holding[subnet]; !ok {
+				holding[subnet] = time.Now()
+			}
+			if held := time.Since(holding[subnet]); !reported[subnet] && held < claimSettle {
+				if next := claimSettle - held; wake == 0 || next < wake {
+					wake = next
+				}
 				continue
 			}
 			if reported[subnet] {
@@ -207,8 +224,11 @@ func (u *Unit) runGatewayAgent(ctx context.Context) {
 			u.log.Info("this node is now the active gateway", "subnet", subnet)
 		}
 		var retry <-chan time.Time
-		if failed {
+		switch {
+		case failed:
 			retry = time.After(2 * time.Second)
+		case wake > 0:
+			retry = time.After(wake)
 		}
 		select {
 		case <-ctx.Done():
@@ -219,6 +239,12 @@ func (u *Unit) runGatewayAgent(ctx context.Context) {
 		}
 	}
 }
+
+// claimSettle is how long this node must hold a centralized subnet's
+// gateway port before it reports itself the active gateway: longer than a
+// BFD session takes to come up (OVN's default interval 1 s, detection
+// after 3), so a claim made while the sessions start is not reported.
+const claimSettle = 5 * time.Second
 
 // announceChassis writes ovn.kubernetes.io/chassis=<system-id> on the
 // node's own Node, the one key of admission-node.yaml's policy.

@@ -104,6 +104,12 @@ func TestCentralizedGatewayFailsOverWithoutTheController(t *testing.T) {
 	c.nodes[1].ListenNotifyAgain()
 	c.nodes[1].Start("--userspace-tunnel", "--node-name="+c.names[1])
 	c.waitGatewayRank(t, "central", []string{"node-c", "node-b"}, 60*time.Second)
+	// Until node-b's BFD session to node-c is up, node-b counts node-c as
+	// down and claims the gateway port itself (OVN's HA rule): steady
+	// state is when both nodes' sessions forward and node-c holds it.
+	c.waitBFDForwarding(t, 1, 30*time.Second)
+	c.waitBFDForwarding(t, 2, 30*time.Second)
+	c.waitRedirect(t, "cr-ovn-cluster-ovnhost-egw-central", c.chassisOf(t, "node-c"), 30*time.Second)
 	for i := 0; i < 10; i++ {
 		if src, err := c.world.sourceSeen(p.netns, 3*time.Second); err != nil || src != nodeC {
 			t.Fatalf("connection %d after node-b came back: outside saw %q (%v), want the active gateway node-c's %s\n%s", i, src, err, nodeC, c.diag())
