@@ -12,12 +12,16 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // The ProviderNetwork object's spec and its rules live here, not in the
 // controller's CRD package: the node reads the same objects and must judge
 // them as the controller does (an object the controller reports invalid is
 // one no node acts on). controller/apis/kubeovn/v1 aliases these types.
+
+// GVR is the ProviderNetwork resource (Kube-OVN's provider-networks.kubeovn.io).
+var GVR = schema.GroupVersionResource{Group: "kubeovn.io", Version: "v1", Resource: "provider-networks"}
 
 // Spec is a ProviderNetwork's spec, every field of Kube-OVN's.
 type Spec struct {
