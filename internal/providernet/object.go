@@ -156,3 +156,13 @@ func (s *Spec) NodeInterface(network, node string, nodeLabels map[string]string)
 	}
 	return s.DefaultInterface, true, nil
 }
+
+// What a node reports per provider network on its Node, read by the
+// controller: Kube-OVN's labels (<network> + suffix; its tools read them)
+// and ovnhost's annotation with the reason a network is not ready there.
+const (
+	ReadyLabel      = ".provider-network.kubernetes.io/ready"
+	InterfaceLabel  = ".provider-network.kubernetes.io/interface"
+	MTULabel        = ".provider-network.kubernetes.io/mtu"
+	ErrorAnnotation = ".provider-network.ovnhost.io/error"
+)

@@ -129,15 +129,13 @@ func (o *Objects) desired() []nodeconfig.ProviderNetwork {
 	return Desired(o.Node, labels, objs, o.Log)
 }
 
-// Kube-OVN's Node labels per provider network (its tools read them), and
-// ovnhost's annotation with the reason a network is not ready (Kube-OVN
-// keeps that elsewhere; here it is on the Node the node daemon may write).
+// The Node's labels and annotation per provider network (providernet's
+// names, which the controller reads).
 const (
-	labelSuffix     = ".provider-network.kubernetes.io/"
-	ReadyLabel      = labelSuffix + "ready"
-	InterfaceLabel  = labelSuffix + "interface"
-	MTULabel        = labelSuffix + "mtu"
-	ErrorAnnotation = ".provider-network.ovnhost.io/error"
+	ReadyLabel      = providernet.ReadyLabel
+	InterfaceLabel  = providernet.InterfaceLabel
+	MTULabel        = providernet.MTULabel
+	ErrorAnnotation = providernet.ErrorAnnotation
 )
 
 // NodeLabels are the labels and annotations statuses give the Node: a key
