@@ -493,6 +493,12 @@ func (u *Unit) detach(ctx context.Context, pn nodeconfig.ProviderNetwork) error 
 		if err := ovsbridge.Remove(ctx, ovs, br); err != nil {
 			return err
 		}
+		// The NIC is the host's again once ovs-vswitchd has let it go.
+		wctx, cancel := context.WithTimeout(ctx, stepTimeout)
+		defer cancel()
+		if err := ovsbridge.WaitApplied(wctx, ovs); err != nil {
+			u.o.Log.Warn("underlay: ovs-vswitchd has not applied the bridge's removal yet; it may hold the NIC a while longer", "network", pn.Name, "nic", pn.NIC, "err", err)
+		}
 		u.o.Log.Info("underlay: bridge removed", "network", pn.Name, "bridge", br)
 	}
 	return nil
