@@ -2,7 +2,8 @@
 // NodeConfig it builds the node's Kubernetes client set (none on a
 // standalone node: the one place that decides), the node's daemons
 // (supervisor/node) and its features as lifecycle units after them, in
-// order: underlay bridges (supervisor/underlay, with --provider-networks),
+// order: underlay bridges (supervisor/underlay: --provider-networks, or on
+// a Kubernetes node the ProviderNetwork objects, reported on its Node),
 // host NAT and centralized gateways (supervisor/egress), external
 // gateways (supervisor/extgw, Kubernetes only), the CNI server; it wires
 // them to each other and runs start, stop and stop-for-upgrade. Features
