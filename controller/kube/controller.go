@@ -186,7 +186,8 @@ func (c *Controller) wire(rec record.EventRecorder, nb *ovnnb.Client) error {
 		c.addons = append(c.addons, a)
 	}
 	// Vlan and ProviderNetwork status (idle without their CRDs).
-	c.addons = append(c.addons, underlay.New(underlay.Config{Log: log, Recorder: rec, Discovery: c.kc.Discovery(), Dynamic: c.dc, DInformers: c.dfactory}))
+	c.addons = append(c.addons, underlay.New(underlay.Config{Log: log, Recorder: rec, Discovery: c.kc.Discovery(), Dynamic: c.dc, DInformers: c.dfactory,
+		Nodes: c.factory.Core().V1().Nodes().Informer()}))
 	// EIP/SNAT (ovn-external-gw-config): idle while the ConfigMap is absent.
 	ext, err := extgw.New(extgw.Config{Log: log, Kube: c.kc, Recorder: rec, Informers: c.factory, Net: n})
 	if err != nil {

@@ -6,8 +6,13 @@
 //   - Vlan: status.subnets (the Subnets whose spec.vlan names it),
 //     status.conflict (another Vlan of the same provider has the tag first),
 //     conditions Validated and Ready with the reason and the fix;
-//   - ProviderNetwork: status.vlans and a Validated condition (node ""),
-//     beside the per-node conditions the node side reports.
+//   - ProviderNetwork: status.vlans, a Validated condition (node ""), and
+//     from the Nodes' labels that the node daemons write
+//     (<network>.provider-network.kubernetes.io/ready, the reason in the
+//     annotation <network>.provider-network.ovnhost.io/error), for each
+//     node the network selects a Ready condition (node <name>), readyNodes,
+//     notReadyNodes, and ready: every selected node ready (Kube-OVN's rule;
+//     a selected node that has not reported is not ready).
 //
 // Its queue ("underlay") holds "vlan/<name>" and "provider-network/<name>".
 // Without the CRDs it does nothing.
@@ -18,6 +23,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"reflect"
 	"slices"
 	"sort"
@@ -40,6 +46,7 @@ import (
 
 	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
 	"github.com/ovnhost/ovnhost/controller/reconcile"
+	"github.com/ovnhost/ovnhost/internal/providernet"
 )
 
 // Config is what the reconciler needs.
@@ -50,6 +57,9 @@ type Config struct {
 	Discovery  discovery.DiscoveryInterface
 	Dynamic    dynamic.Interface
 	DInformers dynamicinformer.DynamicSharedInformerFactory // subnets, vlans, provider-networks
+	// Nodes is the shared Node informer: their labels say where each
+	// provider network is ready.
+	Nodes cache.SharedIndexInformer
 }
 
 // Reconciler keeps Vlan and ProviderNetwork status.
@@ -89,6 +99,13 @@ func New(cfg Config) *Reconciler {
 	_, _ = r.vlans.AddEventHandler(handler(r.vlanChanged))
 	_, _ = r.pns.AddEventHandler(handler(r.providerNetworkChanged))
 	_, _ = r.subnets.AddEventHandler(handler(r.subnetChanged))
+	if cfg.Nodes != nil {
+		_, _ = cfg.Nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { r.queueProviderNetworks() },
+			UpdateFunc: func(o, n any) { r.nodeChanged(o, n) },
+			DeleteFunc: func(any) { r.queueProviderNetworks() },
+		})
+	}
 	return r
 }
 
@@ -151,6 +168,23 @@ func (r *Reconciler) subnetChanged(old, cur *unstructured.Unstructured) {
 		if v := spec(u, "vlan"); v != "" {
 			r.q.Add(vlanKey + v)
 		}
+	}
+}
+
+// nodeChanged requeues every provider network when a Node's labels (its
+// reports, or what a nodeSelector matches) or annotations changed.
+func (r *Reconciler) nodeChanged(old, cur any) {
+	o, _ := old.(*corev1.Node)
+	n, _ := cur.(*corev1.Node)
+	if o != nil && n != nil && maps.Equal(o.Labels, n.Labels) && maps.Equal(o.Annotations, n.Annotations) {
+		return
+	}
+	r.queueProviderNetworks()
+}
+
+func (r *Reconciler) queueProviderNetworks() {
+	for _, k := range r.pns.GetStore().ListKeys() {
+		r.q.Add(pnKey + k)
 	}
 }
 
@@ -365,37 +399,67 @@ func (r *Reconciler) writeStatus(ctx context.Context, gvr schema.GroupVersionRes
 	return err
 }
 
+// Kube-OVN's reasons of a node's Ready condition.
+const (
+	nodeReady    = "InitOVSBridgeSucceeded"
+	nodeNotReady = "InitOVSBridgeFailed"
+)
+
 // ProviderNetworkStatus is what a ProviderNetwork's status should be: the
-// Vlans on it and a Validated condition (node ""); the per-node conditions,
-// ready and the node lists in have are the node side's and are kept. Pure.
-func ProviderNetworkStatus(pn *unstructured.Unstructured, have kubeovnv1.ProviderNetworkStatus, vlans []*unstructured.Unstructured) (kubeovnv1.ProviderNetworkStatus, string) {
-	want := have
-	want.Vlans = nil
+// Vlans on it, a Validated condition (node ""), and for each node it
+// selects (nodes) a Ready condition from the node's labels, the node
+// lists and ready. An invalid network is not ready and lists no node (no
+// node acts on it). Pure.
+func ProviderNetworkStatus(pn *unstructured.Unstructured, have kubeovnv1.ProviderNetworkStatus, vlans []*unstructured.Unstructured, nodes []*corev1.Node) (kubeovnv1.ProviderNetworkStatus, string) {
+	want := kubeovnv1.ProviderNetworkStatus{}
 	for _, v := range vlans {
 		if vlanProvider(v) == pn.GetName() {
 			want.Vlans = append(want.Vlans, v.GetName())
 		}
 	}
 	sort.Strings(want.Vlans)
-	want.Conditions = slices.DeleteFunc(slices.Clone(have.Conditions), func(c kubeovnv1.ProviderNetworkCondition) bool {
-		return c.Node == "" && c.Type == kubeovnv1.Validated
-	})
+	old := map[string][]kubeovnv1.Condition{}
+	for _, c := range have.Conditions {
+		old[c.Node] = append(old[c.Node], c.Condition)
+	}
 	cond := kubeovnv1.Condition{Type: kubeovnv1.Validated, Status: "True", Reason: kubeovnv1.ValidationSucceeded}
-	_, p := kubeovnv1.ValidateProviderNetwork(pn)
+	valid, p := kubeovnv1.ValidateProviderNetwork(pn)
 	problem := ""
 	if p != nil {
 		cond = kubeovnv1.Condition{Type: kubeovnv1.Validated, Status: "False", Reason: p.Reason, Message: p.Message}
 		problem = p.Message
-		want.Ready = false
 	}
-	var old []kubeovnv1.Condition
-	for _, c := range have.Conditions {
-		if c.Node == "" {
-			old = append(old, c.Condition)
+	cond = carryTimes(old[""], []kubeovnv1.Condition{cond})[0]
+	want.Conditions = []kubeovnv1.ProviderNetworkCondition{{Node: "", Condition: cond}}
+	if p != nil {
+		return want, problem
+	}
+	name := pn.GetName()
+	sorted := slices.SortedFunc(slices.Values(nodes), func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	for _, n := range sorted {
+		if _, selected, err := valid.NodeInterface(n.Name, n.Labels); err != nil || !selected {
+			continue
 		}
+		c := kubeovnv1.Condition{Type: kubeovnv1.Ready, Status: "True", Reason: nodeReady}
+		switch n.Labels[name+providernet.ReadyLabel] {
+		case "true":
+			want.ReadyNodes = append(want.ReadyNodes, n.Name)
+		case "false":
+			msg := n.Annotations[name+providernet.ErrorAnnotation]
+			if msg == "" {
+				msg = "the node reports it not ready without a reason"
+			}
+			c = kubeovnv1.Condition{Type: kubeovnv1.Ready, Status: "False", Reason: nodeNotReady, Message: msg}
+			want.NotReadyNodes = append(want.NotReadyNodes, n.Name)
+		default:
+			c = kubeovnv1.Condition{Type: kubeovnv1.Ready, Status: "False", Reason: nodeNotReady,
+				Message: fmt.Sprintf("the node has not reported this network (no label %s%s): check that ovnhost runs there and reads provider-networks (`kubectl -n ovnhost logs` of its ovnhost-node pod)", name, providernet.ReadyLabel)}
+			want.NotReadyNodes = append(want.NotReadyNodes, n.Name)
+		}
+		c = carryTimes(old[n.Name], []kubeovnv1.Condition{c})[0]
+		want.Conditions = append(want.Conditions, kubeovnv1.ProviderNetworkCondition{Node: n.Name, Condition: c})
 	}
-	cond = carryTimes(old, []kubeovnv1.Condition{cond})[0]
-	want.Conditions = append([]kubeovnv1.ProviderNetworkCondition{{Node: "", Condition: cond}}, want.Conditions...)
+	want.Ready = len(want.NotReadyNodes) == 0
 	return want, problem
 }
 
@@ -411,7 +475,15 @@ func (r *Reconciler) syncProviderNetwork(ctx context.Context, name string) error
 	if raw, ok := pn.Object["status"].(map[string]any); ok {
 		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &have)
 	}
-	want, problem := ProviderNetworkStatus(pn, have, list(r.vlans))
+	var nodes []*corev1.Node
+	if r.cfg.Nodes != nil {
+		for _, obj := range r.cfg.Nodes.GetStore().List() {
+			if n, ok := obj.(*corev1.Node); ok {
+				nodes = append(nodes, n)
+			}
+		}
+	}
+	want, problem := ProviderNetworkStatus(pn, have, list(r.vlans), nodes)
 	r.report(r.reportedPN, pn, "ProviderNetwork", problem)
 	if reflect.DeepEqual(pnNormalise(have), pnNormalise(want)) {
 		return nil

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -80,8 +81,10 @@ func TestVlanStatus(t *testing.T) {
 
 // The reconciler on a fake API: status written, kept in line when a
 // Subnet moves to the VLAN, the conflict cleared when the first Vlan goes,
-// the ProviderNetwork's vlans and Validated condition, per-node conditions
-// kept; an invalid ProviderNetwork gets an event.
+// the ProviderNetwork's vlans and Validated condition, the nodes'
+// conditions from their labels (node-a ready, node-b not with its reason,
+// node-c excluded, node-d has not reported) and ready once node-b and
+// node-d are; an invalid ProviderNetwork gets an event.
 func TestReconcilerKeepsStatus(t *testing.T) {
 	nodeCond := map[string]any{"node": "node-a", "type": "Ready", "status": "True", "reason": "InitOVSBridgeSucceeded"}
 	net1 := pn("net1", "eth1")
@@ -90,7 +93,16 @@ func TestReconcilerKeepsStatus(t *testing.T) {
 	first.SetCreationTimestamp(metav1.NewTime(time.Unix(100, 0)))
 	second := vlan("vlan10b", 10, "net1")
 	second.SetCreationTimestamp(metav1.NewTime(time.Unix(200, 0)))
-	e := ctltest.New(t, nil, first, second, ctltest.Subnet("s1", map[string]any{"cidrBlock": "10.1.0.0/24", "vlan": "vlan10"}))
+	net1.Object["spec"].(map[string]any)["excludeNodes"] = []any{"node-c"}
+	node := func(name string, labels, ann map[string]string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: ann}}
+	}
+	e := ctltest.New(t, []runtime.Object{
+		node("node-a", map[string]string{"net1.provider-network.kubernetes.io/ready": "true"}, nil),
+		node("node-b", map[string]string{"net1.provider-network.kubernetes.io/ready": "false"}, map[string]string{"net1.provider-network.ovnhost.io/error": "eth1 not found; this host has eth0"}),
+		node("node-c", nil, nil),
+		node("node-d", nil, nil),
+	}, first, second, ctltest.Subnet("s1", map[string]any{"cidrBlock": "10.1.0.0/24", "vlan": "vlan10"}))
 	// The fake client would file a ProviderNetwork under the resource its
 	// kind guesses (providernetworks): create them under theirs.
 	for _, p := range []*unstructured.Unstructured{net1, pn("bad", "a/b")} {
@@ -100,7 +112,8 @@ func TestReconcilerKeepsStatus(t *testing.T) {
 	}
 	e.Kube.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{
 		{GroupVersion: kubeovnv1.GroupVersion.String(), APIResources: []metav1.APIResource{{Name: "subnets"}, {Name: "vlans"}, {Name: "provider-networks"}}}}
-	r := New(Config{Log: e.Log, Recorder: e.Recorder, Discovery: e.Kube.Discovery(), Dynamic: e.Dynamic, DInformers: e.DInformers})
+	r := New(Config{Log: e.Log, Recorder: e.Recorder, Discovery: e.Kube.Discovery(), Dynamic: e.Dynamic, DInformers: e.DInformers,
+		Nodes: e.Informers.Core().V1().Nodes().Informer()})
 	e.Start()
 	if err := r.Start(e.Ctx, &e.WG); err != nil {
 		t.Fatal(err)
@@ -125,20 +138,38 @@ func TestReconcilerKeepsStatus(t *testing.T) {
 		c := ready(st)
 		return ok && st.Conflict && c != nil && c.Reason == "VlanConflict"
 	})
-	ctltest.Await(t, r.pns, "net1", func(obj any) bool {
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
-			return false
-		}
+	pnStatus := func(obj any) kubeovnv1.ProviderNetworkStatus {
 		var st kubeovnv1.ProviderNetworkStatus
-		raw, _ := u.Object["status"].(map[string]any)
-		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st)
-		var validated, nodeKept bool
-		for _, c := range st.Conditions {
-			validated = validated || (c.Node == "" && c.Type == kubeovnv1.Validated && c.Status == "True")
-			nodeKept = nodeKept || (c.Node == "node-a" && c.Reason == "InitOVSBridgeSucceeded")
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			raw, _ := u.Object["status"].(map[string]any)
+			_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st)
 		}
-		return validated && nodeKept && st.Ready && strings.Join(st.Vlans, ",") == "vlan10,vlan10b"
+		return st
+	}
+	conds := func(st kubeovnv1.ProviderNetworkStatus) string {
+		var s []string
+		for _, c := range st.Conditions {
+			s = append(s, c.Node+":"+c.Type+"="+c.Status+"("+c.Reason+" "+c.Message+")")
+		}
+		return strings.Join(s, "; ")
+	}
+	ctltest.Await(t, r.pns, "net1", func(obj any) bool {
+		st := pnStatus(obj)
+		c := conds(st)
+		return !st.Ready && strings.Join(st.Vlans, ",") == "vlan10,vlan10b" &&
+			strings.Join(st.ReadyNodes, ",") == "node-a" && strings.Join(st.NotReadyNodes, ",") == "node-b,node-d" &&
+			strings.HasPrefix(c, ":Validated=True(ValidationSucceeded ); node-a:Ready=True(InitOVSBridgeSucceeded ); node-b:Ready=False(InitOVSBridgeFailed eth1 not found; this host has eth0); node-d:Ready=False(InitOVSBridgeFailed the node has not reported this network") &&
+			!strings.Contains(c, "node-c")
+	})
+	// node-b and node-d report ready: the network is.
+	for _, n := range []string{"node-b", "node-d"} {
+		if _, err := e.Kube.CoreV1().Nodes().Update(e.Ctx, node(n, map[string]string{"net1.provider-network.kubernetes.io/ready": "true"}, nil), metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctltest.Await(t, r.pns, "net1", func(obj any) bool {
+		st := pnStatus(obj)
+		return st.Ready && strings.Join(st.ReadyNodes, ",") == "node-a,node-b,node-d" && len(st.NotReadyNodes) == 0
 	})
 
 	// A second Subnet on the VLAN; then the first Vlan goes: the second is

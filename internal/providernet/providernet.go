@@ -1,8 +1,10 @@
 // Package providernet names what an underlay provider network (Kube-OVN's
 // ProviderNetwork) becomes on a node: the OVS bridge br-<name> that takes
 // the network's NIC, and the checks on the names before anything is
-// created. The controller's CRD validation and the node's settings share
-// it, so a name one accepts the other can build.
+// created; and the ProviderNetwork object's spec, its validation and which
+// NIC a node bridges (object.go). The controller's CRD validation, the
+// node's settings and the node's reading of the objects share it, so what
+// one accepts the other can build.
 package providernet
 
 import (

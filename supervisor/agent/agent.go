@@ -2,7 +2,8 @@
 // NodeConfig it builds the node's Kubernetes client set (none on a
 // standalone node: the one place that decides), the node's daemons
 // (supervisor/node) and its features as lifecycle units after them, in
-// order: underlay bridges (supervisor/underlay, with --provider-networks),
+// order: underlay bridges (supervisor/underlay: --provider-networks, or on
+// a Kubernetes node the ProviderNetwork objects, reported on its Node),
 // host NAT and centralized gateways (supervisor/egress), external
 // gateways (supervisor/extgw, Kubernetes only), the CNI server; it wires
 // them to each other and runs start, stop and stop-for-upgrade. Features
@@ -73,7 +74,7 @@ type Agent struct {
 // New assembles the node from its resolved configuration; nothing is
 // started.
 func New(nc *nodeconfig.NodeConfig, o Options) (*Agent, error) {
-	kube, err := newKubeClients(nc.Kubernetes)
+	kube, err := newKubeClients(nc.Kubernetes, nc.Name)
 	if err != nil {
 		return nil, fmt.Errorf("Kubernetes client: %w", err)
 	}
@@ -94,13 +95,15 @@ func (a *Agent) cniPossible() bool { return a.kube != nil || a.nc.NB.Endpoint !=
 // wire adds the features, started in this order after ovn-controller is
 // ready and stopped before it.
 func (a *Agent) wire() {
-	if len(a.nc.ProviderNetworks) > 0 {
+	if a.kube != nil {
+		a.node.AddUnit(&kubeInformers{facs: []informerFactory{a.kube.kubeovn, a.kube.selfFactory}})
+	}
+	if len(a.nc.ProviderNetworks) > 0 || a.kube != nil {
 		// First: pods of underlay Subnets need the bridges. After
 		// ovn-controller, which follows ovn-bridge-mappings as it changes
 		// and, stopped after this unit, removes its patch ports while
 		// the mapping goes.
-		a.underlay = underlay.New(underlay.Options{Networks: a.nc.ProviderNetworks, Datapath: a.nc.Datapath,
-			JournalDir: a.nc.Layout.UnderlayJournals, Node: a.node, Log: a.log, State: a.underlayState})
+		a.underlay = underlay.New(a.underlayOptions())
 		a.node.AddUnit(a.underlay)
 	}
 	if !a.cniPossible() {
@@ -109,7 +112,6 @@ func (a *Agent) wire() {
 	}
 	eo := egress.Options{Config: a.nc, Node: a.node, Log: a.log, GuardState: a.guardState}
 	if a.kube != nil {
-		a.node.AddUnit(&kubeInformers{fac: a.kube.kubeovn})
 		eo.Kube, eo.Dynamic, eo.Subnets = a.kube.client, a.kube.dynamic, a.kube.subnets
 	}
 	a.egress = egress.New(eo)
@@ -126,6 +128,39 @@ func (a *Agent) wire() {
 	}
 	a.cni = newCNIUnit(a.node, a.nc, a.kube, a.log, a.o.Health.Registry(), a.egress.Apply)
 	a.node.AddUnit(a.cni)
+}
+
+// underlayOptions: the fixed --provider-networks, or on a Kubernetes node
+// the ProviderNetwork objects that select it; either way, on a Kubernetes
+// node, each network's state in the Node's labels. When both are there the
+// setting wins and the objects are ignored (a warning says so): the
+// setting is this host's own, explicit and checked before anything
+// started, and a node refusing to start over objects it may not even be
+// selected by would take its pods down.
+func (a *Agent) underlayOptions() underlay.Options {
+	o := underlay.Options{Networks: a.nc.ProviderNetworks, Datapath: a.nc.Datapath,
+		JournalDir: a.nc.Layout.UnderlayJournals, Node: a.node, Log: a.log, State: a.underlayState}
+	if a.kube == nil {
+		return o
+	}
+	var objects *underlay.Objects
+	if len(a.nc.ProviderNetworks) > 0 {
+		a.log.Warn("underlay: --provider-networks is set, so the ProviderNetwork objects are ignored on this node", "node", a.nc.Name,
+			"fix", "unset --provider-networks (OVNHOST_PROVIDER_NETWORKS) to take the networks from the ProviderNetwork objects that select this node")
+	} else {
+		objects = &underlay.Objects{Node: a.nc.Name, Discovery: a.kube.client.Discovery(), KubeOVN: a.kube.kubeovn, Nodes: a.kube.self, Log: a.log}
+	}
+	reporter := &underlay.NodeReporter{Node: a.nc.Name, Kube: a.kube.client, Nodes: a.kube.self, Log: a.log}
+	o.Report = reporter.Report
+	o.Watch = func(ctx context.Context, set func([]nodeconfig.ProviderNetwork)) {
+		done := make(chan struct{})
+		go func() { defer close(done); reporter.Run(ctx) }()
+		if objects != nil {
+			objects.Watch(ctx, set)
+		}
+		<-done
+	}
+	return o
 }
 
 // guardState turns the host firewall guard's state into the host-nat

@@ -122,9 +122,9 @@ func TestUnitOrder(t *testing.T) {
 		{"all-in-one standalone", nil, eth0,
 			"ovn-central+ovs(ovsdb-nb ovsdb-sb ovn-northd | ovsdb-server ovs-config ovs-vswitchd) ovn-controller host-nat cni-server", false},
 		{"all-in-one with Kubernetes", []string{h.kubeconfig()}, eth0,
-			"ovn-central+ovs(ovsdb-nb ovsdb-sb ovn-northd | ovsdb-server ovs-config ovs-vswitchd) ovn-controller kube-informers host-nat external-gateway cni-server", true},
+			"ovn-central+ovs(ovsdb-nb ovsdb-sb ovn-northd | ovsdb-server ovs-config ovs-vswitchd) ovn-controller kube-informers underlay host-nat external-gateway cni-server", true},
 		{"remote with Kubernetes", []string{"--ovn-sb-addr=tcp:10.0.0.1:6642", h.kubeconfig()}, eth0,
-			"ovsdb-server ovs-config ovs-vswitchd ovn-controller kube-informers host-nat external-gateway cni-server", true},
+			"ovsdb-server ovs-config ovs-vswitchd ovn-controller kube-informers underlay host-nat external-gateway cni-server", true},
 		{"remote standalone, NB given", []string{"--ovn-db-ips=10.0.0.1"}, eth0,
 			"ovsdb-server ovs-config ovs-vswitchd ovn-controller host-nat cni-server", false},
 		// No source of pod addresses: no CNI server, and nothing that

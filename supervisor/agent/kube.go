@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -31,13 +33,17 @@ type kubeClients struct {
 	// report).
 	kubeovn dynamicinformer.DynamicSharedInformerFactory
 	subnets cache.SharedIndexInformer
+	// self is this node's own Node (field selector metadata.name): its
+	// labels choose the provider networks, and the underlay reports on it.
+	selfFactory informers.SharedInformerFactory
+	self        cache.SharedIndexInformer
 }
 
 // newKubeClients decides "Kubernetes or standalone", for the whole node:
 // a kubeconfig, or the in-cluster configuration of a pod, gives the
 // client set; neither is a standalone node (nil, no error). A kubeconfig
 // that cannot be read is an error.
-func newKubeClients(k nodeconfig.Kubernetes) (*kubeClients, error) {
+func newKubeClients(k nodeconfig.Kubernetes, nodeName string) (*kubeClients, error) {
 	rc, err := kubeclient.Config(k.Kubeconfig)
 	if err != nil || rc == nil {
 		return nil, err
@@ -54,15 +60,25 @@ func newKubeClients(k nodeconfig.Kubernetes) (*kubeClients, error) {
 		return nil, err
 	}
 	kubeovn := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	self := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", nodeName).String()
+	}))
 	return &kubeClients{rest: rc, client: cs, dynamic: dyn, configMaps: extgw.NewConfigMapInformers(cs),
-		kubeovn: kubeovn, subnets: kubeovn.ForResource(podsource.SubnetGVR).Informer()}, nil
+		kubeovn: kubeovn, subnets: kubeovn.ForResource(podsource.SubnetGVR).Informer(),
+		selfFactory: self, self: self.Core().V1().Nodes().Informer()}, nil
 }
 
 // kubeInformers runs the informers the features share, started before the
 // first of them and stopped after the last.
 type kubeInformers struct {
-	fac  dynamicinformer.DynamicSharedInformerFactory
+	facs []informerFactory
 	stop chan struct{}
+}
+
+// informerFactory is what typed and dynamic factories share.
+type informerFactory interface {
+	Start(stop <-chan struct{})
+	Shutdown()
 }
 
 func (u *kubeInformers) Name() string { return "kube-informers" }
@@ -71,14 +87,18 @@ func (u *kubeInformers) Start(context.Context) error {
 	// The features wait for the sync themselves: OVS and the pods already
 	// wired must not depend on the API server answering.
 	u.stop = make(chan struct{})
-	u.fac.Start(u.stop)
+	for _, f := range u.facs {
+		f.Start(u.stop)
+	}
 	return nil
 }
 
 func (u *kubeInformers) Stop(context.Context) error {
 	if u.stop != nil {
 		close(u.stop)
-		u.fac.Shutdown()
+		for _, f := range u.facs {
+			f.Shutdown()
+		}
 		u.stop = nil
 	}
 	return nil

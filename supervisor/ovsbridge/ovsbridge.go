@@ -305,3 +305,26 @@ func openVSwitch(ctx context.Context, ovs *ovsdbconn.Conn) (*vswitch.OpenvSwitch
 	}
 	return &roots[0], nil
 }
+
+// WaitApplied waits until ovs-vswitchd has applied conf.db as it is now
+// (next_cfg bumped, cur_cfg reaching it): after Remove, it has closed the
+// bridge's ports, so a NIC it read is released (no longer promiscuous,
+// its packet socket gone). ctx bounds the wait.
+func WaitApplied(ctx context.Context, ovs *ovsdbconn.Conn) error {
+	root, err := openVSwitch(ctx, ovs)
+	if err != nil {
+		return err
+	}
+	ops, err := ovs.Where(root).Mutate(root, model.Mutation{Field: &root.NextCfg, Mutator: ovsdb.MutateOperationAdd, Value: 1})
+	if err != nil {
+		return err
+	}
+	if _, err := ovsdbconn.Transact(ctx, ovs, "bump next_cfg", ops...); err != nil {
+		return err
+	}
+	want := root.NextCfg + 1
+	return ovs.WaitUntil(ctx, "ovs-vswitchd to apply conf.db (cur_cfg)", func() bool {
+		r, err := openVSwitch(ctx, ovs)
+		return err == nil && r.CurCfg >= want
+	}, nil)
+}

@@ -23,8 +23,10 @@
 // ovnhost finds everything in place and changes nothing). A NIC that is
 // not there leaves the host untouched and that network not ready; it is
 // bridged when it appears (a netlink link event). The unit is given plain
-// {Name, NIC} pairs: from --provider-networks on a standalone node, from
-// ProviderNetwork objects later.
+// {Name, NIC} pairs: from --provider-networks (fixed), or from the
+// ProviderNetwork objects that select the node (kube.go), a set that
+// changes while the node runs (Set): a network no longer wanted, or whose
+// NIC changed, is given back like on stop, and a new one bridged.
 package underlay
 
 import (
@@ -69,7 +71,15 @@ type Node interface {
 
 // Options are the unit's configuration and collaborators.
 type Options struct {
+	// Networks are bridged at the start; Set replaces them later.
 	Networks []nodeconfig.ProviderNetwork
+	// Watch, when set, runs from the start to the stop and calls set
+	// with the wanted networks whenever they change (the ProviderNetwork
+	// objects: Objects.Watch).
+	Watch func(ctx context.Context, set func([]nodeconfig.ProviderNetwork))
+	// Report, when set, is told after the start and after every change
+	// how each wanted network is (the Node labels: NodeReporter).
+	Report   func([]Status)
 	Datapath nodeconfig.Datapath
 	// JournalDir holds hostlink's journals (NodeConfig.Layout.UnderlayJournals).
 	JournalDir string
@@ -80,27 +90,68 @@ type Options struct {
 	State func(problem error)
 }
 
+// Status is how one wanted network is on this node.
+type Status struct {
+	nodeconfig.ProviderNetwork
+	// Ready: the NIC is the bridge's port and the mapping is set.
+	Ready bool
+	// MTU is the NIC's (0: not known).
+	MTU int
+	// Problem is why it is not ready.
+	Problem string
+}
+
 // Unit bridges the provider networks' NICs.
 type Unit struct {
 	o Options
 
 	cancel context.CancelFunc
 	done   chan struct{}
+	// changed is signalled by Set; the follower converges.
+	changed chan struct{}
 
 	mu      sync.Mutex
+	want    []nodeconfig.ProviderNetwork
 	pending map[string]string // network -> why it is not bridged
+	// applied are the networks acted on, in order (bridged or pending):
+	// what a change or the stop gives back. Touched by Start, the
+	// follower and Stop only, one after the other.
+	applied []nodeconfig.ProviderNetwork
 }
 
 // New plans the unit; nothing is touched.
-func New(o Options) *Unit { return &Unit{o: o, pending: map[string]string{}} }
+func New(o Options) *Unit {
+	return &Unit{o: o, pending: map[string]string{}, want: slices.Clone(o.Networks), changed: make(chan struct{}, 1)}
+}
+
+// Set replaces the wanted networks; the running unit converges to them
+// (before the start, they are what it starts with).
+func (u *Unit) Set(networks []nodeconfig.ProviderNetwork) {
+	u.mu.Lock()
+	u.want = slices.Clone(networks)
+	u.mu.Unlock()
+	select {
+	case u.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (u *Unit) wanted() []nodeconfig.ProviderNetwork {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return slices.Clone(u.want)
+}
 
 func (u *Unit) Name() string { return "underlay" }
 
 // Awaits is what /readyz says the start waits for.
 func (u *Unit) Awaits() string {
 	var s []string
-	for _, pn := range u.o.Networks {
+	for _, pn := range u.wanted() {
 		s = append(s, pn.NIC+" into "+providernet.BridgeName(pn.Name))
+	}
+	if len(s) == 0 {
+		return "the underlay networks (none wanted yet)"
 	}
 	return "the underlay NICs moved into their bridges (" + strings.Join(s, ", ") + ")"
 }
@@ -152,12 +203,79 @@ func (u *Unit) Start(ctx context.Context) error {
 		u.o.Log.Warn("underlay: cannot follow link changes; a missing NIC is looked for again only at the next start", "err", err)
 		links = nil
 	}
-	for _, pn := range u.o.Networks {
-		u.bridge(ctx, pn)
-	}
+	u.converge(ctx, "")
+	u.report()
 	u.cancel, u.done = cancel, make(chan struct{})
-	go func() { defer close(u.done); u.follow(rctx, links) }()
+	var wg sync.WaitGroup
+	if u.o.Watch != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); u.o.Watch(rctx, u.Set) }()
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); u.follow(rctx, links) }()
+	go func() { wg.Wait(); close(u.done) }()
 	return nil
+}
+
+// converge gives back the applied networks no longer wanted (or wanted
+// with another NIC), newest first, then bridges the wanted ones not yet
+// bridged: all of them, or with appeared set, the one whose NIC it is.
+// It reports whether a network failed for another reason than a missing
+// NIC (worth trying again).
+func (u *Unit) converge(ctx context.Context, appeared string) (failed bool) {
+	want := u.wanted()
+	for i := len(u.applied) - 1; i >= 0; i-- {
+		pn := u.applied[i]
+		if slices.Contains(want, pn) {
+			continue
+		}
+		u.setPending(pn.Name, "")
+		if err := u.detach(ctx, pn); err != nil {
+			u.o.Log.Error("underlay: giving a network back failed; what it has stays on its bridge", "network", pn.Name, "nic", pn.NIC, "err", err)
+		} else {
+			u.o.Log.Info("underlay: network no longer wanted on this node, given back", "network", pn.Name, "nic", pn.NIC)
+		}
+		u.applied = slices.Delete(u.applied, i, i+1)
+	}
+	for _, pn := range want {
+		known := slices.Contains(u.applied, pn)
+		why, waiting := u.pendingWhy(pn.Name)
+		if known && !waiting || known && appeared != "" && appeared != pn.NIC {
+			continue
+		}
+		if !known {
+			u.applied = append(u.applied, pn)
+		}
+		if u.bridge(ctx, pn) {
+			if waiting && why != "" {
+				u.o.Log.Info("underlay: NIC appeared and was bridged", "network", pn.Name, "nic", pn.NIC)
+			}
+		} else if w, _ := u.pendingWhy(pn.Name); !isMissing(w) {
+			failed = true
+		}
+	}
+	return failed
+}
+
+// report tells Options.Report how each wanted network is.
+func (u *Unit) report() {
+	if u.o.Report == nil {
+		return
+	}
+	var out []Status
+	for _, pn := range u.wanted() {
+		st := Status{ProviderNetwork: pn}
+		why, waiting := u.pendingWhy(pn.Name)
+		st.Ready, st.Problem = !waiting && slices.Contains(u.applied, pn), why
+		if !st.Ready && st.Problem == "" {
+			st.Problem = "not bridged yet"
+		}
+		if l, err := netlink.LinkByName(pn.NIC); err == nil {
+			st.MTU = l.Attrs().MTU
+		}
+		out = append(out, st)
+	}
+	u.o.Report(out)
 }
 
 // bridge bridges pn, or records why not (given back on failure).
@@ -171,7 +289,7 @@ func (u *Unit) bridge(ctx context.Context, pn nodeconfig.ProviderNetwork) bool {
 		return true
 	case errors.As(err, &missing):
 		u.o.Log.Warn("underlay: NIC not found; the network is not bridged until it appears, nothing was changed", "network", pn.Name, "problem", missing.msg,
-			"fix", "correct --provider-networks ("+pn.Name+":NIC) or plug the NIC in")
+			"fix", "plug the NIC in, or correct the network's NIC (--provider-networks "+pn.Name+":NIC, or the ProviderNetwork's spec.defaultInterface or spec.customInterfaces)")
 		u.setPending(pn.Name, missing.msg)
 	default:
 		u.o.Log.Error("underlay: bridging failed; the network is not bridged", "network", pn.Name, "nic", pn.NIC, "bridge", br, "err", err)
@@ -180,10 +298,11 @@ func (u *Unit) bridge(ctx context.Context, pn nodeconfig.ProviderNetwork) bool {
 	return false
 }
 
-// follow bridges pending networks when their NIC appears, until ctx ends.
+// follow bridges pending networks when their NIC appears, and converges
+// to a new set (Set), until ctx ends.
 func (u *Unit) follow(ctx context.Context, links <-chan netlink.LinkUpdate) {
 	last := u.Lacks()
-	report := func() {
+	health := func() {
 		now := u.Lacks()
 		if (now == nil) != (last == nil) || (now != nil && last != nil && now.Error() != last.Error()) {
 			if u.o.State != nil {
@@ -195,10 +314,11 @@ func (u *Unit) follow(ctx context.Context, links <-chan netlink.LinkUpdate) {
 	var retry <-chan time.Time
 	delay := time.Second
 	for {
-		var appeared string
+		appeared := ""
 		select {
 		case <-ctx.Done():
 			return
+		case <-u.changed:
 		case lu, ok := <-links:
 			if !ok {
 				links = nil
@@ -208,24 +328,15 @@ func (u *Unit) follow(ctx context.Context, links <-chan netlink.LinkUpdate) {
 				continue
 			}
 			appeared = lu.Attrs().Name
+			if !u.waitingFor(appeared) {
+				continue
+			}
 		case <-retry:
 			retry = nil
 		}
-		failed := false
-		for _, pn := range u.o.Networks {
-			u.mu.Lock()
-			_, waiting := u.pending[pn.Name]
-			u.mu.Unlock()
-			if !waiting || (appeared != "" && appeared != pn.NIC) {
-				continue
-			}
-			if u.bridge(ctx, pn) {
-				u.o.Log.Info("underlay: NIC appeared and was bridged", "network", pn.Name, "nic", pn.NIC)
-			} else if !isMissing(u.pendingWhy(pn.Name)) {
-				failed = true
-			}
-		}
-		report()
+		failed := u.converge(ctx, appeared)
+		health()
+		u.report()
 		if failed && retry == nil {
 			// Not a missing NIC: conf.db or the kernel refused; try again
 			// later, backing off.
@@ -236,10 +347,21 @@ func (u *Unit) follow(ctx context.Context, links <-chan netlink.LinkUpdate) {
 	}
 }
 
-func (u *Unit) pendingWhy(name string) string {
+// waitingFor reports whether a network not bridged has nic as its NIC.
+func (u *Unit) waitingFor(nic string) bool {
+	for _, pn := range u.wanted() {
+		if _, waiting := u.pendingWhy(pn.Name); waiting && pn.NIC == nic {
+			return true
+		}
+	}
+	return false
+}
+
+func (u *Unit) pendingWhy(name string) (why string, waiting bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return u.pending[name]
+	why, waiting = u.pending[name]
+	return why, waiting
 }
 
 func isMissing(why string) bool { return strings.Contains(why, " not found;") }
@@ -251,12 +373,13 @@ func (u *Unit) Stop(ctx context.Context) error {
 		<-u.done
 		u.cancel = nil
 	}
+	defer func() { u.applied = nil }()
 	if u.o.Node.KeepingDatapath() {
 		return nil // an upgrade: the next ovnhost finds the bridges in place
 	}
 	var errs []error
-	for i := len(u.o.Networks) - 1; i >= 0; i-- {
-		pn := u.o.Networks[i]
+	for i := len(u.applied) - 1; i >= 0; i-- {
+		pn := u.applied[i]
 		if err := u.detach(ctx, pn); err != nil {
 			errs = append(errs, fmt.Errorf("giving %s back from %s: %w", pn.NIC, providernet.BridgeName(pn.Name), err))
 		}
@@ -369,6 +492,12 @@ func (u *Unit) detach(ctx context.Context, pn nodeconfig.ProviderNetwork) error 
 	if ovsbridge.Exists(ctx, ovs, br) {
 		if err := ovsbridge.Remove(ctx, ovs, br); err != nil {
 			return err
+		}
+		// The NIC is the host's again once ovs-vswitchd has let it go.
+		wctx, cancel := context.WithTimeout(ctx, stepTimeout)
+		defer cancel()
+		if err := ovsbridge.WaitApplied(wctx, ovs); err != nil {
+			u.o.Log.Warn("underlay: ovs-vswitchd has not applied the bridge's removal yet; it may hold the NIC a while longer", "network", pn.Name, "nic", pn.NIC, "err", err)
 		}
 		u.o.Log.Info("underlay: bridge removed", "network", pn.Name, "bridge", br)
 	}
