@@ -4,14 +4,14 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
+	vns "github.com/vishvananda/netns"
 
+	harnessnetns "github.com/ovnhost/ovnhost/tests/harness/netns"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
@@ -27,38 +27,12 @@ const (
 	side = "side0" // a third link: the other nexthop of a multipath route
 )
 
-// inFreshNetNS runs fn on a locked OS thread inside a new, unnamed network
-// namespace, then puts the thread back in its namespace; the new one goes
-// away with its last reference. Programs started from fn (ip) run in it.
+// inFreshNetNS runs fn in a new, unnamed network namespace
+// (tests/harness/netns.InFresh); programs started from fn (ip) run in it.
 func inFreshNetNS(t *testing.T, fn func()) {
 	t.Helper()
-	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "ip")
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		t.Fatalf("current netns: %v", err)
-	}
-	ns, err := netns.New()
-	if err != nil {
-		orig.Close()
-		runtime.UnlockOSThread()
-		t.Fatalf("new netns: %v", err)
-	}
-	defer func() {
-		ns.Close()
-		if err := netns.Set(orig); err != nil {
-			// The thread stays locked: the runtime ends it rather than
-			// run anything else in the test namespace.
-			orig.Close()
-			t.Errorf("back to the original netns: %v", err)
-			return
-		}
-		orig.Close()
-		runtime.UnlockOSThread()
-	}()
-	fn()
+	harnessnetns.InFresh(t, func(vns.NsHandle) { fn() })
 }
 
 // ip runs ip(8) (or rm, for a journal) with the words of cmd.

@@ -14,45 +14,19 @@ import (
 	"github.com/coreos/go-iptables/iptables"
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
-	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	harnessnetns "github.com/ovnhost/ovnhost/tests/harness/netns"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
 
 // Root tests: each runs in a throwaway network namespace, for each backend.
 
-// inFreshNetNS runs fn on a locked OS thread inside a new, unnamed network
-// namespace, then puts the thread back (as supervisor/hostlink/hostlink_test.go).
+// inFreshNetNS runs fn in a new, unnamed network namespace with lo up
+// (tests/harness/netns.InFresh).
 func inFreshNetNS(t *testing.T, fn func(ns netns.NsHandle)) {
 	t.Helper()
-	testenv.RequireRoot(t)
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		t.Fatalf("current netns: %v", err)
-	}
-	ns, err := netns.New()
-	if err != nil {
-		orig.Close()
-		runtime.UnlockOSThread()
-		t.Fatalf("new netns: %v", err)
-	}
-	defer func() {
-		ns.Close()
-		if err := netns.Set(orig); err != nil {
-			orig.Close()
-			t.Errorf("back to the original netns: %v", err)
-			return
-		}
-		orig.Close()
-		runtime.UnlockOSThread()
-	}()
-	if lo, err := netlink.LinkByName("lo"); err == nil {
-		_ = netlink.LinkSetUp(lo)
-	}
-	fn(ns)
+	harnessnetns.InFresh(t, fn)
 }
 
 func testLogger(t *testing.T) *slog.Logger {
