@@ -476,6 +476,9 @@ func WaitCond(what string, timeout time.Duration, dirs []string, cond func() boo
 		for _, d := range dirs {
 			if w.Add(d) != nil {
 				_ = w.Add(dirOf(d))
+				// d created between the two Adds: no Create event will
+				// say so, and what happens inside it would go unseen.
+				_ = w.Add(d)
 			}
 		}
 	}
