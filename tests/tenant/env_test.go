@@ -22,10 +22,12 @@ import (
 	"testing"
 	"time"
 
+	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -169,7 +171,43 @@ func (c *cluster) newTenant(user, ns string, labels map[string]string) *tenant {
 	}
 	cfg := rest.CopyConfig(c.srv.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:authenticated"}}
-	return &tenant{user: user, ns: ns, kc: kubernetes.NewForConfigOrDie(cfg), dyn: dynamic.NewForConfigOrDie(cfg)}
+	tn := &tenant{user: user, ns: ns, kc: kubernetes.NewForConfigOrDie(cfg), dyn: dynamic.NewForConfigOrDie(cfg)}
+	c.waitGranted(tn)
+	return tn
+}
+
+// waitGranted waits until the API server's authorizer lets the tenant do
+// what the tests ask of a namespace owner. The RBAC authorizer reads its
+// own informer cache, so a RoleBinding just created (or the admin role's
+// rules just aggregated) is not yet in force when the create returns: a
+// test that went ahead saw "services is forbidden" for bob in CI. The
+// authorizer has no watch, so this asks it (SelfSubjectAccessReview as
+// the tenant) until every verb is allowed or 30 s pass.
+func (c *cluster) waitGranted(tn *tenant) {
+	c.t.Helper()
+	needs := []authzv1.ResourceAttributes{
+		{Namespace: tn.ns, Verb: "create", Resource: "pods"},
+		{Namespace: tn.ns, Verb: "create", Resource: "services"},
+		{Namespace: tn.ns, Verb: "create", Resource: "networkpolicies", Group: "networking.k8s.io"},
+	}
+	var last string
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		for _, ra := range needs {
+			r, err := tn.kc.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx,
+				&authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &ra}}, metav1.CreateOptions{})
+			if err != nil {
+				return false, err
+			}
+			if !r.Status.Allowed {
+				last = fmt.Sprintf("%s %s/%s not allowed yet (%s)", ra.Verb, ra.Resource, ra.Name, r.Status.Reason)
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		c.t.Fatalf("tenant %s: the admin RoleBinding in %s did not take effect within 30s: %v; last: %s", tn.user, tn.ns, err, last)
+	}
 }
 
 // waitFor re-evaluates cond on every pod, event or NB change until it
