@@ -2,6 +2,7 @@ package podsource
 
 import (
 	"github.com/ovnhost/ovnhost/internal/annotations"
+	"github.com/ovnhost/ovnhost/internal/providernet"
 
 	"encoding/json"
 	"fmt"
@@ -29,6 +30,9 @@ type PodNetwork struct {
 	// MTU is the Subnet's mtu (0: the node's pod MTU).
 	MTU    int
 	Mirror bool
+	// ProviderNetwork is an underlay pod's provider network ("" overlay):
+	// without a Subnet mtu, the pod gets that network's MTU on this node.
+	ProviderNetwork string
 }
 
 // AnnotationError is a bad or missing annotation: it fails that pod only.
@@ -115,6 +119,12 @@ func ParseAnnotations(ann map[string]string) (*PodNetwork, error) {
 			return nil, &AnnotationError{annotations.MTU, v, "not an MTU from 576 to 65535 (the Subnet's mtu, written by the controller)"}
 		}
 		n.MTU = mtu
+	}
+	if v := strings.TrimSpace(ann[annotations.ProviderNetwork]); v != "" {
+		if providernet.NameProblem(v) != "" {
+			return nil, &AnnotationError{annotations.ProviderNetwork, v, "not a ProviderNetwork name (written by the controller from the Subnet's Vlan)"}
+		}
+		n.ProviderNetwork = v
 	}
 	if err := parseOptional(ann, n); err != nil {
 		return nil, err

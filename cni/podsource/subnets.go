@@ -81,7 +81,10 @@ func (k *Kube) egressPlan(join []netip.Prefix) *EgressPlan {
 // subnetEgress reads a Subnet's CIDRs and natOutgoing; ok is false unless
 // the controller marked it Validated.
 func subnetEgress(u *unstructured.Unstructured) (cidrs []netip.Prefix, natOutgoing, ok bool) {
-	if !subnetValidated(u) {
+	if !subnetValidated(u) || physicalGateway(u) {
+		// An underlay subnet with a physical gateway: its pods' traffic
+		// never crosses the host, and overlay pods reach them as any
+		// address outside the cluster (masqueraded by their node).
 		return nil, false, false
 	}
 	cidrs = subnetCIDRs(u)
@@ -180,6 +183,14 @@ func routedThroughJoin(u *unstructured.Unstructured) bool {
 		return false
 	}
 	return vlan == ""
+}
+
+// physicalGateway: an underlay (vlan) Subnet whose gateway is a router of
+// its physical network, not the cluster router (no logicalGateway).
+func physicalGateway(u *unstructured.Unstructured) bool {
+	vlan, _, _ := unstructured.NestedString(u.Object, "spec", "vlan")
+	logical, _, _ := unstructured.NestedBool(u.Object, "spec", "logicalGateway")
+	return vlan != "" && !logical
 }
 
 func subnetValidated(u *unstructured.Unstructured) bool {

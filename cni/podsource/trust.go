@@ -30,7 +30,8 @@ var DefaultControllerManagers = []string{annotations.ControllerFieldManager, ann
 
 // controllerOnlyKeys are written by the controller alone: they must be
 // owned by a trusted manager.
-var controllerOnlyKeys = []string{annotations.Allocated, annotations.Routed, annotations.CIDR, annotations.Gateway, annotations.MTU}
+var controllerOnlyKeys = []string{annotations.Allocated, annotations.Routed, annotations.CIDR, annotations.Gateway, annotations.MTU,
+	annotations.VlanID, annotations.ProviderNetwork}
 
 // userSettableKeys may be set by a pod's author before allocation (static
 // address, chosen subnet). The ovnhost controller co-owns them once it

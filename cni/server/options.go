@@ -50,6 +50,9 @@ type Options struct {
 	// Egress is told what the host must masquerade for pod egress (the
 	// node daemon's host NAT); nil leaves the host alone.
 	Egress func(ctx context.Context, plan podsource.EgressPlan) error
+	// UnderlayMTU is the MTU of a provider network on this node (0: not
+	// bridged here); nil: underlay pods get the node's pod MTU.
+	UnderlayMTU func(providerNetwork string) int
 	// ControllerFieldManagers are the field managers whose pod annotations
 	// the node honours (nil: podsource.DefaultControllerManagers).
 	ControllerFieldManagers []string
@@ -151,7 +154,7 @@ func New(o Options, opts ...Option) (*Server, error) {
 		p.NodePort = nodeport.New(nodeport.Options{OVS: o.OVS, Source: src, ServiceCIDRs: o.Node.ServiceCIDRs, MTU: mtu,
 			InstallWait: st.installWait, Egress: o.Egress, Log: log})
 	}
-	return Assemble(Config{Socket: o.Socket, SocketGroup: o.SocketGroup, PodMTU: mtu, AnnotationWait: st.annWait,
+	return Assemble(Config{Socket: o.Socket, SocketGroup: o.SocketGroup, PodMTU: mtu, UnderlayMTU: o.UnderlayMTU, AnnotationWait: st.annWait,
 		InstallWait: st.installWait, MaxConcurrent: st.maxConcurrent, Registerer: st.reg, Log: log}, p)
 }
 

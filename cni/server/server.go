@@ -106,6 +106,9 @@ type Config struct {
 	// PodMTU is the node's pod MTU, used when neither the Subnet nor the
 	// conflist gives one (<= 0: nodeconfig.FallbackPodMTU).
 	PodMTU int
+	// UnderlayMTU is a provider network's MTU on this node (0: unknown; nil:
+	// underlay pods get PodMTU).
+	UnderlayMTU func(providerNetwork string) int
 	// AnnotationWait bounds ADD's wait for the pod's network (default
 	// DefaultAnnotationWait); InstallWait is the wiring's wait for
 	// ovn-installed (default DefaultInstallWait), named in its timeout

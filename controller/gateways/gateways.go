@@ -219,7 +219,9 @@ const GatewayReady = "GatewayReady"
 // controller's: the controller only ranks the nodes, leaving out NotReady ones.
 func (r *Reconciler) syncGateway(ctx context.Context, u *unstructured.Unstructured, s *kubeovnv1.Subnet, cfg ipam.SubnetConfig) (*kubeovnv1.Condition, error) {
 	name := u.GetName()
-	if s == nil || s.Spec.GatewayType != "centralized" {
+	if s == nil || s.Spec.GatewayType != "centralized" || s.Spec.Vlan != "" {
+		// An underlay subnet leaves through its physical network: its
+		// gatewayType is not applied (fields.go), as in Kube-OVN.
 		return nil, r.removeGateway(ctx, name, u)
 	}
 	bad := func(reason, msg string) (*kubeovnv1.Condition, error) {

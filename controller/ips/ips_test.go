@@ -41,7 +41,7 @@ func start(t *testing.T, crd bool, typed []runtime.Object, custom ...runtime.Obj
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := e.Net.AddSubnet(e.Ctx, cfg); err != nil {
+		if err := e.Net.AddSubnet(e.Ctx, cfg, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

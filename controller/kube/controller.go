@@ -152,8 +152,13 @@ func newWith(cfg Config, kc kubernetes.Interface, dc dynamic.Interface, nb *ovnn
 func (c *Controller) wire(rec record.EventRecorder, nb *ovnnb.Client) error {
 	cfg, log, n := c.cfg, c.log, c.net
 	var err error
+	// Vlan and ProviderNetwork status (idle without their CRDs); its
+	// informers resolve the underlay Subnets' spec.vlan.
+	ul := underlay.New(underlay.Config{Log: log, Recorder: rec, Discovery: c.kc.Discovery(), Dynamic: c.dc, DInformers: c.dfactory,
+		Nodes: c.factory.Core().V1().Nodes().Informer()})
+	vlans, providerNetworks := ul.Informers()
 	c.subnets, err = subnets.New(subnets.Config{Log: log, Recorder: rec, Dynamic: c.dc, Informers: c.dfactory, Net: n, IPAM: n.IPAM,
-		Registry: cfg.Registry, StatusDelay: cfg.StatusDelay, EnableLB: cfg.EnableLB})
+		Registry: cfg.Registry, StatusDelay: cfg.StatusDelay, EnableLB: cfg.EnableLB, Vlans: vlans, ProviderNetworks: providerNetworks})
 	if err != nil {
 		return err
 	}
@@ -185,9 +190,7 @@ func (c *Controller) wire(rec record.EventRecorder, nb *ovnnb.Client) error {
 		}
 		c.addons = append(c.addons, a)
 	}
-	// Vlan and ProviderNetwork status (idle without their CRDs).
-	c.addons = append(c.addons, underlay.New(underlay.Config{Log: log, Recorder: rec, Discovery: c.kc.Discovery(), Dynamic: c.dc, DInformers: c.dfactory,
-		Nodes: c.factory.Core().V1().Nodes().Informer()}))
+	c.addons = append(c.addons, ul)
 	// EIP/SNAT (ovn-external-gw-config): idle while the ConfigMap is absent.
 	ext, err := extgw.New(extgw.Config{Log: log, Kube: c.kc, Recorder: rec, Informers: c.factory, Net: n})
 	if err != nil {

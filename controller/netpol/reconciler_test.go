@@ -50,7 +50,7 @@ func startPolicies(t *testing.T, withPorts bool, typed ...runtime.Object) (*ctlt
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Net.AddSubnet(e.Ctx, cfg); err != nil {
+	if err := e.Net.AddSubnet(e.Ctx, cfg, nil); err != nil {
 		t.Fatal(err)
 	}
 	if withPorts {
@@ -234,7 +234,7 @@ func TestLoggingACLsAreRateLimitedByAMeter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Net.AddSubnet(e.Ctx, cfg); err != nil {
+	if err := e.Net.AddSubnet(e.Ctx, cfg, nil); err != nil {
 		t.Fatal(err)
 	}
 	addPort(t, e, addressedPod("default", "web", "10.16.0.10", nil))

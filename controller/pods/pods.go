@@ -76,6 +76,8 @@ type Subnets interface {
 	Terminating(name string) bool
 	// MTU is the mtu a valid subnet asks for (0: none).
 	MTU(name string) int
+	// Underlay is the physical network of an underlay Subnet (false: overlay).
+	Underlay(name string) (ovnnet.Underlay, bool)
 	// AddressesChanged: an address of the subnet was taken or freed (status).
 	AddressesChanged(name string)
 	// Released: a pod or node let its address in the subnet go (deletion may finish).

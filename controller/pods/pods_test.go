@@ -217,7 +217,7 @@ func TestPodOnTheJoinSubnetIsRefused(t *testing.T) {
 func TestPodInAnInvalidSubnetWaitsForItsFix(t *testing.T) {
 	f := start(t, []runtime.Object{node("n1", "192.168.0.11"), pod("default", "a", "n1", map[string]string{annotations.LogicalSwitch: "bad"})},
 		ctltest.Subnet("bad", map[string]any{"cidrBlock": "10.60.0.0/24", "vlan": "v1"}))
-	if ev := f.AwaitEvent("Warning SubnetNotValid"); !strings.Contains(ev, "UnsupportedField") {
+	if ev := f.AwaitEvent("Warning SubnetNotValid"); !strings.Contains(ev, "VlanNotFound") {
 		t.Fatalf("event %q", ev)
 	}
 	// Fixed: the subnet reconciler programs it and wakes the pod.

@@ -208,6 +208,12 @@ func (r *Reconciler) annotate(ctx context.Context, pod *corev1.Pod, a ipam.Alloc
 	if mtu := r.cfg.Subnets.MTU(a.Subnet); mtu > 0 {
 		want[annotations.MTU] = strconv.Itoa(mtu)
 	}
+	if ul, ok := r.cfg.Subnets.Underlay(a.Subnet); ok {
+		// As Kube-OVN writes them: the node sizes an underlay pod's MTU
+		// by its provider network.
+		want[annotations.VlanID] = strconv.Itoa(ul.VlanID)
+		want[annotations.ProviderNetwork] = ul.Provider
+	}
 	if notImpl != "" {
 		want[annotations.NotImplemented] = notImpl
 	}

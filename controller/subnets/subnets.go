@@ -40,7 +40,7 @@ import (
 
 // Network is the OVN and IPAM work of a subnet (ovnnet.Network).
 type Network interface {
-	AddSubnet(ctx context.Context, cfg ipam.SubnetConfig) error
+	AddSubnet(ctx context.Context, cfg ipam.SubnetConfig, ul *ovnnet.Underlay) error
 	RemoveSubnet(ctx context.Context, name string) error
 	SetIsolation(ctx context.Context, subnet string, iso ovnnet.Isolation) error
 }
@@ -86,24 +86,30 @@ type Config struct {
 	StatusDelay time.Duration
 	// EnableLB: Services are load balancers (enableLb: false is then not applied).
 	EnableLB bool
+	// Vlans and ProviderNetworks resolve an underlay Subnet's spec.vlan
+	// (nil when their CRDs are not installed: such a Subnet is refused).
+	Vlans, ProviderNetworks cache.SharedIndexInformer
 }
 
 // programmed is a valid Subnet as programmed.
 type programmed struct {
-	subnet *kubeovnv1.Subnet
-	cfg    ipam.SubnetConfig
+	subnet   *kubeovnv1.Subnet
+	cfg      ipam.SubnetConfig
+	underlay *ovnnet.Underlay // nil: overlay
 }
 
 // Reconciler is the Subnet reconciler.
 type Reconciler struct {
-	cfg      Config
-	log      *slog.Logger
-	inf      cache.SharedIndexInformer
-	q        reconcile.Queue // subnets
-	statusQ  reconcile.Queue // subnet-status
-	ipsGauge *prometheus.GaugeVec
-	pods     Pods
-	gateways Gateways
+	cfg Config
+	log *slog.Logger
+	inf cache.SharedIndexInformer
+	// vlans, providers: what an underlay subnet's spec.vlan resolves through.
+	vlans, providers cache.SharedIndexInformer
+	q                reconcile.Queue // subnets
+	statusQ          reconcile.Queue // subnet-status
+	ipsGauge         *prometheus.GaugeVec
+	pods             Pods
+	gateways         Gateways
 	// started: the IPAM holds every recorded address (a deletion may be decided).
 	started atomic.Bool
 
@@ -155,6 +161,9 @@ func New(cfg Config) (*Reconciler, error) {
 		},
 		DeleteFunc: enqueue,
 	}); err != nil {
+		return nil, err
+	}
+	if err := r.watchUnderlay(); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -230,8 +239,12 @@ func (r *Reconciler) sync(ctx context.Context, name string) error {
 		return err
 	}
 	cfg, s, prob := kubeovnv1.Validate(u)
+	var ul *ovnnet.Underlay
 	if prob == nil {
-		if err := r.cfg.Net.AddSubnet(ctx, cfg); err != nil {
+		ul, prob = r.underlay(s)
+	}
+	if prob == nil {
+		if err := r.cfg.Net.AddSubnet(ctx, cfg, ul); err != nil {
 			if ipam.KindOf(err) == "" {
 				return err
 			}
@@ -243,7 +256,7 @@ func (r *Reconciler) sync(ctx context.Context, name string) error {
 			return fmt.Errorf("subnet %s: isolation ACLs: %w", name, err)
 		}
 	}
-	r.record(u, s, cfg, prob)
+	r.record(u, s, cfg, ul, prob)
 	r.gateways.Queue(name)
 	r.statusQ.Add(name)
 	return nil
@@ -280,7 +293,7 @@ func (r *Reconciler) forget(name string) {
 
 // record keeps the outcome of a sync, wakes the pods waiting for a valid
 // subnet, and announces what is not valid or not applied.
-func (r *Reconciler) record(u *unstructured.Unstructured, s *kubeovnv1.Subnet, cfg ipam.SubnetConfig, prob *kubeovnv1.Problem) {
+func (r *Reconciler) record(u *unstructured.Unstructured, s *kubeovnv1.Subnet, cfg ipam.SubnetConfig, ul *ovnnet.Underlay, prob *kubeovnv1.Problem) {
 	name := u.GetName()
 	notApplied := ""
 	if prob == nil {
@@ -294,7 +307,7 @@ func (r *Reconciler) record(u *unstructured.Unstructured, s *kubeovnv1.Subnet, c
 	// binding may have changed meanwhile): the pods in it are checked again.
 	rebound := prob == nil && ((wasValid && prev.subnet != nil && !sameBinding(prev.subnet, s)) || known)
 	if prob == nil {
-		r.valid[name] = programmed{subnet: s, cfg: cfg}
+		r.valid[name] = programmed{subnet: s, cfg: cfg, underlay: ul}
 		delete(r.problems, name)
 	} else {
 		delete(r.valid, name)

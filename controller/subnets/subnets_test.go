@@ -90,7 +90,9 @@ func start(t *testing.T, subnets ...runtime.Object) *fixture {
 	t.Helper()
 	e := ctltest.New(t, nil, subnets...)
 	r, err := New(Config{Log: e.Log, Recorder: e.Recorder, Dynamic: e.Dynamic, Informers: e.DInformers, Net: e.Net, IPAM: e.Net.IPAM,
-		Registry: prometheus.NewRegistry(), StatusDelay: time.Millisecond, EnableLB: true})
+		Registry: prometheus.NewRegistry(), StatusDelay: time.Millisecond, EnableLB: true,
+		Vlans:            e.DInformers.ForResource(kubeovnv1.VlanGVR).Informer(),
+		ProviderNetworks: e.DInformers.ForResource(kubeovnv1.ProviderNetworkGVR).Informer()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,14 +184,14 @@ func TestInvalidSubnetIsReportedAndNotProgrammed(t *testing.T) {
 	if ls := f.switchNamed(t, "bad"); ls != nil {
 		t.Fatalf("invalid subnet got a switch: %+v", ls)
 	}
-	if p := f.r.Problem("bad"); p == nil || p.Reason != "UnsupportedField" {
-		t.Fatalf("Problem %+v, want UnsupportedField", p)
+	if p := f.r.Problem("bad"); p == nil || p.Reason != "VlanNotFound" || !strings.Contains(p.Message, `spec.vlan "v100" names no Vlan; create it`) {
+		t.Fatalf("Problem %+v, want VlanNotFound naming the Vlan and the fix", p)
 	}
 	if err := f.r.syncStatus(f.Ctx, "bad"); err != nil {
 		t.Fatal(err)
 	}
 	s := f.GetSubnet("bad")
-	if v := condition(s, kubeovnv1.Validated); v.Status != "False" || v.Reason != "UnsupportedField" || !strings.Contains(v.Message, "vlan") {
+	if v := condition(s, kubeovnv1.Validated); v.Status != "False" || v.Reason != "VlanNotFound" || !strings.Contains(v.Message, "v100") {
 		t.Errorf("Validated %+v", v)
 	}
 	if r := condition(s, kubeovnv1.Ready); r.Status != "False" || r.Reason != "ValidationFailed" {
@@ -315,5 +317,57 @@ func TestSubnetForNamespaces(t *testing.T) {
 	f.awaitSubnet(t, "late", func(s *kubeovnv1.Subnet) bool { return s != nil })
 	if got := f.r.SubnetFor("team-d", labels.Set{}); got != "late" {
 		t.Errorf("SubnetFor(team-d) = %s before late is programmed, want late (its pods wait)", got)
+	}
+}
+
+// underlayObject is a Vlan or ProviderNetwork as a user applies it.
+func underlayObject(kind, name string, spec map[string]any) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kubeovn.io/v1", "kind": kind,
+		"metadata": map[string]any{"name": name}, "spec": spec}}
+}
+
+// An underlay Subnet is programmed once its Vlan and that Vlan's
+// ProviderNetwork exist: a switch with the localnet port (tag, network)
+// and no router port; before that it is refused naming what is missing.
+func TestUnderlaySubnetWaitsForItsVlanAndProviderNetwork(t *testing.T) {
+	f := start(t, ctltest.Subnet("u100", map[string]any{"cidrBlock": "10.100.0.0/24", "gateway": "10.100.0.254", "vlan": "v100"}),
+		underlayObject("Vlan", "v100", map[string]any{"id": int64(100), "provider": "physnet1"}))
+	f.programAll(t)
+	if p := f.r.Problem("u100"); p == nil || p.Reason != "ProviderNetworkNotFound" || !strings.Contains(p.Message, `ProviderNetwork "physnet1", which does not exist; create it`) {
+		t.Fatalf("Problem %+v, want ProviderNetworkNotFound naming physnet1 and the fix", p)
+	}
+	if ls := f.switchNamed(t, "u100"); ls != nil {
+		t.Fatal("a Subnet whose ProviderNetwork is missing got a switch")
+	}
+	if _, err := f.Dynamic.Resource(kubeovnv1.ProviderNetworkGVR).Create(f.Ctx, underlayObject("ProviderNetwork", "physnet1",
+		map[string]any{"defaultInterface": "eth1"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctltest.Await(t, f.r.providers, "physnet1", func(obj any) bool { return obj != nil })
+	if err := f.r.sync(f.Ctx, "u100"); err != nil {
+		t.Fatal(err)
+	}
+	if p := f.r.Problem("u100"); p != nil {
+		t.Fatalf("still refused: %+v", p)
+	}
+	ul, ok := f.r.Underlay("u100")
+	if !ok || ul.Provider != "physnet1" || ul.VlanID != 100 || ul.LogicalGateway {
+		t.Fatalf("Underlay %+v %v", ul, ok)
+	}
+	ls := f.switchNamed(t, "u100")
+	if ls == nil {
+		t.Fatal("no switch u100")
+	}
+	var names []string
+	for _, p := range nbtest.Rows[*nbdb.LogicalSwitchPort](t, f.NBServer, f.NB, nbdb.LogicalSwitchPortTable) {
+		if slices.Contains(ls.Ports, p.UUID) {
+			names = append(names, p.Name)
+			if p.Name == "localnet.u100" && (p.Type != "localnet" || p.Tag == nil || *p.Tag != 100 || p.Options["network_name"] != "physnet1") {
+				t.Errorf("localnet port %+v", p)
+			}
+		}
+	}
+	if !slices.Equal(names, []string{"localnet.u100"}) {
+		t.Errorf("switch u100 ports %v, want only localnet.u100 (no router port: its gateway is physical)", names)
 	}
 }

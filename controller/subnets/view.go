@@ -80,6 +80,17 @@ func (r *Reconciler) Valid(name string) (*kubeovnv1.Subnet, ipam.SubnetConfig, b
 	return p.subnet, p.cfg, ok
 }
 
+// Underlay is the physical network of a valid underlay Subnet (false:
+// overlay, or not valid).
+func (r *Reconciler) Underlay(name string) (ovnnet.Underlay, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p, ok := r.valid[name]; ok && p.underlay != nil {
+		return *p.underlay, true
+	}
+	return ovnnet.Underlay{}, false
+}
+
 // MTU is the mtu a valid Subnet asks for (0 when it sets none).
 func (r *Reconciler) MTU(name string) int {
 	r.mu.Lock()

@@ -109,6 +109,12 @@ func New(cfg Config) *Reconciler {
 	return r
 }
 
+// Informers are the Vlan and ProviderNetwork informers (nil, nil when the
+// CRDs are not installed): the Subnet reconciler resolves spec.vlan on them.
+func (r *Reconciler) Informers() (vlans, providerNetworks cache.SharedIndexInformer) {
+	return r.vlans, r.pns
+}
+
 // handler calls changed with the old and new object (nil when absent).
 func handler(changed func(old, cur *unstructured.Unstructured)) cache.ResourceEventHandlerFuncs {
 	as := func(obj any) *unstructured.Unstructured {

@@ -13,22 +13,24 @@ const prefix = "ovn.kubernetes.io/"
 // Pod annotations written by the controller (ip_address, mac_address and
 // logical_switch may also be set by users: static address, chosen subnet).
 const (
-	Allocated     = prefix + "allocated"      // "true" once the pod has an address and a port
-	IPAddress     = prefix + "ip_address"     // "10.16.0.5" or "10.16.0.5,fd00::5"
-	MACAddress    = prefix + "mac_address"    // "0a:..."
-	CIDR          = prefix + "cidr"           // the subnet's CIDR(s)
-	Gateway       = prefix + "gateway"        // the subnet's gateway(s)
-	LogicalSwitch = prefix + "logical_switch" // subnet name (pod or namespace annotation)
-	Routed        = prefix + "routed"         // "true" once routes are programmed
-	MTU           = prefix + "mtu"            // the Subnet's mtu when it sets one (not a Kube-OVN annotation)
-	PortName      = prefix + "port_name"      // node annotation: "node-<name>"
-	Chassis       = prefix + "chassis"        // node annotation: OVS system-id (written by the node daemon)
-	IngressRate   = prefix + "ingress_rate"   // Mbit/s, set by users
-	EgressRate    = prefix + "egress_rate"    // Mbit/s, set by users
-	Mirror        = prefix + "mirror"
-	Routes        = prefix + "routes"
-	IPPool        = prefix + "ip_pool"       // fixed addresses for a workload: "ip,ip,..." (or "v4,v6;v4,v6" dual stack)
-	PortSecurity  = prefix + "port_security" // "true": the port only sends from its own MAC and addresses (ovnhost's default)
+	Allocated       = prefix + "allocated"        // "true" once the pod has an address and a port
+	IPAddress       = prefix + "ip_address"       // "10.16.0.5" or "10.16.0.5,fd00::5"
+	MACAddress      = prefix + "mac_address"      // "0a:..."
+	CIDR            = prefix + "cidr"             // the subnet's CIDR(s)
+	Gateway         = prefix + "gateway"          // the subnet's gateway(s)
+	LogicalSwitch   = prefix + "logical_switch"   // subnet name (pod or namespace annotation)
+	Routed          = prefix + "routed"           // "true" once routes are programmed
+	MTU             = prefix + "mtu"              // the Subnet's mtu when it sets one (not a Kube-OVN annotation)
+	VlanID          = prefix + "vlan_id"          // an underlay pod's VLAN tag (its Subnet's Vlan)
+	ProviderNetwork = prefix + "provider_network" // an underlay pod's ProviderNetwork
+	PortName        = prefix + "port_name"        // node annotation: "node-<name>"
+	Chassis         = prefix + "chassis"          // node annotation: OVS system-id (written by the node daemon)
+	IngressRate     = prefix + "ingress_rate"     // Mbit/s, set by users
+	EgressRate      = prefix + "egress_rate"      // Mbit/s, set by users
+	Mirror          = prefix + "mirror"
+	Routes          = prefix + "routes"
+	IPPool          = prefix + "ip_pool"       // fixed addresses for a workload: "ip,ip,..." (or "v4,v6;v4,v6" dual stack)
+	PortSecurity    = prefix + "port_security" // "true": the port only sends from its own MAC and addresses (ovnhost's default)
 )
 
 // ControllerFieldManager is the field manager the ovnhost controller writes

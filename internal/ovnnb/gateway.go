@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/ovn-kubernetes/libovsdb/client"
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
@@ -35,7 +34,8 @@ type HAChassis struct {
 	Priority int
 }
 
-// LocalnetPortName is the localnet port of a gateway switch.
+// LocalnetPortName is the localnet port of a gateway switch (an underlay
+// subnet's is SubnetLocalnetPortName).
 func LocalnetPortName(sw string) string { return sw + "-localnet" }
 
 // EnsureGatewayPort creates or updates the switch with its router port
@@ -45,34 +45,11 @@ func (c *Client) EnsureGatewayPort(ctx context.Context, g GatewayPort) error {
 	if len(g.Chassis) == 0 {
 		return fmt.Errorf("ovnnb: gateway port on %q: no chassis; name at least one gateway node", g.Switch)
 	}
-	if err := c.EnsureSwitch(ctx, Switch{Name: g.Switch, Router: g.Router, CIDRs: []netip.Prefix{g.Address.Masked()}, Gateways: []netip.Addr{g.Address.Addr()}}); err != nil {
+	if err := c.EnsureSwitch(ctx, Switch{Name: g.Switch, Router: g.Router, CIDRs: []netip.Prefix{g.Address.Masked()}, Gateways: []netip.Addr{g.Address.Addr()},
+		Localnet: &Localnet{Port: LocalnetPortName(g.Switch), Network: g.Network}}); err != nil {
 		return err
 	}
 	var ops []ovsdb.Operation
-	lnName := LocalnetPortName(g.Switch)
-	ln := &nbdb.LogicalSwitchPort{Name: lnName}
-	switch err := c.cl.Get(ctx, ln); {
-	case errors.Is(err, client.ErrNotFound):
-		ln = &nbdb.LogicalSwitchPort{UUID: "newln", Name: lnName, Type: "localnet", Addresses: []string{"unknown"},
-			Options: map[string]string{"network_name": g.Network}, ExternalIDs: vendorIDs(map[string]string{KeySwitch: g.Switch})}
-		o, err := c.cl.Create(ln)
-		if err != nil {
-			return err
-		}
-		ops = append(ops, o...)
-		m, _ := c.mutateSwitchPorts(g.Switch, ovsdb.MutateOperationInsert, ln.UUID)
-		ops = append(ops, m...)
-	case err != nil:
-		return err
-	case ln.Options["network_name"] != g.Network:
-		ln.Options = map[string]string{"network_name": g.Network}
-		o, err := c.cl.Where(ln).Update(ln, &ln.Options)
-		if err != nil {
-			return err
-		}
-		ops = append(ops, o...)
-	}
-
 	// HA_Chassis_Group is not in the monitored tables: read it from the server.
 	cur, err := c.haGroup(ctx, g.Switch)
 	if err != nil {

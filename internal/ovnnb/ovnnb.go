@@ -133,12 +133,13 @@ func Connect(ctx context.Context, o Options) (*Client, error) {
 	// (libovsdb clones rows through JSON), which dominated CPU at scale.
 	// Logical_Switch_Port without the columns ovn-controller and northd
 	// write (up, dynamic_addresses, ...): pod start-ups then cost no update here.
+	// tag is read: a localnet port's VLAN is ours to keep.
 	ls := &nbdb.LogicalSwitch{}
 	lsp := &nbdb.LogicalSwitchPort{}
 	conn, err := ovsdbconn.Dial(ctx, dbm, o.Endpoints, ovsdbconn.Options{
 		Monitor: append([]ovsdbconn.Table{
 			{Model: ls, Fields: []any{&ls.Name, &ls.ExternalIDs, &ls.OtherConfig, &ls.LoadBalancerGroup, &ls.ACLs}},
-			{Model: lsp, Fields: []any{&lsp.Name, &lsp.Addresses, &lsp.PortSecurity, &lsp.ExternalIDs, &lsp.Type, &lsp.Options}},
+			{Model: lsp, Fields: []any{&lsp.Name, &lsp.Addresses, &lsp.PortSecurity, &lsp.ExternalIDs, &lsp.Type, &lsp.Options, &lsp.Tag}},
 			{Model: &nbdb.LogicalRouter{}},
 			{Model: &nbdb.LogicalRouterPort{}},
 			{Model: &nbdb.LogicalRouterStaticRoute{}},
@@ -248,7 +249,27 @@ type Switch struct {
 	Router   string // "" = not attached
 	CIDRs    []netip.Prefix
 	Gateways []netip.Addr // one per CIDR: the router port's addresses
+	// Detached: the switch has no port on Router, and one left from before
+	// is removed (an underlay subnet whose gateway is a physical router:
+	// a router port would answer ARP for that gateway's address).
+	Detached bool
+	// Localnet, when set, joins the switch to a physical network through a
+	// localnet port (underlay); nil removes one the switch had.
+	Localnet *Localnet
 }
+
+// Localnet is a switch's way out to a physical network: OVN's localnet
+// port, bound on each chassis to the bridge ovn-bridge-mappings names
+// for Network.
+type Localnet struct {
+	Port    string // the port's name; "" = SubnetLocalnetPortName
+	Network string // the provider network (ovn-bridge-mappings key)
+	Tag     int    // 802.1Q VLAN id; 0 = untagged
+}
+
+// SubnetLocalnetPortName is an underlay subnet's localnet port, named as
+// Kube-OVN names it so a migrated NB keeps its row.
+func SubnetLocalnetPortName(sw string) string { return "localnet." + sw }
 
 // RouterPortName is the router-side port of a switch ("ovn-cluster-join").
 func RouterPortName(router, sw string) string { return router + "-" + sw }
@@ -313,7 +334,13 @@ func (c *Client) EnsureSwitch(ctx context.Context, s Switch) error {
 			ops = append(ops, mutateGroupRef(nbdb.LogicalSwitchTable, s.Name, g))
 		}
 	}
-	if s.Router != "" {
+	if s.Router != "" && s.Detached {
+		o, err := c.detachOps(ctx, s.Name, s.Router)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, o...)
+	} else if s.Router != "" {
 		r, err := c.router(ctx, s.Router)
 		if err != nil {
 			return err
@@ -360,6 +387,12 @@ func (c *Client) EnsureSwitch(ctx context.Context, s Switch) error {
 			return err
 		}
 	}
+	lo, created, err := c.localnetOps(ctx, s, ls != nil)
+	if err != nil {
+		return err
+	}
+	ops = append(ops, lo...)
+	newPorts = append(newPorts, created...)
 	if ls == nil {
 		if err := add(c.cl.Create(&nbdb.LogicalSwitch{UUID: "newls", Name: s.Name, ExternalIDs: ids, Ports: newPorts, LoadBalancerGroup: c.attachedGroups()})); err != nil {
 			return err
@@ -367,6 +400,93 @@ func (c *Client) EnsureSwitch(ctx context.Context, s Switch) error {
 	}
 	_, err = c.transact(ctx, "ensure switch "+s.Name, ops)
 	return err
+}
+
+// detachOps removes the router port pair between switch sw and router,
+// if there is one.
+func (c *Client) detachOps(ctx context.Context, sw, router string) ([]ovsdb.Operation, error) {
+	var ops []ovsdb.Operation
+	lrp := &nbdb.LogicalRouterPort{Name: RouterPortName(router, sw)}
+	switch err := c.cl.Get(ctx, lrp); {
+	case err == nil:
+		if r, _ := c.router(ctx, router); r != nil {
+			o, err := c.cl.Where(r).Mutate(r, model.Mutation{Field: &r.Ports, Mutator: ovsdb.MutateOperationDelete, Value: []string{lrp.UUID}})
+			if err != nil {
+				return nil, err
+			}
+			ops = append(ops, o...)
+		}
+	case !errors.Is(err, client.ErrNotFound):
+		return nil, err
+	}
+	lsp := &nbdb.LogicalSwitchPort{Name: SwitchRouterPortName(router, sw)}
+	switch err := c.cl.Get(ctx, lsp); {
+	case err == nil:
+		ops = append(ops, unrefPort(lsp.UUID)...)
+	case !errors.Is(err, client.ErrNotFound):
+		return nil, err
+	}
+	return ops, nil
+}
+
+// localnetOps brings switch s's localnet port in line with s.Localnet.
+// created lists a port created for a switch that does not exist yet (the
+// caller creates the switch with it); for an existing switch the port is
+// added to it here.
+func (c *Client) localnetOps(ctx context.Context, s Switch, switchExists bool) (ops []ovsdb.Operation, created []string, err error) {
+	name := SubnetLocalnetPortName(s.Name)
+	if s.Localnet != nil && s.Localnet.Port != "" {
+		name = s.Localnet.Port
+	}
+	cur := &nbdb.LogicalSwitchPort{Name: name}
+	err = c.cl.Get(ctx, cur)
+	if err != nil && !errors.Is(err, client.ErrNotFound) {
+		return nil, nil, err
+	}
+	exists := err == nil
+	if s.Localnet == nil {
+		if exists {
+			ops = append(ops, unrefPort(cur.UUID)...)
+		}
+		return ops, nil, nil
+	}
+	var tag *int
+	if t := s.Localnet.Tag; t > 0 {
+		tag = &t
+	}
+	opts := map[string]string{"network_name": s.Localnet.Network}
+	ids := vendorIDs(map[string]string{KeySwitch: s.Name})
+	if exists {
+		if cur.Type == "localnet" && maps.Equal(cur.Options, opts) && equalTag(cur.Tag, tag) && maps.Equal(cur.ExternalIDs, ids) {
+			return nil, nil, nil
+		}
+		// Written out: libovsdb's Update leaves an optional column alone
+		// when its pointer is nil, and an untagged network clears the tag.
+		tagSet := ovsdb.OvsSet{GoSet: []any{}}
+		if tag != nil {
+			tagSet.GoSet = []any{*tag}
+		}
+		return []ovsdb.Operation{{Op: ovsdb.OperationUpdate, Table: nbdb.LogicalSwitchPortTable,
+			Where: []ovsdb.Condition{{Column: "_uuid", Function: ovsdb.ConditionEqual, Value: ovsdb.UUID{GoUUID: cur.UUID}}},
+			Row: ovsdb.Row{"type": "localnet", "addresses": ovsdb.OvsSet{GoSet: []any{"unknown"}},
+				"options": ovsdb.OvsMap{GoMap: anyMap(opts)}, "tag": tagSet, "external_ids": ovsdb.OvsMap{GoMap: anyMap(ids)}}}}, nil, nil
+	}
+	lsp := &nbdb.LogicalSwitchPort{UUID: "newlocalnet", Name: name, Type: "localnet", Addresses: []string{"unknown"},
+		Options: opts, Tag: tag, ExternalIDs: ids}
+	o, err := c.cl.Create(lsp)
+	if err != nil {
+		return nil, nil, err
+	}
+	ops = append(ops, o...)
+	if !switchExists {
+		return ops, []string{lsp.UUID}, nil
+	}
+	o, err = c.mutateSwitchPorts(s.Name, ovsdb.MutateOperationInsert, lsp.UUID)
+	return append(ops, o...), nil, err
+}
+
+func equalTag(a, b *int) bool {
+	return (a == nil) == (b == nil) && (a == nil || *a == *b)
 }
 
 // mutateSwitchPorts inserts or deletes a port reference in the switch named

@@ -157,3 +157,69 @@ func TestPortOnAMissingSwitchIsErrNoSwitch(t *testing.T) {
 		t.Fatalf("a port without a switch was left: %+v", got)
 	}
 }
+
+// An underlay subnet's switch: a localnet port named as Kube-OVN names it,
+// with the VLAN tag and the provider network, and no router port (its
+// gateway is a physical router). Turning logicalGateway on attaches it,
+// off detaches it again; a changed tag is written; an overlay switch
+// again loses the localnet port.
+func TestUnderlaySwitchHasALocalnetPortAndNoRouterPort(t *testing.T) {
+	bothServers(t, func(t *testing.T, s *nbtest.Server, nb *ovnnb.Client) {
+		ctx := context.Background()
+		topology(t, nb)
+		sw := ovnnb.Switch{Name: "vlan100", Router: "ovn-cluster", CIDRs: []netip.Prefix{mustPrefix("10.100.0.0/24")},
+			Gateways: []netip.Addr{mustAddr("10.100.0.1")}, Detached: true, Localnet: &ovnnb.Localnet{Network: "physnet1", Tag: 100}}
+		ensure := func() {
+			t.Helper()
+			if err := nb.EnsureSwitch(ctx, sw); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ensure()
+		ensure() // idempotent
+		ln := portNamed(t, s, nb, "localnet.vlan100")
+		if ln == nil || ln.Type != "localnet" || ln.Options["network_name"] != "physnet1" || ln.Tag == nil || *ln.Tag != 100 ||
+			!slices.Equal(ln.Addresses, []string{"unknown"}) {
+			t.Fatalf("localnet port: %+v", ln)
+		}
+		ls := switchNamed(t, s, nb, "vlan100")
+		if ls == nil || !slices.Equal(ls.Ports, []string{ln.UUID}) {
+			t.Fatalf("switch vlan100 should hold exactly its localnet port %s: %+v", ln.UUID, ls)
+		}
+		routerPort := func() bool {
+			return portNamed(t, s, nb, "vlan100-ovn-cluster") != nil && slices.ContainsFunc(
+				nbtest.Rows[*nbdb.LogicalRouterPort](t, s, nb, nbdb.LogicalRouterPortTable),
+				func(p *nbdb.LogicalRouterPort) bool { return p.Name == "ovn-cluster-vlan100" })
+		}
+		if routerPort() {
+			t.Fatal("a detached underlay switch got a router port")
+		}
+
+		sw.Detached = false // logicalGateway: true
+		ensure()
+		if !routerPort() {
+			t.Fatal("logicalGateway: the switch is not attached to ovn-cluster")
+		}
+		sw.Detached, sw.Localnet.Tag = true, 200
+		ensure()
+		if routerPort() {
+			t.Fatal("logicalGateway off again: the router port pair is still there")
+		}
+		if ln := portNamed(t, s, nb, "localnet.vlan100"); ln == nil || ln.Tag == nil || *ln.Tag != 200 {
+			t.Fatalf("tag not changed to 200: %+v", ln)
+		}
+		sw.Localnet.Tag = 0
+		ensure()
+		if ln := portNamed(t, s, nb, "localnet.vlan100"); ln == nil || ln.Tag != nil {
+			t.Fatalf("untagged network still has tag %d: %+v", *ln.Tag, ln)
+		}
+		sw.Localnet, sw.Detached = nil, false
+		ensure()
+		if portNamed(t, s, nb, "localnet.vlan100") != nil {
+			t.Fatal("an overlay switch kept its localnet port")
+		}
+		if ls := switchNamed(t, s, nb, "vlan100"); ls == nil || len(ls.Ports) != 1 {
+			t.Fatalf("overlay switch should hold only its router port: %+v", ls)
+		}
+	})
+}

@@ -3,6 +3,7 @@ package ovnnet
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -60,7 +61,15 @@ func (n *Network) syncClusterSet(ctx context.Context) error {
 	n.clusterSetMu.Lock()
 	defer n.clusterSetMu.Unlock()
 	var addrs []string
+	n.mu.Lock()
+	physical := maps.Clone(n.physical)
+	n.mu.Unlock()
 	for _, name := range n.IPAM.SubnetNames() {
+		if physical[name] {
+			// Reached through the physical network: overlay pods go to it
+			// through their node, as to any address outside the cluster.
+			continue
+		}
 		s, _ := n.IPAM.Subnet(name)
 		for _, p := range s.CIDRs {
 			if p.Addr().Is4() {

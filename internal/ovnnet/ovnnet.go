@@ -78,9 +78,22 @@ type Network struct {
 	NB   *ovnnb.Client
 	cfg  Config
 
-	mu           sync.Mutex
-	nodeIPs      map[string][]netip.Addr // node -> its internal addresses (kept in the cluster set)
+	mu      sync.Mutex
+	nodeIPs map[string][]netip.Addr // node -> its internal addresses (kept in the cluster set)
+	// physical: the underlay subnets whose gateway is a physical router
+	// (no port on the cluster router): outside the cluster set.
+	physical     map[string]bool
 	clusterSetMu sync.Mutex
+}
+
+// Underlay is how an underlay (VLAN) subnet reaches its physical network:
+// a Kube-OVN Subnet with spec.vlan, resolved through its Vlan.
+type Underlay struct {
+	Provider string // the ProviderNetwork (the localnet port's network_name)
+	VlanID   int    // 0: untagged
+	// LogicalGateway: the subnet's gateway address is the cluster router's
+	// port (spec.logicalGateway), not a router on the physical network.
+	LogicalGateway bool
 }
 
 // New returns a Network with an empty IPAM.
@@ -94,7 +107,7 @@ func New(nb *ovnnb.Client, cfg Config) *Network {
 	if cfg.JoinSubnet == "" {
 		cfg.JoinSubnet = JoinSubnet
 	}
-	return &Network{IPAM: ipam.New(), NB: nb, cfg: cfg, nodeIPs: map[string][]netip.Addr{}}
+	return &Network{IPAM: ipam.New(), NB: nb, cfg: cfg, nodeIPs: map[string][]netip.Addr{}, physical: map[string]bool{}}
 }
 
 // Config returns the effective names.
@@ -122,7 +135,7 @@ func (n *Network) EnsureDefaultTopology(ctx context.Context, defaultCIDR, joinCI
 		if err != nil {
 			return err
 		}
-		if err := n.AddSubnet(ctx, cfg); err != nil {
+		if err := n.AddSubnet(ctx, cfg, nil); err != nil {
 			return err
 		}
 	}
@@ -130,15 +143,33 @@ func (n *Network) EnsureDefaultTopology(ctx context.Context, defaultCIDR, joinCI
 }
 
 // AddSubnet adds (or updates) a subnet in the IPAM and its logical switch,
-// attached to the cluster router.
-func (n *Network) AddSubnet(ctx context.Context, cfg ipam.SubnetConfig) error {
+// attached to the cluster router; ul (nil for an overlay subnet) joins it
+// to its physical network instead, attached only with a logical gateway.
+func (n *Network) AddSubnet(ctx context.Context, cfg ipam.SubnetConfig, ul *Underlay) error {
 	if err := n.IPAM.AddSubnet(cfg); err != nil {
 		return err
 	}
-	if err := n.NB.EnsureSwitch(ctx, ovnnb.Switch{Name: cfg.Name, Router: n.cfg.Router, CIDRs: cfg.CIDRs, Gateways: cfg.Gateways}); err != nil {
+	sw := ovnnb.Switch{Name: cfg.Name, Router: n.cfg.Router, CIDRs: cfg.CIDRs, Gateways: cfg.Gateways}
+	physical := ul != nil && !ul.LogicalGateway
+	if ul != nil {
+		sw.Localnet = &ovnnb.Localnet{Network: ul.Provider, Tag: ul.VlanID}
+		sw.Detached = physical
+	}
+	if err := n.NB.EnsureSwitch(ctx, sw); err != nil {
 		return err
 	}
-	if err := n.reserveGatewayMAC(ctx, cfg.Name); err != nil {
+	n.mu.Lock()
+	if physical {
+		n.physical[cfg.Name] = true
+	} else {
+		delete(n.physical, cfg.Name)
+	}
+	n.mu.Unlock()
+	if physical {
+		if mac, had, _ := n.NB.RouterPortMACOf(ctx, ovnnb.RouterPortName(n.cfg.Router, cfg.Name)); had {
+			n.IPAM.UnreserveMAC(mac, n.gatewayMACHolder(cfg.Name))
+		}
+	} else if err := n.reserveGatewayMAC(ctx, cfg.Name); err != nil {
 		return err
 	}
 	return n.syncClusterSet(ctx)
@@ -174,6 +205,9 @@ func (n *Network) RemoveSubnet(ctx context.Context, name string) error {
 		n.IPAM.UnreserveMAC(mac, n.gatewayMACHolder(name))
 	}
 	n.IPAM.RemoveSubnet(name)
+	n.mu.Lock()
+	delete(n.physical, name)
+	n.mu.Unlock()
 	return n.syncClusterSet(ctx)
 }
 

@@ -29,10 +29,11 @@ type cniUnit struct {
 	srv  *server.Server
 }
 
-func newCNIUnit(n *node.Node, nc *nodeconfig.NodeConfig, kube *kubeClients, log *slog.Logger, reg prometheus.Registerer, apply func(context.Context, egress.Plan) error) *cniUnit {
+func newCNIUnit(n *node.Node, nc *nodeconfig.NodeConfig, kube *kubeClients, log *slog.Logger, reg prometheus.Registerer, apply func(context.Context, egress.Plan) error, underlayMTU func(string) int) *cniUnit {
 	c := nc.CNI
 	return &cniUnit{n: n, reg: reg, kube: kube, opts: server.Options{
-		Node: nc, Log: log,
+		UnderlayMTU: underlayMTU,
+		Node:        nc, Log: log,
 		Socket: c.Socket, SocketGroup: c.SocketGroup,
 		BinDir: c.BinDir, ConfDir: c.ConfDir, ConfVersion: c.ConfVersion,
 		MirrorOutput:            c.MirrorOutput,

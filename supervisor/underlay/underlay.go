@@ -142,6 +142,22 @@ func (u *Unit) wanted() []nodeconfig.ProviderNetwork {
 	return slices.Clone(u.want)
 }
 
+// MTU is the MTU of provider network name on this node, its NIC's (the
+// bridge carries it): what an underlay pod's interface gets, as no tunnel
+// header is added. 0 when the network is not wanted here or not bridged.
+func (u *Unit) MTU(name string) int {
+	w := u.wanted()
+	i := slices.IndexFunc(w, func(pn nodeconfig.ProviderNetwork) bool { return pn.Name == name })
+	if _, waiting := u.pendingWhy(name); i < 0 || waiting {
+		return 0
+	}
+	l, err := netlink.LinkByName(w[i].NIC)
+	if err != nil {
+		return 0
+	}
+	return l.Attrs().MTU
+}
+
 func (u *Unit) Name() string { return "underlay" }
 
 // Awaits is what /readyz says the start waits for.

@@ -44,6 +44,7 @@ func startControlPlane(t testing.TB) *controlPlane {
 	api := kubeapi.Start(t)
 	api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", "crd-subnets.yaml"))
 	api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", "crd-provider-networks.yaml"))
+	api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", "crd-vlans.yaml"))
 	central := ovncentral.Start(t)
 	if err := central.WaitNorthd(context.Background()); err != nil {
 		t.Fatal(err)

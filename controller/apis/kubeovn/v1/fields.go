@@ -18,10 +18,13 @@ import (
 //     somewhere else than asked (another network, another VPC), so it is
 //     Validated=False with reason UnsupportedField (Unsupported below).
 //
-// Fields that only mean something for underlay (vlan) subnets, which are
-// refused, have no effect on an overlay subnet, in Kube-OVN as here:
-// logicalGateway, u2oInterconnection, u2oInterconnectionIP, u2oFeatures,
-// u2oRouting, underlayGateway, nodeNetwork. disableGatewayCheck and
+// An underlay subnet (spec.vlan, applied: a localnet port with the Vlan's
+// tag on its ProviderNetwork, docs/underlay.md) has its gateway on the
+// physical network unless logicalGateway (applied) puts it on the cluster
+// router. Fields that only mean something for underlay subnets have no
+// effect on an overlay subnet, in Kube-OVN as here: logicalGateway,
+// u2oInterconnection, u2oInterconnectionIP, u2oFeatures, u2oRouting,
+// underlayGateway, nodeNetwork. disableGatewayCheck and
 // disableInterConnection ask for nothing ovnhost does: it never pings the
 // gateway before a pod starts (it waits for OVN to install the pod's port)
 // and has no OVN interconnection.
@@ -54,9 +57,6 @@ func Unsupported(s SubnetSpec) []string {
 	if s.Provider != "" && s.Provider != "ovn" {
 		out = append(out, fmt.Sprintf("spec.provider %q (only ovn: attachment networks through Multus are not wired)", s.Provider))
 	}
-	if s.Vlan != "" {
-		out = append(out, "spec.vlan (underlay VLAN subnets: their pods would get addresses of the physical network on the overlay)")
-	}
 	for i, a := range s.Acls {
 		if !slices.Contains([]string{"from-lport", "to-lport"}, a.Direction) {
 			out = append(out, fmt.Sprintf("spec.acls[%d].direction %q (use from-lport or to-lport)", i, a.Direction))
@@ -84,6 +84,8 @@ var notApplied = []struct {
 	asks        func(SubnetSpec, Settings) bool
 	consequence string
 }{
+	{"gatewayType", func(s SubnetSpec, _ Settings) bool { return s.Vlan != "" && s.GatewayType == "centralized" },
+		"gatewayType: centralized is not applied to an underlay subnet: its pods leave through the router of their physical network, not through gateway nodes."},
 	// gatewayType centralized with gatewayNode is applied (ovnnet/gateway.go);
 	// gatewayNode means nothing to a distributed subnet, as in Kube-OVN.
 	{"gatewayNode", func(s SubnetSpec, _ Settings) bool {
@@ -91,6 +93,8 @@ var notApplied = []struct {
 	}, "gatewayNode is not applied to a distributed subnet: the node(s) it names do not act as this subnet's gateway; set gatewayType: centralized to use them."},
 	{"gatewayNodeSelectors", func(s SubnetSpec, _ Settings) bool { return len(s.GatewayNodeSelectors) > 0 },
 		"gatewayNodeSelectors is not applied: gateway nodes are not chosen by label; a centralized subnet leaves through the nodes gatewayNode names."},
+	{"natOutgoing", func(s SubnetSpec, _ Settings) bool { return s.Vlan != "" && !s.LogicalGateway && s.NatOutgoing },
+		"natOutgoing is not applied to an underlay subnet whose gateway is on the physical network: its pods' traffic leaves on that network with their own addresses."},
 	{"externalEgressGateway", func(s SubnetSpec, _ Settings) bool { return s.ExternalEgressGateway != "" },
 		"externalEgressGateway is not applied: traffic to outside the cluster is not policy-routed to those gateways; it leaves as natOutgoing and gatewayType say."},
 	{"policyRoutingPriority", func(s SubnetSpec, _ Settings) bool { return s.PolicyRoutingPriority != 0 },
@@ -113,6 +117,8 @@ var notApplied = []struct {
 		"allowEWTraffic is not applied: traffic between this subnet's pods is filtered by its acls like any other."},
 	{"natOutgoingPolicyRules", func(s SubnetSpec, _ Settings) bool { return len(s.NatOutgoingPolicyRules) > 0 },
 		"natOutgoingPolicyRules is not applied: natOutgoing masquerades all of the subnet's traffic leaving the cluster, without exceptions."},
+	{"u2oInterconnection", func(s SubnetSpec, _ Settings) bool { return s.Vlan != "" && s.U2OInterconnection },
+		"u2oInterconnection is not applied yet: underlay pods do not reach overlay pods and Services through the cluster router; they reach them through the physical network and the nodes."},
 	{"enableLb", func(s SubnetSpec, st Settings) bool { return s.EnableLb != nil && !*s.EnableLb && st.EnableLB },
 		"enableLb: false is not applied: the cluster's Service load balancers stay on this subnet's switch, so its pods still reach Services through OVN."},
 	{"enableEcmp", func(s SubnetSpec, _ Settings) bool { return s.EnableEcmp },

@@ -24,7 +24,6 @@ func TestValidate(t *testing.T) {
 		text   string
 	}{
 		{map[string]any{"cidrBlock": "10.1.0.0/16", "colour": "blue"}, "UnknownField", "spec.colour"},
-		{map[string]any{"cidrBlock": "10.1.0.0/16", "vlan": "v10"}, "UnsupportedField", "spec.vlan"},
 		{map[string]any{"cidrBlock": "10.1.0.0/16", "provider": "macvlan.default"}, "UnsupportedField", "spec.provider"},
 		{map[string]any{"cidrBlock": "10.1.0.0/16", "vpc": "team-a"}, "UnsupportedField", `spec.vpc "team-a"`},
 		{map[string]any{"cidrBlock": "10.1.0.0/16", "private": true, "allowSubnets": []any{"10.2.0.0"}}, "InvalidField", `allowSubnets entry "10.2.0.0"`},
@@ -63,6 +62,11 @@ func TestNotAppliedFieldsAndMessage(t *testing.T) {
 		{SubnetSpec{NatOutgoing: true, GatewayType: "centralized", GatewayNode: "n1,n2"}, nil, nil},
 		{SubnetSpec{GatewayNode: "n1"}, []string{"gatewayNode"},
 			[]string{"gatewayNode is not applied to a distributed subnet:"}},
+		// Underlay subnets: logicalGateway is applied; what needs the overlay's gateways is not.
+		{SubnetSpec{Vlan: "v10", LogicalGateway: true, NatOutgoing: true}, nil, nil},
+		{SubnetSpec{Vlan: "v10", GatewayType: "centralized", GatewayNode: "n1", NatOutgoing: true, U2OInterconnection: true},
+			[]string{"gatewayType", "natOutgoing", "u2oInterconnection"},
+			[]string{"gatewayType: centralized is not applied to an underlay subnet:", "natOutgoing is not applied to an underlay subnet", "u2oInterconnection is not applied yet:"}},
 		// Kube-OVN's stored defaults ask for nothing.
 		{SubnetSpec{Vpc: "ovn-cluster", Provider: "ovn", EnableLb: ptr(true), GatewayType: "distributed", RouteTable: ""}, nil, nil},
 		// enableLb: false is honoured only without load balancers (with them, they stay on every switch).

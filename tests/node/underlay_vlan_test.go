@@ -1,0 +1,154 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/ovnhost/ovnhost/internal/annotations"
+	"github.com/ovnhost/ovnhost/tests/harness/physswitch"
+)
+
+var (
+	vlanGVR   = schema.GroupVersionResource{Group: "kubeovn.io", Version: "v1", Resource: "vlans"}
+	subnetGVR = schema.GroupVersionResource{Group: "kubeovn.io", Version: "v1", Resource: "subnets"}
+)
+
+// Underlay VLAN Subnets on two nodes, as Kube-OVN users run them: a
+// physical switch (a Linux bridge with VLAN filtering, in its own
+// namespace) trunks VLANs 100 and 200 to each node's eth1 and to a
+// physical router that holds each VLAN's gateway. A ProviderNetwork
+// bridges eth1 on both nodes; Vlans 100 and 200 and one Subnet on each
+// are applied as a Kube-OVN user writes them. Pods on VLAN 100 on the two
+// nodes reach each other and their physical gateway across the switch
+// (their MACs learned there on VLAN 100: not through Geneve), with the
+// provider network's MTU; the pod on VLAN 200 reaches its own gateway but
+// not the VLAN 100 pod even with a route straight onto its segment.
+func TestUnderlayVLANPodsAcrossNodes(t *testing.T) {
+	c := startCluster(t, 2)
+	sw := physswitch.Start(t, newNetns(t, "ohs"))
+	router := newNetns(t, "ohr")
+	for i, n := range c.nodes {
+		port := fmt.Sprintf("n%c", 'a'+i)
+		run(t, "ip", "link", "add", "eth1", "netns", n.NS, "type", "veth", "peer", "name", port, "netns", sw.NS)
+		run(t, "ip", "netns", "exec", n.NS, "ethtool", "-K", "eth1", "tx", "off")
+		run(t, "ip", "-n", n.NS, "link", "set", "eth1", "up")
+		sw.Trunk(t, port, 100, 200)
+	}
+	// The physical router: one interface per VLAN (on an access port)
+	// holding its gateway, not forwarding between them.
+	run(t, "ip", "netns", "exec", router, "sysctl", "-qw", "net.ipv4.ip_forward=0")
+	for _, vid := range []int{100, 200} {
+		v := fmt.Sprint(vid)
+		run(t, "ip", "link", "add", "r"+v, "netns", router, "type", "veth", "peer", "name", "s"+v, "netns", sw.NS)
+		sw.Access(t, "s"+v, vid)
+		run(t, "ip", "netns", "exec", router, "ethtool", "-K", "r"+v, "tx", "off")
+		run(t, "ip", "-n", router, "addr", "add", "10."+v+".0.254/24", "dev", "r"+v)
+		run(t, "ip", "-n", router, "link", "set", "r"+v, "up")
+	}
+
+	ctx := context.Background()
+	apply := func(gvr schema.GroupVersionResource, kind, name string, spec map[string]any) {
+		t.Helper()
+		if _, err := c.cp.dc.Resource(gvr).Create(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kubeovn.io/v1", "kind": kind,
+			"metadata": map[string]any{"name": name}, "spec": spec}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply(providerNetworkGVR, "ProviderNetwork", "physnet1", map[string]any{"defaultInterface": "eth1"})
+	for _, name := range c.names {
+		waitNodeReady := func(nd *corev1.Node) bool { return nd.Labels["physnet1.provider-network.kubernetes.io/ready"] == "true" }
+		waitNode(t, c, name, "physnet1 ready=true", waitNodeReady)
+	}
+	for _, vid := range []int64{100, 200} {
+		v := fmt.Sprint(vid)
+		apply(vlanGVR, "Vlan", "vlan"+v, map[string]any{"id": vid, "provider": "physnet1"})
+		c.ensureNamespace(t, "u"+v, nil)
+		apply(subnetGVR, "Subnet", "sub"+v, map[string]any{"protocol": "IPv4", "cidrBlock": "10." + v + ".0.0/24", "gateway": "10." + v + ".0.254",
+			"excludeIps": []any{"10." + v + ".0.254"}, "vlan": "vlan" + v, "namespaces": []any{"u" + v}})
+	}
+
+	a100 := c.addPod(t, 0, "u100", "a100", nil, nil)
+	b100 := c.addPod(t, 1, "u100", "b100", nil, nil)
+	a200 := c.addPod(t, 0, "u200", "a200", nil, nil)
+	for _, p := range []*clusterPod{a100, b100, a200} {
+		if !strings.HasPrefix(p.ip, "10."+strings.TrimPrefix(p.namespace, "u")+".0.") {
+			t.Fatalf("%s/%s got %s, not an address of its VLAN's network", p.namespace, p.name, p.ip)
+		}
+		// The provider network's MTU (eth1's 1500): no tunnel header to leave room for.
+		if link := run(t, "ip", "-n", p.netns, "link", "show", "eth0"); !strings.Contains(link, " mtu 1500 ") {
+			t.Errorf("%s's eth0 is not at the provider network's MTU 1500:\n%s", p.name, link)
+		}
+	}
+	pod, err := c.cp.kc.CoreV1().Pods("u100").Get(ctx, "a100", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Annotations[annotations.VlanID] != "100" || pod.Annotations[annotations.ProviderNetwork] != "physnet1" {
+		t.Errorf("a100's annotations vlan_id %q provider_network %q, want 100 and physnet1", pod.Annotations[annotations.VlanID], pod.Annotations[annotations.ProviderNetwork])
+	}
+
+	if err := ping(a100.netns, b100.ip, 3); err != nil {
+		t.Fatalf("VLAN 100 pod on node-a to the one on node-b: %v\n%s\n%s", err, a100.node.LogTail(), underlayState(sw, c))
+	}
+	if err := ping(a100.netns, "10.100.0.254", 3); err != nil {
+		t.Fatalf("VLAN 100 pod to its physical gateway: %v", err)
+	}
+	if err := ping(a200.netns, "10.200.0.254", 3); err != nil {
+		t.Fatalf("VLAN 200 pod to its physical gateway: %v", err)
+	}
+	// The pods' frames crossed the physical switch, tagged with their VLAN.
+	for _, p := range []struct {
+		pod  *clusterPod
+		want string
+	}{{a100, "na vlan 100"}, {b100, "nb vlan 100"}, {a200, "na vlan 200"}} {
+		if got := sw.Learned(t, podMAC(t, p.pod)); !slices.Equal(got, []string{p.want}) {
+			t.Errorf("the physical switch learned %s's MAC at %v, want [%s]", p.pod.name, got, p.want)
+		}
+	}
+
+	// VLAN separation: a route straight onto VLAN 100's segment gets the
+	// VLAN 200 pod nowhere, and its MAC never shows up on VLAN 100.
+	run(t, "ip", "-n", a200.netns, "route", "add", "10.100.0.0/24", "dev", "eth0")
+	if out, err := exec.Command("ip", "netns", "exec", a200.netns, "ping", "-c", "3", "-i", "0.2", "-W", "1", b100.ip).CombinedOutput(); err == nil {
+		t.Fatalf("the VLAN 200 pod reached the VLAN 100 pod %s:\n%s", b100.ip, out)
+	}
+	if got := sw.Learned(t, podMAC(t, a200)); !slices.Equal(got, []string{"na vlan 200"}) {
+		t.Errorf("the VLAN 200 pod's MAC was learned at %v, want only [na vlan 200]", got)
+	}
+	if neigh := run(t, "ip", "-n", router, "neigh", "show", "dev", "r100"); strings.Contains(neigh, a200.ip) {
+		t.Errorf("the router's VLAN 100 interface heard from the VLAN 200 pod:\n%s", neigh)
+	}
+}
+
+// podMAC is the MAC of a pod's eth0.
+func podMAC(t *testing.T, p *clusterPod) string {
+	t.Helper()
+	out := run(t, "ip", "-n", p.netns, "-o", "link", "show", "eth0")
+	m := regexp.MustCompile(`link/ether ([0-9a-f:]{17})`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no MAC on %s's eth0: %s", p.name, out)
+	}
+	return m[1]
+}
+
+// underlayState is what to look at when an underlay crossing fails: the
+// switch's log and each node's bridges.
+func underlayState(sw *physswitch.Switch, c *cluster) string {
+	var b strings.Builder
+	b.WriteString("physical switch log:\n" + sw.Log())
+	for i, n := range c.nodes {
+		out, _ := exec.Command("ovs-vsctl", "--db=unix:"+n.Path("ovs-run", "db.sock"), "show").CombinedOutput()
+		fmt.Fprintf(&b, "%s ovs-vsctl show:\n%s\n", c.names[i], out)
+	}
+	return b.String()
+}
