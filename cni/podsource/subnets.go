@@ -88,8 +88,10 @@ func subnetEgress(u *unstructured.Unstructured) (cidrs []netip.Prefix, natOutgoi
 		return nil, false, false
 	}
 	cidrs = subnetCIDRs(u)
+	// An interconnected underlay subnet's traffic out of the cluster
+	// leaves on its physical network, never through the host.
 	natOutgoing, _, _ = unstructured.NestedBool(u.Object, "spec", "natOutgoing")
-	return cidrs, natOutgoing, len(cidrs) > 0
+	return cidrs, natOutgoing && !interconnected(u), len(cidrs) > 0
 }
 
 // GatewayPlan is the host side of a centralized subnet on one of its
@@ -186,11 +188,12 @@ func routedThroughJoin(u *unstructured.Unstructured) bool {
 }
 
 // physicalGateway: an underlay (vlan) Subnet whose gateway is a router of
-// its physical network, not the cluster router (no logicalGateway).
+// its physical network, not the cluster router (no logicalGateway), and
+// not interconnected with the overlay either.
 func physicalGateway(u *unstructured.Unstructured) bool {
 	vlan, _, _ := unstructured.NestedString(u.Object, "spec", "vlan")
 	logical, _, _ := unstructured.NestedBool(u.Object, "spec", "logicalGateway")
-	return vlan != "" && !logical
+	return vlan != "" && !logical && !interconnected(u)
 }
 
 func subnetValidated(u *unstructured.Unstructured) bool {
@@ -253,5 +256,37 @@ func (k *Kube) checkAgainstSubnet(p *corev1.Pod, n *PodNetwork) (string, *Mismat
 			}
 		}
 	}
+	if interconnected(u) {
+		// The pod's default gateway is the cluster router's port on the
+		// subnet, from the status the controller writes (Kube-OVN's
+		// u2oInterconnectionIP): overlay and Services are reached through
+		// it, the rest is passed on to the physical gateway.
+		ip, _, _ := unstructured.NestedString(u.Object, "status", "u2oInterconnectionIP")
+		var u2o []netip.Addr
+		for _, s := range strings.Split(ip, ",") {
+			if a, err := netip.ParseAddr(strings.TrimSpace(s)); err == nil {
+				u2o = append(u2o, a.Unmap())
+			}
+		}
+		if len(u2o) == 0 {
+			return fmt.Sprintf("Subnet %q asks for u2oInterconnection; its status has no u2oInterconnectionIP from the controller yet", n.Switch), nil
+		}
+		for i, g := range n.Gateways {
+			for _, a := range u2o {
+				if a.Is4() == g.Is4() {
+					n.Gateways[i] = a
+				}
+			}
+		}
+	}
 	return "", nil
+}
+
+// interconnected: an underlay Subnet with a physical gateway that asks
+// for the underlay-to-overlay interconnection.
+func interconnected(u *unstructured.Unstructured) bool {
+	vlan, _, _ := unstructured.NestedString(u.Object, "spec", "vlan")
+	logical, _, _ := unstructured.NestedBool(u.Object, "spec", "logicalGateway")
+	u2o, _, _ := unstructured.NestedBool(u.Object, "spec", "u2oInterconnection")
+	return vlan != "" && !logical && u2o
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
+	"github.com/ovnhost/ovnhost/internal/ovnnet"
 )
 
 // SubnetFinalizer keeps a Subnet that pods still use: deleting it waits
@@ -51,7 +52,10 @@ func (r *Reconciler) patchFinalizers(ctx context.Context, u *unstructured.Unstru
 
 // users are the pods (namespace/name) and nodes ("node:<name>") holding
 // addresses in subnet.
-func (r *Reconciler) users(subnet string) []string { return r.cfg.IPAM.OwnersIn(subnet) }
+func (r *Reconciler) users(subnet string) []string {
+	// The router's interconnection address is the subnet's own, not a user.
+	return slices.DeleteFunc(r.cfg.IPAM.OwnersIn(subnet), func(o string) bool { return o == ovnnet.U2OOwner(subnet) })
+}
 
 // deletionBlockedMessage names (up to 10 of) the users still holding addresses.
 func deletionBlockedMessage(users []string) string {

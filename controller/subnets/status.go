@@ -14,13 +14,15 @@ import (
 
 	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
 	"github.com/ovnhost/ovnhost/internal/ipam"
+	"github.com/ovnhost/ovnhost/internal/ovnnet"
 )
 
 // statusFingerprint is what syncStatus compares between writes: counts and
 // conditions without their times.
 func statusFingerprint(st kubeovnv1.SubnetStatus, conds []kubeovnv1.Condition) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%v/%v/%s/%s/%v/%v", st.V4AvailableIPs, st.V4UsingIPs, st.V4AvailableIPRange, st.V4UsingIPRange, st.V6AvailableIPs, st.V6UsingIPs)
+	fmt.Fprintf(&b, "%v/%v/%s/%s/%v/%v/%s/%s", st.V4AvailableIPs, st.V4UsingIPs, st.V4AvailableIPRange, st.V4UsingIPRange, st.V6AvailableIPs, st.V6UsingIPs,
+		st.U2OInterconnectionIP, st.U2OInterconnectionMAC)
 	for _, c := range conds {
 		fmt.Fprintf(&b, "|%s=%s/%s/%s/%d", c.Type, c.Status, c.Reason, c.Message, c.ObservedGeneration)
 	}
@@ -50,8 +52,12 @@ func (r *Reconciler) syncStatus(ctx context.Context, name string) error {
 	if conds == nil {
 		return nil // not processed yet
 	}
+	if ips, mac, ok := r.cfg.Net.U2O(ctx, name); ok && valid {
+		st.U2OInterconnectionIP, st.U2OInterconnectionMAC, st.U2OInterconnectionVPC = strings.Join(ips, ","), mac, ovnnet.DefaultRouter
+	}
 	cur, _ := kubeovnv1.FromUnstructured(u)
 	same := stampConditions(conds, cur, u.GetGeneration(), time.Now().UTC().Format(time.RFC3339)) && cur != nil &&
+		cur.Status.U2OInterconnectionIP == st.U2OInterconnectionIP && cur.Status.U2OInterconnectionMAC == st.U2OInterconnectionMAC &&
 		cur.Status.V4AvailableIPs == st.V4AvailableIPs && cur.Status.V4UsingIPs == st.V4UsingIPs &&
 		cur.Status.V4AvailableIPRange == st.V4AvailableIPRange && cur.Status.V4UsingIPRange == st.V4UsingIPRange &&
 		cur.Status.V6AvailableIPs == st.V6AvailableIPs && cur.Status.V6UsingIPs == st.V6UsingIPs
@@ -63,7 +69,15 @@ func (r *Reconciler) syncStatus(ctx context.Context, name string) error {
 		return nil
 	}
 	st.Conditions = conds
-	patch, _ := json.Marshal(map[string]any{"status": st})
+	body := map[string]any{}
+	raw, _ := json.Marshal(st)
+	_ = json.Unmarshal(raw, &body)
+	for _, k := range []string{"u2oInterconnectionIP", "u2oInterconnectionMAC", "u2oInterconnectionVPC"} {
+		if _, set := body[k]; !set {
+			body[k] = nil // a merge patch removes what it sets to null
+		}
+	}
+	patch, _ := json.Marshal(map[string]any{"status": body})
 	_, err = r.cfg.Dynamic.Resource(kubeovnv1.SubnetGVR).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err == nil {
 		r.mu.Lock()

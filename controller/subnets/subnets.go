@@ -43,6 +43,8 @@ type Network interface {
 	AddSubnet(ctx context.Context, cfg ipam.SubnetConfig, ul *ovnnet.Underlay) error
 	RemoveSubnet(ctx context.Context, name string) error
 	SetIsolation(ctx context.Context, subnet string, iso ovnnet.Isolation) error
+	// U2O is an underlay subnet's interconnection address(es) and MAC.
+	U2O(ctx context.Context, subnet string) (ips []string, mac string, ok bool)
 }
 
 // Addresses is what subnets read of the IPAM (ipam.IPAM, shared with the pods).
@@ -209,7 +211,7 @@ func (r *Reconciler) Start(ctx context.Context, wg *sync.WaitGroup, names []stri
 	r.started.Store(true)
 	for _, n := range names {
 		r.statusQ.Add(n)
-		if r.Terminating(n) {
+		if r.Terminating(n) || r.u2oPending(n) {
 			// Decided now that the IPAM holds every recorded address.
 			r.q.Add(n)
 		}

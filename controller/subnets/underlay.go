@@ -2,6 +2,8 @@ package subnets
 
 import (
 	"fmt"
+	"net/netip"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
@@ -95,7 +97,32 @@ func (r *Reconciler) underlay(s *kubeovnv1.Subnet) (*ovnnet.Underlay, *kubeovnv1
 		return nil, &kubeovnv1.Problem{Reason: "ProviderNetworkNotFound", Message: fmt.Sprintf(
 			"spec.vlan %q is on ProviderNetwork %q, which does not exist; create it (kind: ProviderNetwork, spec.defaultInterface: the nodes' NIC) or correct the Vlan's spec.provider", name, pn)}
 	}
-	return &ovnnet.Underlay{Provider: pn, VlanID: v.Spec.Tag(), LogicalGateway: s.Spec.LogicalGateway}, nil
+	ul := &ovnnet.Underlay{Provider: pn, VlanID: v.Spec.Tag(), LogicalGateway: s.Spec.LogicalGateway,
+		U2O: s.Spec.U2OInterconnection && !s.Spec.LogicalGateway}
+	if ul.U2O && !r.started.Load() && r.u2oPending(s.Name) {
+		// Not before the IPAM holds every pod's address: programmed
+		// without the interconnection now, with it once started.
+		ul.U2O = false
+	}
+	if ul.U2O {
+		// The address asked for, else the one recorded: it survives restarts.
+		want := s.Spec.U2OInterconnectionIP
+		if want == "" {
+			want = s.Status.U2OInterconnectionIP
+		}
+		for _, f := range strings.Split(want, ",") {
+			if f = strings.TrimSpace(f); f == "" {
+				continue
+			}
+			a, err := netip.ParseAddr(f)
+			if err != nil {
+				return nil, &kubeovnv1.Problem{Reason: "InvalidField", Message: fmt.Sprintf(
+					"u2oInterconnectionIP %q is not an IP address; write an unused address of cidrBlock (e.g. 10.100.0.253), or remove it to have one allocated", want)}
+			}
+			ul.U2OIPs = append(ul.U2OIPs, a.Unmap())
+		}
+	}
+	return ul, nil
 }
 
 func objectName(obj any) string {
@@ -111,4 +138,16 @@ func objectName(obj any) string {
 func specString(u *unstructured.Unstructured, field string) string {
 	v, _, _ := unstructured.NestedString(u.Object, "spec", field)
 	return v
+}
+
+// u2oPending: a Subnet asks for an interconnection address that is not
+// recorded yet. Before the start rebuilt the IPAM from the pods one is
+// not picked (it could be a pod's); the start programs it again.
+func (r *Reconciler) u2oPending(name string) bool {
+	obj, ok, _ := r.inf.GetIndexer().GetByKey(name)
+	if !ok {
+		return false
+	}
+	s, err := kubeovnv1.FromUnstructured(obj.(*unstructured.Unstructured))
+	return err == nil && s.Spec.Vlan != "" && s.Spec.U2OInterconnection && s.Spec.U2OInterconnectionIP == "" && s.Status.U2OInterconnectionIP == ""
 }

@@ -938,3 +938,20 @@ func (c *Client) DeleteRoutes(ctx context.Context, router string, match map[stri
 	_, err = c.transact(ctx, "delete routes on "+router, ops)
 	return err
 }
+
+// SetGlobalOption sets one key of NB_Global's options, leaving the others
+// (northd's, an administrator's) alone. Written out: the client does not
+// monitor NB_Global, and a map mutation touches only that key.
+func (c *Client) SetGlobalOption(ctx context.Context, key, value string) error {
+	ops := []ovsdb.Operation{{
+		// The one row, whatever its UUID (OVSDB requires a where clause).
+		Op: ovsdb.OperationMutate, Table: nbdb.NBGlobalTable,
+		Where: []ovsdb.Condition{{Column: "_uuid", Function: ovsdb.ConditionNotEqual, Value: ovsdb.UUID{GoUUID: "00000000-0000-0000-0000-000000000000"}}},
+		Mutations: []ovsdb.Mutation{
+			{Column: "options", Mutator: ovsdb.MutateOperationDelete, Value: ovsdb.OvsSet{GoSet: []any{key}}},
+			{Column: "options", Mutator: ovsdb.MutateOperationInsert, Value: ovsdb.OvsMap{GoMap: map[any]any{key: value}}},
+		},
+	}}
+	_, err := c.transact(ctx, "set NB_Global options:"+key+"="+value, ops)
+	return err
+}

@@ -82,15 +82,21 @@ func (n *Network) syncClusterSet(ctx context.Context) error {
 			addrs = append(addrs, p.String())
 		}
 	}
+	var nodes []string
 	n.mu.Lock()
 	for _, ips := range n.nodeIPs {
 		for _, ip := range ips {
 			if ip.Is4() {
-				addrs = append(addrs, ip.String())
+				nodes = append(nodes, ip.String())
 			}
 		}
 	}
 	n.mu.Unlock()
+	slices.Sort(nodes)
+	if err := n.NB.EnsureAddressSet(ctx, ovnnb.AddressSet{Name: NodeAddressesSet, Addresses: nodes, ExternalIDs: map[string]string{keyEgress: "nodes"}}); err != nil {
+		return err
+	}
+	addrs = append(addrs, nodes...)
 	return n.NB.EnsureAddressSet(ctx, ovnnb.AddressSet{Name: ClusterAddressSet, Addresses: addrs, ExternalIDs: map[string]string{keyEgress: "cluster"}})
 }
 

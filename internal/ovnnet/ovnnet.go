@@ -82,7 +82,11 @@ type Network struct {
 	nodeIPs map[string][]netip.Addr // node -> its internal addresses (kept in the cluster set)
 	// physical: the underlay subnets whose gateway is a physical router
 	// (no port on the cluster router): outside the cluster set.
-	physical     map[string]bool
+	physical map[string]bool
+	// ownWay: the underlay subnets with a physical gateway, interconnected
+	// or not: their pods leave on the physical network, never through
+	// their node, so they are in no node's egress set.
+	ownWay       map[string]bool
 	clusterSetMu sync.Mutex
 }
 
@@ -94,7 +98,17 @@ type Underlay struct {
 	// LogicalGateway: the subnet's gateway address is the cluster router's
 	// port (spec.logicalGateway), not a router on the physical network.
 	LogicalGateway bool
+	// U2O (spec.u2oInterconnection, with a physical gateway): the cluster
+	// router gets a port on the subnet at an address of its own (U2OIPs
+	// when given: spec.u2oInterconnectionIP or the one already recorded),
+	// through which its pods reach the overlay and Services.
+	U2O    bool
+	U2OIPs []netip.Addr
 }
+
+// U2OOwner is the IPAM owner of an underlay subnet's interconnection
+// address (Kube-OVN's IP object name for it).
+func U2OOwner(subnet string) string { return "u2o-interconnection." + DefaultRouter + "." + subnet }
 
 // New returns a Network with an empty IPAM.
 func New(nb *ovnnb.Client, cfg Config) *Network {
@@ -107,7 +121,7 @@ func New(nb *ovnnb.Client, cfg Config) *Network {
 	if cfg.JoinSubnet == "" {
 		cfg.JoinSubnet = JoinSubnet
 	}
-	return &Network{IPAM: ipam.New(), NB: nb, cfg: cfg, nodeIPs: map[string][]netip.Addr{}, physical: map[string]bool{}}
+	return &Network{IPAM: ipam.New(), NB: nb, cfg: cfg, nodeIPs: map[string][]netip.Addr{}, physical: map[string]bool{}, ownWay: map[string]bool{}}
 }
 
 // Config returns the effective names.
@@ -115,6 +129,14 @@ func (n *Network) Config() Config { return n.cfg }
 
 // EnsureRouter creates the cluster router.
 func (n *Network) EnsureRouter(ctx context.Context) error {
+	// Logical flows do not drop on ct.inv (Kube-OVN sets the same): a
+	// connection between an underlay pod and an overlay pod is routed on
+	// each side's own chassis, so the reply runs the underlay switch's
+	// egress stage on a chassis that never saw the request, where
+	// conntrack marks it invalid. ACLs still judge such a packet as new.
+	if err := n.NB.SetGlobalOption(ctx, "use_ct_inv_match", "false"); err != nil {
+		return err
+	}
 	return n.NB.EnsureRouter(ctx, n.cfg.Router)
 }
 
@@ -150,10 +172,22 @@ func (n *Network) AddSubnet(ctx context.Context, cfg ipam.SubnetConfig, ul *Unde
 		return err
 	}
 	sw := ovnnb.Switch{Name: cfg.Name, Router: n.cfg.Router, CIDRs: cfg.CIDRs, Gateways: cfg.Gateways}
-	physical := ul != nil && !ul.LogicalGateway
+	u2o := ul != nil && !ul.LogicalGateway && ul.U2O
+	physical := ul != nil && !ul.LogicalGateway && !u2o
 	if ul != nil {
 		sw.Localnet = &ovnnb.Localnet{Network: ul.Provider, Tag: ul.VlanID}
 		sw.Detached = physical
+	}
+	if u2o {
+		a, err := n.IPAM.Allocate(cfg.Name, U2OOwner(cfg.Name), ipam.Request{IPs: ul.U2OIPs})
+		if err != nil {
+			return err
+		}
+		// The router's port is on the subnet at its own address: the
+		// subnet's gateway stays the physical router's.
+		sw.Gateways = a.IPs
+	} else {
+		n.IPAM.Release(U2OOwner(cfg.Name))
 	}
 	if err := n.NB.EnsureSwitch(ctx, sw); err != nil {
 		return err
@@ -164,15 +198,25 @@ func (n *Network) AddSubnet(ctx context.Context, cfg ipam.SubnetConfig, ul *Unde
 	} else {
 		delete(n.physical, cfg.Name)
 	}
+	if physical || u2o {
+		n.ownWay[cfg.Name] = true
+	} else {
+		delete(n.ownWay, cfg.Name)
+	}
 	n.mu.Unlock()
-	if physical {
+	if physical || u2o {
+		// No router port is the subnet's gateway.
 		if mac, had, _ := n.NB.RouterPortMACOf(ctx, ovnnb.RouterPortName(n.cfg.Router, cfg.Name)); had {
 			n.IPAM.UnreserveMAC(mac, n.gatewayMACHolder(cfg.Name))
 		}
 	} else if err := n.reserveGatewayMAC(ctx, cfg.Name); err != nil {
 		return err
 	}
-	return n.syncClusterSet(ctx)
+	if err := n.syncClusterSet(ctx); err != nil {
+		return err
+	}
+	// After the set of nodes' addresses its policy names exists.
+	return n.syncU2OPolicies(ctx, cfg, u2o)
 }
 
 // gatewayMACHolder names the router port that is subnet's gateway, as the
@@ -204,9 +248,13 @@ func (n *Network) RemoveSubnet(ctx context.Context, name string) error {
 	if hadPort {
 		n.IPAM.UnreserveMAC(mac, n.gatewayMACHolder(name))
 	}
+	if err := n.NB.DeletePolicies(ctx, n.cfg.Router, u2oIDs(name)); err != nil {
+		return err
+	}
 	n.IPAM.RemoveSubnet(name)
 	n.mu.Lock()
 	delete(n.physical, name)
+	delete(n.ownWay, name)
 	n.mu.Unlock()
 	return n.syncClusterSet(ctx)
 }
@@ -289,7 +337,13 @@ func (n *Network) AddPod(ctx context.Context, r PodRequest) (ipam.Allocation, er
 	for k, v := range r.ExternalIDs {
 		ids[k] = v
 	}
-	set, err := n.nodeSet(ctx, r.Node)
+	node := r.Node
+	n.mu.Lock()
+	if n.ownWay[a.Subnet] {
+		node = "" // leaves on its physical network, not through the node
+	}
+	n.mu.Unlock()
+	set, err := n.nodeSet(ctx, node)
 	if err != nil {
 		if !had {
 			n.IPAM.Release(owner)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"strings"
 	"time"
 
@@ -52,22 +53,66 @@ func SetMapping(ctx context.Context, ovs *ovsdbconn.Conn, network, bridge string
 	if err := checkMapping(network, bridge); err != nil {
 		return err
 	}
+	return setEntry(ctx, ovs, ovsconf.BridgeMappings, network, bridge)
+}
+
+// ChassisMACMappings is the key of OVN's per-chassis MAC on each provider
+// network: routed traffic leaves onto a VLAN network with it rather than
+// the distributed router port's MAC, which every chassis would otherwise
+// send from (the physical switch would see that MAC move between ports).
+const ChassisMACMappings = "ovn-chassis-mac-mappings"
+
+// ChassisMAC is network's entry in ovn-chassis-mac-mappings ("" none).
+func ChassisMAC(ctx context.Context, ovs *ovsdbconn.Conn, network string) (string, error) {
 	if ovs == nil {
-		return fmt.Errorf("%s for %s: conf.db is not connected", ovsconf.BridgeMappings, network)
+		return "", errors.New(ChassisMACMappings + ": conf.db is not connected")
+	}
+	root, err := openVSwitch(ctx, ovs)
+	if err != nil {
+		return "", err
+	}
+	for _, m := range ovsconf.SplitMappings(root.ExternalIDs[ChassisMACMappings]) {
+		if n, mac, ok := strings.Cut(m, ":"); ok && n == network {
+			return mac, nil
+		}
+	}
+	return "", nil
+}
+
+// SetChassisMAC sets network's MAC in ovn-chassis-mac-mappings (mac nil:
+// drops it), written as SetMapping writes bridge mappings.
+func SetChassisMAC(ctx context.Context, ovs *ovsdbconn.Conn, network string, mac net.HardwareAddr) error {
+	if err := checkMapping(network, ""); err != nil {
+		return err
+	}
+	if mac != nil && (len(mac) != 6 || mac[0]&1 == 1) {
+		return fmt.Errorf("%s for %s: %s is not a unicast Ethernet MAC", ChassisMACMappings, network, mac)
+	}
+	v := ""
+	if mac != nil {
+		v = mac.String()
+	}
+	return setEntry(ctx, ovs, ChassisMACMappings, network, v)
+}
+
+// setEntry sets network's value in the mappings of key ("" drops it).
+func setEntry(ctx context.Context, ovs *ovsdbconn.Conn, key, network, value string) error {
+	if ovs == nil {
+		return fmt.Errorf("%s for %s: conf.db is not connected", key, network)
 	}
 	for attempt := 1; ; attempt++ {
 		root, err := openVSwitch(ctx, ovs)
 		if err != nil {
-			return fmt.Errorf("%s for %s: %w", ovsconf.BridgeMappings, network, err)
+			return fmt.Errorf("%s for %s: %w", key, network, err)
 		}
-		wrote, err := setMappingFrom(ctx, ovs, root, network, bridge)
+		wrote, err := setEntryFrom(ctx, ovs, root, key, network, value)
 		if wrote {
 			// Return once the cache has it, so that what the caller reads
-			// next (and its next SetMapping) starts from it: the guard
-			// made our write the first change after root's value, and the
-			// cache takes changes in order. The write is done either way.
+			// next (and its next write) starts from it: the guard made our
+			// write the first change after root's value, and the cache
+			// takes changes in order. The write is done either way.
 			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_ = ovs.WaitUntil(wctx, "our "+ovsconf.BridgeMappings+" in the cache", func() bool { return changedSince(ctx, ovs, root) }, nil)
+			_ = ovs.WaitUntil(wctx, "our "+key+" in the cache", func() bool { return changedSince(ctx, ovs, root) }, nil)
 			cancel()
 		}
 		var tx *ovsdbconn.TxError
@@ -76,7 +121,7 @@ func SetMapping(ctx context.Context, ovs *ovsdbconn.Conn, network, bridge string
 		}
 		if attempt == maxMappingAttempts {
 			return fmt.Errorf("%s for %s: the Open_vSwitch row's external_ids changed under each of %d attempts to write it; something keeps rewriting them (watch them with ovsdb-client monitor Open_vSwitch external_ids) and stop it",
-				ovsconf.BridgeMappings, network, attempt)
+				key, network, attempt)
 		}
 		// Someone wrote external_ids after our cache showed them: let
 		// the cache catch up, then compute again.
@@ -84,7 +129,7 @@ func SetMapping(ctx context.Context, ovs *ovsdbconn.Conn, network, bridge string
 		_ = ovs.WaitUntil(wctx, "conf.db's external_ids to change", func() bool { return changedSince(ctx, ovs, root) }, nil)
 		cancel()
 		if ctx.Err() != nil {
-			return fmt.Errorf("%s for %s: %w", ovsconf.BridgeMappings, network, ctx.Err())
+			return fmt.Errorf("%s for %s: %w", key, network, ctx.Err())
 		}
 	}
 }
@@ -95,14 +140,14 @@ func changedSince(ctx context.Context, ovs *ovsdbconn.Conn, root *vswitch.OpenvS
 	return err == nil && !maps.Equal(r.ExternalIDs, root.ExternalIDs)
 }
 
-// setMappingFrom writes network's mapping computed from root (the cache's
-// Open_vSwitch row), in one transaction that first waits, without
+// setEntryFrom writes network's entry of key computed from root (the
+// cache's Open_vSwitch row), in one transaction that first waits, without
 // blocking, for external_ids to still be root's: the server refuses it
 // (a *ovsdbconn.TxError that TimedOut) when they changed since. wrote:
 // the server took the write.
-func setMappingFrom(ctx context.Context, ovs *ovsdbconn.Conn, root *vswitch.OpenvSwitch, network, bridge string) (wrote bool, err error) {
-	cur := ovsconf.SplitMappings(root.ExternalIDs[ovsconf.BridgeMappings])
-	next := withMapping(cur, network, bridge)
+func setEntryFrom(ctx context.Context, ovs *ovsdbconn.Conn, root *vswitch.OpenvSwitch, key, network, value string) (wrote bool, err error) {
+	cur := ovsconf.SplitMappings(root.ExternalIDs[key])
+	next := withMapping(cur, network, value)
 	if strings.Join(cur, ",") == strings.Join(next, ",") {
 		return false, nil
 	}
@@ -114,10 +159,10 @@ func setMappingFrom(ctx context.Context, ovs *ovsdbconn.Conn, root *vswitch.Open
 	guard := ovsdb.Operation{Op: ovsdb.OperationWait, Table: "Open_vSwitch", Timeout: &zero,
 		Where:   []ovsdb.Condition{{Column: "_uuid", Function: ovsdb.ConditionEqual, Value: ovsdb.UUID{GoUUID: root.UUID}}},
 		Columns: []string{"external_ids"}, Until: string(ovsdb.WaitConditionEqual), Rows: []ovsdb.Row{{"external_ids": ovsdb.OvsMap{GoMap: old}}}}
-	ops := append([]ovsdb.Operation{guard}, ovsconf.SetExternalID(root, ovsconf.BridgeMappings, strings.Join(next, ","))...)
-	what := "map " + network + " to " + bridge + " in " + ovsconf.BridgeMappings
-	if bridge == "" {
-		what = "drop " + network + " from " + ovsconf.BridgeMappings
+	ops := append([]ovsdb.Operation{guard}, ovsconf.SetExternalID(root, key, strings.Join(next, ","))...)
+	what := "set " + network + " to " + value + " in " + key
+	if value == "" {
+		what = "drop " + network + " from " + key
 	}
 	_, err = ovsdbconn.Transact(ctx, ovs, what, ops...)
 	return err == nil, err

@@ -39,7 +39,7 @@ func TestWithMapping(t *testing.T) {
 // br-external and two underlay providers), beside a mapping written
 // outside ovnhost: all five end present. Each round starts from a fresh
 // conf.db, all writers released together. (With the guard taken out of
-// setMappingFrom, as egress's earlier write had none, round 0 already
+// setEntryFrom, as egress's earlier write had none, round 0 already
 // loses mappings.)
 func TestConcurrentMappingsAllKept(t *testing.T) {
 	ctx := context.Background()
@@ -118,7 +118,7 @@ func TestMappingWriteGuarded(t *testing.T) {
 	if err := SetMapping(ctx, ovs, "egw", "br-egw"); err != nil {
 		t.Fatal(err)
 	}
-	wrote, err := setMappingFrom(ctx, ovs, stale, "p1", "br-p1")
+	wrote, err := setEntryFrom(ctx, ovs, stale, ovsconf.BridgeMappings, "p1", "br-p1")
 	var tx *ovsdbconn.TxError
 	if wrote || !errors.As(err, &tx) || !tx.TimedOut() {
 		t.Fatalf("a write from a stale external_ids: %v, want the guard's wait to time out", err)

@@ -31,6 +31,7 @@ package underlay
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -457,8 +458,12 @@ func (u *Unit) attach(ctx context.Context, pn nodeconfig.ProviderNetwork) (err e
 	if err != nil {
 		return err
 	}
-	// 5. The mapping.
+	// 5. The mapping, and this chassis's MAC on the network (kept when
+	// set: routed traffic keeps its source MAC across restarts).
 	if err := ovsbridge.SetMapping(ctx, ovs, pn.Name, br); err != nil {
+		return err
+	}
+	if err := ensureChassisMAC(ctx, ovs, pn.Name); err != nil {
 		return err
 	}
 	if shared > 0 || !moved.Empty() {
@@ -501,6 +506,9 @@ func (u *Unit) detach(ctx context.Context, pn nodeconfig.ProviderNetwork) error 
 		// The NIC does not have its configuration back: keep the bridge
 		// that has it.
 		return errors.Join(errs...)
+	}
+	if err := ovsbridge.SetChassisMAC(ctx, ovs, pn.Name, nil); err != nil {
+		return err
 	}
 	if err := ovsbridge.SetMapping(ctx, ovs, pn.Name, ""); err != nil {
 		return err
@@ -583,4 +591,19 @@ func Cleanup(journalDir string) ([]string, error) {
 		_ = os.Remove(journalDir) // only when empty
 	}
 	return done, errors.Join(errs...)
+}
+
+// ensureChassisMAC gives this chassis a MAC of its own on network unless
+// it has one: a random locally administered unicast address, kept in
+// conf.db (ovn-chassis-mac-mappings) for as long as the network is bridged.
+func ensureChassisMAC(ctx context.Context, ovs *ovsdbconn.Conn, network string) error {
+	if cur, err := ovsbridge.ChassisMAC(ctx, ovs, network); err != nil || cur != "" {
+		return err
+	}
+	mac := make(net.HardwareAddr, 6)
+	if _, err := rand.Read(mac); err != nil {
+		return err
+	}
+	mac[0] = (mac[0] &^ 1) | 2
+	return ovsbridge.SetChassisMAC(ctx, ovs, network, mac)
 }

@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
@@ -58,6 +60,26 @@ func (e *env) applyYAML(path string) {
 	}
 }
 
+// waitAllowed waits until the API server's authorizer lets user do verb
+// on resource (group/resource) in namespace ns: RBAC objects just created
+// are in force only once the authorizer's own cache has them.
+func (e *env) waitAllowed(user, verb, group, resource, ns string) {
+	e.t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		r, err := e.kc.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{User: user,
+			ResourceAttributes: &authzv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: group, Resource: resource}}}, metav1.CreateOptions{})
+		if err != nil {
+			return false, err
+		}
+		last = r.Status.Reason
+		return r.Status.Allowed, nil
+	})
+	if err != nil {
+		e.t.Fatalf("%s may not %s %s in %q 30s after its RBAC was applied: %v (%s)", user, verb, resource, ns, err, last)
+	}
+}
+
 // kubeconfigAs writes a kubeconfig that impersonates user.
 func (e *env) kubeconfigAs(user string) string {
 	e.t.Helper()
@@ -86,7 +108,10 @@ func TestControllerWorksWithItsRBACOnly(t *testing.T) {
 	e.applyYAML(filepath.Join(base, "namespace.yaml"))
 	e.applyYAML(filepath.Join(base, "rbac-controller.yaml"))
 	e.createNode("node-a", "192.168.10.11")
-	kc := e.kubeconfigAs("system:serviceaccount:ovnhost:ovnhost-controller")
+	sa := "system:serviceaccount:ovnhost:ovnhost-controller"
+	e.waitAllowed(sa, "list", "", "pods", "")
+	e.waitAllowed(sa, "create", "coordination.k8s.io", "leases", "ovnhost")
+	kc := e.kubeconfigAs(sa)
 	p := e.startControllerProcess("--kubeconfig", kc, "--lease-namespace", "ovnhost")
 	p.waitReady(t, 60*time.Second)
 	e.waitSubnetReady("ovn-default")

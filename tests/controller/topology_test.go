@@ -120,7 +120,7 @@ func TestDefaultTopologyNodesAndSubnetValidation(t *testing.T) {
 			t.Fatalf("create %s: %v", name, err)
 		}
 	}
-	want := map[string]string{"unknown-field": "UnknownField:spec.colour", "vlan": "UnsupportedField:spec.vlan",
+	want := map[string]string{"unknown-field": "UnknownField:spec.colour", "vlan": "VlanNotFound:the Vlan and ProviderNetwork CRDs are not installed; apply packaging/kubernetes/base/crd-vlans.yaml",
 		"mismatch": "ProtocolMismatch:protocol IPv6", "overlap": "InvalidField:overlaps 10.16.0.0/16"}
 	for name, w := range want {
 		reason, text, _ := strings.Cut(w, ":")
@@ -137,7 +137,7 @@ func TestDefaultTopologyNodesAndSubnetValidation(t *testing.T) {
 	e.createPod("default", "on-vlan", "node-a", map[string]string{annotations.LogicalSwitch: "vlan"})
 	e.waitFor(30*time.Second, "SubnetNotValid event on on-vlan", func() (bool, string) {
 		ev := strings.Join(e.events("default", "on-vlan"), "|")
-		return strings.Contains(ev, `SubnetNotValid: subnet "vlan" is not valid (UnsupportedField`), ev
+		return strings.Contains(ev, `SubnetNotValid: subnet "vlan" is not valid (VlanNotFound`), ev
 	})
 	// A good extra subnet gets its switch and router port.
 	if _, err := e.dc.Resource(kubeovnv1.SubnetGVR).Create(ctx, subnetObj("extra", map[string]any{"cidrBlock": "10.40.0.0/24", "gateway": "10.40.0.254", "excludeIps": []any{"10.40.0.1..10.40.0.9"}}), metav1.CreateOptions{}); err != nil {

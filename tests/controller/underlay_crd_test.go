@@ -202,7 +202,10 @@ func TestControllerKeepsUnderlayStatusWithItsRBAC(t *testing.T) {
 		"customInterfaces": []any{map[string]any{"interface": "eth2", "nodes": []any{"n1"}}, map[string]any{"interface": "eth3", "nodes": []any{"n1"}}}})
 	create(kubeovnv1.SubnetGVR, "Subnet", "underlay1", map[string]any{"cidrBlock": "172.17.0.0/16", "gateway": "172.17.0.1", "vlan": "vlan100", "protocol": "IPv4"})
 
-	kc := e.kubeconfigAs("system:serviceaccount:ovnhost:ovnhost-controller")
+	sa := "system:serviceaccount:ovnhost:ovnhost-controller"
+	e.waitAllowed(sa, "list", "kubeovn.io", "vlans", "")
+	e.waitAllowed(sa, "create", "coordination.k8s.io", "leases", "ovnhost")
+	kc := e.kubeconfigAs(sa)
 	p := e.startControllerProcess("--kubeconfig", kc, "--lease-namespace", "ovnhost")
 	p.waitReady(t, 60*time.Second)
 
@@ -234,9 +237,9 @@ func TestControllerKeepsUnderlayStatusWithItsRBAC(t *testing.T) {
 			r4095 != nil && r4095["status"] == "False" && strings.Contains(fmt.Sprint(r4095["message"]), "4095 is reserved") &&
 			tw != nil && tw["status"] == "False" && strings.Contains(fmt.Sprint(tw["message"]), `node "n1" is in spec.customInterfaces[0] (eth2) and [1] (eth3)`) &&
 			fmt.Sprint(physnet["vlans"]) == "[vlan-stored-1-8 vlan100 vlan100b]"
-		// The underlay Subnet itself is still refused (not wired yet).
+		// The underlay Subnet is programmed on its Vlan.
 		sc := cond(e.subnet("underlay1"), kubeovnv1.Validated)
-		ok = ok && sc != nil && sc.Status == "False" && strings.Contains(sc.Message, "spec.vlan")
+		ok = ok && sc != nil && sc.Status == "True"
 		return ok, fmt.Sprintf("vlan100 %v; vlan100b %v; vlan4095 %v; twice %v; physnet %v; underlay1 Validated %+v", v100, v100b, v4095, twice, physnet, sc)
 	})
 	v, err := e.dc.Resource(kubeovnv1.VlanGVR).Get(ctx, "vlan100", metav1.GetOptions{})

@@ -8,11 +8,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ovnhost/ovnhost/internal/annotations"
 	"github.com/ovnhost/ovnhost/tests/harness/physswitch"
@@ -32,7 +35,11 @@ var (
 // nodes reach each other and their physical gateway across the switch
 // (their MACs learned there on VLAN 100: not through Geneve), with the
 // provider network's MTU; the pod on VLAN 200 reaches its own gateway but
-// not the VLAN 100 pod even with a route straight onto its segment.
+// not the VLAN 100 pod even with a route straight onto its segment. Then
+// u2oInterconnection on VLAN 100: the cluster router gets an address
+// there (Subnet status), a new pod's default gateway is that address, and
+// the pod reaches an overlay pod on the other node both ways, its
+// physical gateway, and what lies beyond it.
 func TestUnderlayVLANPodsAcrossNodes(t *testing.T) {
 	c := startCluster(t, 2)
 	sw := physswitch.Start(t, newNetns(t, "ohs"))
@@ -66,7 +73,9 @@ func TestUnderlayVLANPodsAcrossNodes(t *testing.T) {
 	}
 	apply(providerNetworkGVR, "ProviderNetwork", "physnet1", map[string]any{"defaultInterface": "eth1"})
 	for _, name := range c.names {
-		waitNodeReady := func(nd *corev1.Node) bool { return nd.Labels["physnet1.provider-network.kubernetes.io/ready"] == "true" }
+		waitNodeReady := func(nd *corev1.Node) bool {
+			return nd.Labels["physnet1.provider-network.kubernetes.io/ready"] == "true"
+		}
 		waitNode(t, c, name, "physnet1 ready=true", waitNodeReady)
 	}
 	for _, vid := range []int64{100, 200} {
@@ -128,6 +137,104 @@ func TestUnderlayVLANPodsAcrossNodes(t *testing.T) {
 	if neigh := run(t, "ip", "-n", router, "neigh", "show", "dev", "r100"); strings.Contains(neigh, a200.ip) {
 		t.Errorf("the router's VLAN 100 interface heard from the VLAN 200 pod:\n%s", neigh)
 	}
+
+	// u2oInterconnection: the cluster router gets an address on VLAN
+	// 100; a pod started then has it as its default gateway and reaches an
+	// overlay pod on the other node (and is reached from it), its
+	// physical gateway on its segment, and beyond that gateway (the
+	// router's VLAN 200 address) through the cluster router.
+	if _, err := c.cp.dc.Resource(subnetGVR).Patch(ctx, "sub100", types.MergePatchType, []byte(`{"spec":{"u2oInterconnection":true}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitSubnetStatus(t, c, "sub100", "u2oInterconnectionIP")
+	u2oIP := st["u2oInterconnectionIP"]
+	if !strings.HasPrefix(u2oIP, "10.100.0.") || u2oIP == "10.100.0.254" || u2oIP == a100.ip || u2oIP == b100.ip || st["u2oInterconnectionVPC"] != "ovn-cluster" || st["u2oInterconnectionMAC"] == "" {
+		t.Fatalf("Subnet sub100 status after u2oInterconnection: %v", st)
+	}
+	c100 := c.addPod(t, 0, "u100", "c100", nil, nil)
+	over := c.addPod(t, 1, "default", "over", nil, nil)
+	if r := run(t, "ip", "-n", c100.netns, "route", "show", "default"); !strings.Contains(r, "via "+u2oIP+" ") {
+		t.Fatalf("c100's default route is not via the interconnection address %s:\n%s", u2oIP, r)
+	}
+	diag := func(from *clusterPod, dst string) string {
+		return u2oState(c, sw, from, "sub100", st["u2oInterconnectionMAC"], dst)
+	}
+	if err := ping(c100.netns, over.ip, 3); err != nil {
+		t.Fatalf("interconnected underlay pod to an overlay pod on the other node: %v\n%s", err, diag(c100, over.ip))
+	}
+	if err := ping(over.netns, c100.ip, 3); err != nil {
+		t.Fatalf("overlay pod to the interconnected underlay pod: %v", err)
+	}
+	if err := ping(c100.netns, "10.100.0.254", 3); err != nil {
+		t.Fatalf("interconnected underlay pod to its physical gateway: %v", err)
+	}
+	if err := ping(c100.netns, "10.200.0.254", 3); err != nil {
+		t.Fatalf("interconnected underlay pod beyond its physical gateway (through the cluster router): %v\nrouter neigh: %s\n%s", err, run(t, "ip", "-n", router, "neigh"), diag(c100, "10.200.0.254"))
+	}
+	for i, n := range c.nodes {
+		out := run(t, "ovs-vsctl", "--db=unix:"+n.Path("ovs-run", "db.sock"), "get", "Open_vSwitch", ".", "external_ids:ovn-chassis-mac-mappings")
+		if !regexp.MustCompile(`physnet1:[0-9a-f]{2}(:[0-9a-f]{2}){5}`).MatchString(out) {
+			t.Errorf("%s has no chassis MAC on physnet1: %s", c.names[i], out)
+		}
+	}
+}
+
+// u2oState is what to look at when an interconnected pod's ping fails:
+// the router's policies, OVN's logical trace of the echo request from the
+// pod (sent to the router port's MAC), the MAC bindings, the physical
+// switch's table and each node's datapath flows.
+func u2oState(c *cluster, sw *physswitch.Switch, from *clusterPod, ls, routerMAC, dst string) string {
+	cmd := func(name string, args ...string) string {
+		out, _ := exec.Command(name, args...).CombinedOutput()
+		return string(out)
+	}
+	mac := cmd("ip", "-n", from.netns, "-o", "link", "show", "eth0")
+	if m := regexp.MustCompile(`link/ether ([0-9a-f:]{17})`).FindStringSubmatch(mac); m != nil {
+		mac = m[1]
+	}
+	var b strings.Builder
+	b.WriteString("policies:\n" + cmd("ovn-nbctl", "--db="+c.cp.central.NB(), "lr-policy-list", "ovn-cluster"))
+	b.WriteString("trace:\n" + cmd("ovn-trace", "--db="+c.cp.central.SB(), ls, fmt.Sprintf("inport==%q && eth.src==%s && eth.dst==%s && ip4.src==%s && ip4.dst==%s && ip.ttl==64 && icmp4.type==8",
+		from.name+"."+from.namespace, mac, routerMAC, from.ip, dst)))
+	b.WriteString("MAC bindings:\n" + cmd("ovn-sbctl", "--db="+c.cp.central.SB(), "--columns=ip,mac,logical_port", "list", "MAC_Binding"))
+	b.WriteString("physical switch:\n" + sw.FDB())
+	for i, n := range c.nodes {
+		b.WriteString(c.names[i] + " datapath:\n" + cmd("ip", "netns", "exec", n.NS, "ovs-appctl", "--target="+n.Path("ovs-run", "ovs-vswitchd.ctl"), "dpctl/dump-flows"))
+	}
+	return b.String()
+}
+
+// waitSubnetStatus watches Subnet name until its status has field, and
+// returns the status's string fields.
+func waitSubnetStatus(t *testing.T, c *cluster, name, field string) map[string]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res := c.cp.dc.Resource(subnetGVR)
+	w, err := res.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var last map[string]any
+	for ev := range w.ResultChan() {
+		u, ok := ev.Object.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		last, _, _ = unstructured.NestedMap(u.Object, "status")
+		if v, _ := last[field].(string); v != "" {
+			out := map[string]string{}
+			for k, v := range last {
+				if s, ok := v.(string); ok {
+					out[k] = s
+				}
+			}
+			return out
+		}
+	}
+	t.Fatalf("Subnet %s: no status.%s within 30s; status %v", name, field, last)
+	return nil
 }
 
 // podMAC is the MAC of a pod's eth0.

@@ -136,3 +136,9 @@ func (s *Switch) Log() string {
 	b, _ := os.ReadFile(filepath.Join(s.dir, "ovs-vswitchd.log"))
 	return proc.LastLines(string(b), 20)
 }
+
+// FDB is the switch's whole MAC table as ovs-appctl prints it.
+func (s *Switch) FDB() string {
+	out, _ := exec.Command("ovs-appctl", "--target="+filepath.Join(s.dir, "ovs-vswitchd.ctl"), "fdb/show", Bridge).CombinedOutput()
+	return string(out)
+}

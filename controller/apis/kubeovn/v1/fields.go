@@ -117,8 +117,9 @@ var notApplied = []struct {
 		"allowEWTraffic is not applied: traffic between this subnet's pods is filtered by its acls like any other."},
 	{"natOutgoingPolicyRules", func(s SubnetSpec, _ Settings) bool { return len(s.NatOutgoingPolicyRules) > 0 },
 		"natOutgoingPolicyRules is not applied: natOutgoing masquerades all of the subnet's traffic leaving the cluster, without exceptions."},
-	{"u2oInterconnection", func(s SubnetSpec, _ Settings) bool { return s.Vlan != "" && s.U2OInterconnection },
-		"u2oInterconnection is not applied yet: underlay pods do not reach overlay pods and Services through the cluster router; they reach them through the physical network and the nodes."},
+	{"u2oFeatures", func(s SubnetSpec, _ Settings) bool {
+		return s.Vlan != "" && s.U2OInterconnection && s.U2OFeatures != nil && s.U2OFeatures.OverlayOnlyRouting
+	}, "u2oFeatures.overlayOnlyRouting is not applied: the subnet's pods send all their traffic through the cluster router, which passes what is not for the cluster on to the physical gateway."},
 	{"enableLb", func(s SubnetSpec, st Settings) bool { return s.EnableLb != nil && !*s.EnableLb && st.EnableLB },
 		"enableLb: false is not applied: the cluster's Service load balancers stay on this subnet's switch, so its pods still reach Services through OVN."},
 	{"enableEcmp", func(s SubnetSpec, _ Settings) bool { return s.EnableEcmp },
@@ -131,6 +132,8 @@ var notApplied = []struct {
 		"routeTable is not applied: the subnet's traffic uses the cluster router's main route table."},
 	{"htbqos", func(s SubnetSpec, _ Settings) bool { return s.HtbQos != "" },
 		"htbqos is not applied: pods get no HTB priority class; rate limits come from the ingress_rate and egress_rate annotations."},
+	{"u2oRouting", func(s SubnetSpec, _ Settings) bool { return s.Vlan != "" && s.U2OInterconnection && s.U2ORouting },
+		"u2oRouting is not applied: the interconnection's traffic to outside the cluster still goes to the physical gateway through the cluster router."},
 }
 
 // NotAppliedFields lists, in spec order, the fields of spec that ask for

@@ -179,6 +179,13 @@ type SubnetStatus struct {
 	// leaves through now (Kube-OVN's name and spelling); the node daemon
 	// that OVN made active writes it.
 	ActivateGateway string `json:"activateGateway,omitempty"`
+
+	// The underlay-to-overlay interconnection (u2oInterconnection): the
+	// cluster router's address(es) and MAC on the subnet, and its router.
+	// The node makes the address its pods' default gateway.
+	U2OInterconnectionIP  string `json:"u2oInterconnectionIP,omitempty"`
+	U2OInterconnectionMAC string `json:"u2oInterconnectionMAC,omitempty"`
+	U2OInterconnectionVPC string `json:"u2oInterconnectionVPC,omitempty"`
 }
 
 // FromUnstructured converts a dynamic-client object.

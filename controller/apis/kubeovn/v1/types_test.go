@@ -65,8 +65,9 @@ func TestNotAppliedFieldsAndMessage(t *testing.T) {
 		// Underlay subnets: logicalGateway is applied; what needs the overlay's gateways is not.
 		{SubnetSpec{Vlan: "v10", LogicalGateway: true, NatOutgoing: true}, nil, nil},
 		{SubnetSpec{Vlan: "v10", GatewayType: "centralized", GatewayNode: "n1", NatOutgoing: true, U2OInterconnection: true},
-			[]string{"gatewayType", "natOutgoing", "u2oInterconnection"},
-			[]string{"gatewayType: centralized is not applied to an underlay subnet:", "natOutgoing is not applied to an underlay subnet", "u2oInterconnection is not applied yet:"}},
+			[]string{"gatewayType", "natOutgoing"},
+			[]string{"gatewayType: centralized is not applied to an underlay subnet:", "natOutgoing is not applied to an underlay subnet"}},
+		{SubnetSpec{Vlan: "v10", U2OInterconnection: true, U2OFeatures: &U2OFeatures{OverlayOnlyRouting: true}}, []string{"u2oFeatures"}, []string{"u2oFeatures.overlayOnlyRouting is not applied:"}},
 		// Kube-OVN's stored defaults ask for nothing.
 		{SubnetSpec{Vpc: "ovn-cluster", Provider: "ovn", EnableLb: ptr(true), GatewayType: "distributed", RouteTable: ""}, nil, nil},
 		// enableLb: false is honoured only without load balancers (with them, they stay on every switch).
