@@ -73,6 +73,21 @@ func TestBadAnnotationsArePrecise(t *testing.T) {
 // TestMTUAnnotation: the controller's ovn.kubernetes.io/mtu (the Subnet's
 // mtu) reaches PodNetwork.MTU; a value that is no MTU fails the pod with an
 // AnnotationError naming the key (cni/server has the MTU precedence).
+// An underlay pod's provider network is read; a value no ProviderNetwork
+// can be named fails the pod, naming the key.
+func TestProviderNetworkAnnotation(t *testing.T) {
+	ann := good()
+	ann[annotations.ProviderNetwork] = "physnet1"
+	if n, err := ParseAnnotations(ann); err != nil || n.ProviderNetwork != "physnet1" {
+		t.Fatalf("%s=physnet1: %+v %v", annotations.ProviderNetwork, n, err)
+	}
+	ann[annotations.ProviderNetwork] = "../etc"
+	var ae *AnnotationError
+	if _, err := ParseAnnotations(ann); !errors.As(err, &ae) || ae.Key != annotations.ProviderNetwork {
+		t.Fatalf("bad provider network accepted or not named: %v", err)
+	}
+}
+
 func TestMTUAnnotation(t *testing.T) {
 	n, err := ParseAnnotations(good())
 	if err != nil || n.MTU != 0 {

@@ -175,3 +175,54 @@ func TestKubeNodeNetworkWatchAndRates(t *testing.T) {
 		t.Fatalf("node network %+v %v (no Subnet informer: no routes, no egress plan)", nn, err)
 	}
 }
+
+// Underlay subnets with a physical gateway are outside the host's egress
+// plan (their pods never cross the host; overlay pods reach them as the
+// outside, masqueraded); an interconnected one is a cluster CIDR but its
+// natOutgoing is not the host's; one with a logical gateway is an
+// overlay subnet for egress.
+func TestEgressPlanLeavesPhysicalUnderlaySubnetsOut(t *testing.T) {
+	k := withSubnets(t, "n1",
+		subnet("ovn-default", true, map[string]any{"cidrBlock": "10.16.0.0/16", "natOutgoing": true}, nil),
+		subnet("vlan-phys", true, map[string]any{"cidrBlock": "10.100.0.0/24", "vlan": "v100", "natOutgoing": true}, nil),
+		subnet("vlan-u2o", true, map[string]any{"cidrBlock": "10.101.0.0/24", "vlan": "v101", "natOutgoing": true, "u2oInterconnection": true}, nil),
+		subnet("vlan-logical", true, map[string]any{"cidrBlock": "10.102.0.0/24", "vlan": "v102", "natOutgoing": true, "logicalGateway": true}, nil),
+	)
+	plan := k.egressPlan(prefixes("100.64.0.0/16"))
+	if want := prefixes("10.101.0.0/24", "10.102.0.0/24", "10.16.0.0/16", "10.96.0.0/12", "100.64.0.0/16"); !slices.Equal(plan.Cluster, want) {
+		t.Errorf("cluster %v, want %v", plan.Cluster, want)
+	}
+	if want := prefixes("10.102.0.0/24", "10.16.0.0/16"); !slices.Equal(plan.NATOutgoing, want) {
+		t.Errorf("natOutgoing %v, want %v", plan.NATOutgoing, want)
+	}
+}
+
+// An interconnected underlay pod's gateway is the router's address from
+// the Subnet's status (not the annotation's physical gateway, which is
+// still checked against spec.gateway); without that status it waits.
+func TestInterconnectedUnderlayPodsGetTheRoutersAddress(t *testing.T) {
+	spec := map[string]any{"cidrBlock": "10.100.0.0/24", "gateway": "10.100.0.254", "vlan": "v100", "u2oInterconnection": true}
+	u := subnet("sub100", true, spec, nil)
+	pending := withSubnets(t, "n1", u.DeepCopy())
+	_ = unstructured.SetNestedField(u.Object, "10.100.0.3", "status", "u2oInterconnectionIP")
+	k := withSubnets(t, "n1", u)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "u100", Name: "c100"}}
+	network := func() *PodNetwork {
+		return &PodNetwork{Switch: "sub100", Addrs: prefixes("10.100.0.4/24"), Gateways: []netip.Addr{netip.MustParseAddr("10.100.0.254")}}
+	}
+	n := network()
+	if wait, mm := k.checkAgainstSubnet(pod, n); wait != "" || mm != nil {
+		t.Fatalf("refused or waiting: %q %v", wait, mm)
+	}
+	if want := []netip.Addr{netip.MustParseAddr("10.100.0.3")}; !slices.Equal(n.Gateways, want) {
+		t.Errorf("gateways %v, want the interconnection address %v", n.Gateways, want)
+	}
+	if wait, _ := pending.checkAgainstSubnet(pod, network()); !strings.Contains(wait, "no u2oInterconnectionIP") {
+		t.Errorf("without the status address: waits for %q", wait)
+	}
+	bad := network()
+	bad.Gateways = []netip.Addr{netip.MustParseAddr("10.100.0.3")} // a forged annotation naming the router's address
+	if _, mm := k.checkAgainstSubnet(pod, bad); mm == nil || mm.Field != annotations.Gateway {
+		t.Errorf("a gateway annotation other than spec.gateway accepted: %v", mm)
+	}
+}

@@ -50,10 +50,13 @@ func TestParseArgs(t *testing.T) {
 	}
 }
 
-// TestPodMTUPrecedence: the pod interface's MTU is the Subnet's, else the
+// TestPodMTUPrecedence: the pod interface's MTU is the Subnet's, else for
+// an underlay pod its provider network's on this node, else the
 // conflist's, else the node's.
 func TestPodMTUPrecedence(t *testing.T) {
-	s := &Server{cfg: Config{PodMTU: 1400}}
+	s := &Server{cfg: Config{PodMTU: 1400, UnderlayMTU: func(pn string) int {
+		return map[string]int{"physnet1": 1500, "jumbo": 9000}[pn]
+	}}}
 	withConf := func(mtu int) *request { return &request{conf: protocol.NetConf{MTU: mtu}} }
 	for _, c := range []struct {
 		name string
@@ -67,6 +70,9 @@ func TestPodMTUPrecedence(t *testing.T) {
 		{"conflist with no pod network (DEL/CHECK)", withConf(1450), nil, 1450},
 		{"node when neither", withConf(0), &podsource.PodNetwork{}, 1400},
 		{"node with no pod network", withConf(0), nil, 1400},
+		{"underlay pod: its provider network's", withConf(1450), &podsource.PodNetwork{ProviderNetwork: "jumbo"}, 9000},
+		{"underlay pod: the subnet's mtu still wins", withConf(0), &podsource.PodNetwork{MTU: 1300, ProviderNetwork: "jumbo"}, 1300},
+		{"underlay pod on a node without that network bridged", withConf(0), &podsource.PodNetwork{ProviderNetwork: "elsewhere"}, 1400},
 	} {
 		if got := s.podMTU(c.q, c.n); got != c.want {
 			t.Errorf("%s: podMTU %d, want %d", c.name, got, c.want)

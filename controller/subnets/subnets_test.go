@@ -371,3 +371,59 @@ func TestUnderlaySubnetWaitsForItsVlanAndProviderNetwork(t *testing.T) {
 		t.Errorf("switch u100 ports %v, want only localnet.u100 (no router port: its gateway is physical)", names)
 	}
 }
+
+// u2oInterconnection: once the IPAM holds every pod's address (the
+// start), the router gets a port on the underlay subnet at an address of
+// its own, recorded in the status; the subnet's policies send its traffic
+// on to the physical gateway; the address is no user of the subnet.
+func TestInterconnectedUnderlaySubnet(t *testing.T) {
+	f := start(t, ctltest.Subnet("u100", map[string]any{"cidrBlock": "10.100.0.0/24", "gateway": "10.100.0.254", "vlan": "v100", "u2oInterconnection": true}),
+		underlayObject("Vlan", "v100", map[string]any{"id": int64(100), "provider": "physnet1"}))
+	// Created through the client: the fake's tracker would file an object
+	// given at its start under a guessed plural (providernetworks).
+	if _, err := f.Dynamic.Resource(kubeovnv1.ProviderNetworkGVR).Create(f.Ctx, underlayObject("ProviderNetwork", "physnet1",
+		map[string]any{"defaultInterface": "eth1"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctltest.Await(t, f.r.providers, "physnet1", func(obj any) bool { return obj != nil })
+	f.programAll(t)
+	routerPort := func() *nbdb.LogicalRouterPort {
+		for _, p := range nbtest.Rows[*nbdb.LogicalRouterPort](t, f.NBServer, f.NB, nbdb.LogicalRouterPortTable) {
+			if p.Name == "ovn-cluster-u100" {
+				return p
+			}
+		}
+		return nil
+	}
+	if p := routerPort(); p != nil {
+		t.Fatalf("an interconnection address was picked before the IPAM held the pods': %+v", p)
+	}
+	f.r.started.Store(true)
+	if err := f.r.sync(f.Ctx, "u100"); err != nil {
+		t.Fatal(err)
+	}
+	p := routerPort()
+	if p == nil || len(p.Networks) != 1 || !strings.HasPrefix(p.Networks[0], "10.100.0.") || p.Networks[0] == "10.100.0.254/24" {
+		t.Fatalf("router port on u100: %+v (want an address of its own, not the physical gateway's)", p)
+	}
+	if err := f.r.syncStatus(f.Ctx, "u100"); err != nil {
+		t.Fatal(err)
+	}
+	st := f.GetSubnet("u100").Status
+	if st.U2OInterconnectionIP+"/24" != p.Networks[0] || st.U2OInterconnectionMAC != p.MAC || st.U2OInterconnectionVPC != "ovn-cluster" {
+		t.Errorf("status %+v, router port %+v", st, p)
+	}
+	var matches []string
+	for _, pol := range nbtest.Rows[*nbdb.LogicalRouterPolicy](t, f.NBServer, f.NB, nbdb.LogicalRouterPolicyTable) {
+		if slices.Equal(pol.Nexthops, []string{"10.100.0.254"}) {
+			matches = append(matches, pol.Match)
+		}
+	}
+	slices.Sort(matches)
+	if want := []string{"ip4.src == 10.100.0.0/24", "ip4.src == 10.100.0.0/24 && ip4.dst == $ovnhost.nodes.ip4"}; !slices.Equal(matches, want) {
+		t.Errorf("policies to the physical gateway %v, want %v", matches, want)
+	}
+	if u := f.r.users("u100"); len(u) != 0 {
+		t.Errorf("the interconnection address counts as a user of the subnet: %v", u)
+	}
+}
