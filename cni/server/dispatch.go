@@ -232,6 +232,14 @@ func (s *Server) add(ctx context.Context, q *request) (_ []byte, cerr *cniError)
 	if err != nil {
 		return nil, s.sourceError(q, err)
 	}
+	if pn := n.ProviderNetwork; pn != "" && s.cfg.UnderlayMTU != nil && s.cfg.UnderlayMTU(pn) == 0 {
+		// Wired, its port would be bound here with no way onto its VLAN:
+		// traffic would vanish. Fail the pod while the network is not
+		// bridged on this node; kubelet tries again.
+		return nil, fail(types.ErrTryAgainLater, "provider_network_not_ready",
+			"pod %s is on Subnet %s of provider network %s, which is not bridged on this node (its Node's label %s.provider-network.kubernetes.io/ready is not true; the annotation %s.provider-network.ovnhost.io/error says why): schedule the pod where the network is ready (nodeSelector %s.provider-network.kubernetes.io/ready: \"true\") or fix the network here",
+			q.pod.Key(), n.Switch, pn, pn, pn, pn)
+	}
 	ok := false
 	defer func() {
 		if !ok {

@@ -177,6 +177,26 @@ func TestUnderlayVLANPodsAcrossNodes(t *testing.T) {
 			t.Errorf("%s has no chassis MAC on physnet1: %s", c.names[i], out)
 		}
 	}
+
+	// node-b leaves physnet1: a new VLAN 100 pod there is refused with
+	// why and the fix (wired, it would have no way onto its VLAN).
+	if _, err := c.cp.dc.Resource(providerNetworkGVR).Patch(ctx, "physnet1", types.MergePatchType, []byte(`{"spec":{"excludeNodes":["node-b"]}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitNode(t, c, "node-b", "physnet1 labels removed", func(nd *corev1.Node) bool {
+		_, ok := nd.Labels["physnet1.provider-network.kubernetes.io/ready"]
+		return !ok
+	})
+	if _, err := c.cp.kc.CoreV1().Pods("u100").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "d100"},
+		Spec: corev1.PodSpec{NodeName: "node-b", Containers: []corev1.Container{{Name: "c", Image: "none"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	podNS := newNetns(t, "ohk")
+	out, err := cniIn(c.nodes[1], "ADD", podNS, "u100", "d100")
+	t.Cleanup(func() { _, _ = cniIn(c.nodes[1], "DEL", podNS, "u100", "d100") })
+	if err == nil || !strings.Contains(string(out), "provider network physnet1, which is not bridged on this node") || !strings.Contains(string(out), "nodeSelector physnet1.provider-network.kubernetes.io/ready") {
+		t.Fatalf("ADD of a VLAN pod on a node without the network: %v\n%s", err, out)
+	}
 }
 
 // u2oState is what to look at when an interconnected pod's ping fails:
