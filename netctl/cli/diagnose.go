@@ -261,6 +261,7 @@ func (a *app) diagnose(ctx context.Context, k *kube, o diagOpts, scope, arg stri
 		events = cluster.LatestWarnings(evs.Items)
 	}
 	d.Findings = append(d.Findings, cluster.UnaddressedPods(pods.Items, events, now, o.grace)...)
+	d.Findings = append(d.Findings, cluster.UnderlayPlacement(pods.Items, nodes.Items)...)
 	cluster.Sort(d.Findings)
 	if len(d.Pinger) == 0 {
 		d.Pinger = nil

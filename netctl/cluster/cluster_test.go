@@ -150,3 +150,41 @@ func TestPrivateSubnetsBoundToNoNamespaceAreFlagged(t *testing.T) {
 		t.Fatalf("exit code %d, want 1 (a warning)", ExitCode(fs))
 	}
 }
+
+// A pod of an underlay Subnet on a node where its provider network is not
+// ready (or absent) fails with the node's reason and the nodeSelector
+// that fixes it; a network whose pods all run where it is ready passes.
+func TestUnderlayPlacement(t *testing.T) {
+	node := func(name string, labels, ann map[string]string) corev1.Node {
+		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: ann}}
+	}
+	pod := func(name, node, pn string) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "u", Name: name,
+			Annotations: map[string]string{annotations.ProviderNetwork: pn, annotations.LogicalSwitch: "sub-" + pn}},
+			Spec: corev1.PodSpec{NodeName: node}}
+	}
+	nodes := []corev1.Node{
+		node("a", map[string]string{"physnet1.provider-network.kubernetes.io/ready": "true", "physnet2.provider-network.kubernetes.io/ready": "true"}, nil),
+		node("b", map[string]string{"physnet1.provider-network.kubernetes.io/ready": "false"},
+			map[string]string{"physnet1.provider-network.ovnhost.io/error": "eth1 not found; this host has eth0"}),
+		node("c", nil, nil),
+	}
+	fs := UnderlayPlacement([]corev1.Pod{pod("ok1", "a", "physnet1"), pod("down", "b", "physnet1"), pod("absent", "c", "physnet1"),
+		pod("ok2", "a", "physnet2"), {ObjectMeta: metav1.ObjectMeta{Namespace: "u", Name: "overlay"}, Spec: corev1.PodSpec{NodeName: "c"}}}, nodes)
+	got := map[string]Finding{}
+	for _, f := range fs {
+		got[f.Scope+" "+string(f.Severity)] = f
+	}
+	if f, ok := got["pod/u/down fail"]; !ok || !strings.Contains(f.Found, "eth1 not found") || !strings.Contains(f.Fix, `nodeSelector physnet1.provider-network.kubernetes.io/ready: "true"`) {
+		t.Errorf("pod on a node where the network is not ready: %+v", f)
+	}
+	if f, ok := got["pod/u/absent fail"]; !ok || !strings.Contains(f.Found, "does not carry the network") {
+		t.Errorf("pod on a node without the network: %+v", f)
+	}
+	if f, ok := got["cluster pass"]; !ok || !strings.Contains(f.Found, "provider network physnet2") {
+		t.Errorf("physnet2's pods all placed well: %+v", f)
+	}
+	if len(fs) != 3 {
+		t.Errorf("findings %+v, want two failures and one pass (overlay pods and well-placed physnet1 pods say nothing)", fs)
+	}
+}
