@@ -98,14 +98,13 @@ func (a *Agent) wire() {
 	if a.kube != nil {
 		a.node.AddUnit(&kubeInformers{facs: []informerFactory{a.kube.kubeovn, a.kube.selfFactory}})
 	}
-	if len(a.nc.ProviderNetworks) > 0 || a.kube != nil {
-		// First: pods of underlay Subnets need the bridges. After
-		// ovn-controller, which follows ovn-bridge-mappings as it changes
-		// and, stopped after this unit, removes its patch ports while
-		// the mapping goes.
-		a.underlay = underlay.New(a.underlayOptions())
-		a.node.AddUnit(a.underlay)
-	}
+	// First: pods of underlay Subnets need the bridges. After
+	// ovn-controller, which follows ovn-bridge-mappings as it changes and,
+	// stopped after this unit, removes its patch ports while the mapping
+	// goes. On every node, also without networks: it gives back the
+	// bridges an earlier run left that are no longer wanted.
+	a.underlay = underlay.New(a.underlayOptions())
+	a.node.AddUnit(a.underlay)
 	if !a.cniPossible() {
 		a.log.Warn("CNI server disabled: no Kubernetes configuration and no northbound database to allocate pod addresses from", "fix", "set KUBECONFIG (or run in-cluster), or OVN_DB_IPS for standalone allocation")
 		return
@@ -153,6 +152,7 @@ func (a *Agent) underlayOptions() underlay.Options {
 			"fix", "unset --provider-networks (OVNHOST_PROVIDER_NETWORKS) to take the networks from the ProviderNetwork objects that select this node")
 	} else {
 		objects = &underlay.Objects{Node: a.nc.Name, Discovery: a.kube.client.Discovery(), KubeOVN: a.kube.kubeovn, Nodes: a.kube.self, Log: a.log}
+		o.WantLater = true
 	}
 	reporter := &underlay.NodeReporter{Node: a.nc.Name, Kube: a.kube.client, Nodes: a.kube.self, Log: a.log}
 	o.Report = reporter.Report

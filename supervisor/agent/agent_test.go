@@ -120,19 +120,20 @@ func TestUnitOrder(t *testing.T) {
 		kube bool
 	}{
 		{"all-in-one standalone", nil, eth0,
-			"ovn-central+ovs(ovsdb-nb ovsdb-sb ovn-northd | ovsdb-server ovs-config ovs-vswitchd) ovn-controller host-nat cni-server", false},
+			"ovn-central+ovs(ovsdb-nb ovsdb-sb ovn-northd | ovsdb-server ovs-config ovs-vswitchd) ovn-controller underlay host-nat cni-server", false},
 		{"all-in-one with Kubernetes", []string{h.kubeconfig()}, eth0,
 			"ovn-central+ovs(ovsdb-nb ovsdb-sb ovn-northd | ovsdb-server ovs-config ovs-vswitchd) ovn-controller kube-informers underlay host-nat external-gateway cni-server", true},
 		{"remote with Kubernetes", []string{"--ovn-sb-addr=tcp:10.0.0.1:6642", h.kubeconfig()}, eth0,
 			"ovsdb-server ovs-config ovs-vswitchd ovn-controller kube-informers underlay host-nat external-gateway cni-server", true},
 		{"remote standalone, NB given", []string{"--ovn-db-ips=10.0.0.1"}, eth0,
-			"ovsdb-server ovs-config ovs-vswitchd ovn-controller host-nat cni-server", false},
+			"ovsdb-server ovs-config ovs-vswitchd ovn-controller underlay host-nat cni-server", false},
 		// No source of pod addresses: no CNI server, and nothing that
-		// would serve it.
+		// would serve it; the underlay still gives back what an earlier
+		// run left.
 		{"remote, SB only, no Kubernetes", []string{"--ovn-sb-addr=tcp:10.0.0.1:6642"}, eth0,
-			"ovsdb-server ovs-config ovs-vswitchd ovn-controller", false},
+			"ovsdb-server ovs-config ovs-vswitchd ovn-controller underlay", false},
 		{"userspace tunnel", []string{"--ovn-db-ips=10.0.0.1", "--datapath=netdev", "--userspace-tunnel"}, eth0,
-			"ovsdb-server ovs-config ovs-vswitchd tunnel-bridge ovn-controller host-nat cni-server", false},
+			"ovsdb-server ovs-config ovs-vswitchd tunnel-bridge ovn-controller underlay host-nat cni-server", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			a := assemble(t, h.nodeConfig(c.find, c.args...))

@@ -217,6 +217,28 @@ func convergeUplink(ctx context.Context, ovs *ovsdbconn.Conn, br *vswitch.Bridge
 	return ops, nil
 }
 
+// MarkedUplinks lists, per bridge, the uplink NIC an Ensure with mark put
+// in it (a bridge left by an earlier run is found by its mark alone).
+func MarkedUplinks(ctx context.Context, ovs *ovsdbconn.Conn, mark string) (map[string]string, error) {
+	if ovs == nil {
+		return nil, errors.New("OVS bridges: conf.db is not connected")
+	}
+	var bridges []vswitch.Bridge
+	if err := ovs.List(ctx, &bridges); err != nil {
+		return nil, fmt.Errorf("listing the bridges in conf.db: %w", err)
+	}
+	out := map[string]string{}
+	for _, b := range bridges {
+		for _, pu := range b.Ports {
+			p := &vswitch.Port{UUID: pu}
+			if ovs.Get(ctx, p) == nil && p.ExternalIDs[mark] == "true" {
+				out[b.Name] = p.Name
+			}
+		}
+	}
+	return out, nil
+}
+
 // bridgeOfPort names the bridge holding port name ("" none).
 func bridgeOfPort(ctx context.Context, ovs *ovsdbconn.Conn, name string) (string, error) {
 	p := &vswitch.Port{Name: name}

@@ -89,6 +89,11 @@ type Options struct {
 	// State is told, after the start, whenever the set of networks not
 	// bridged changes: nil when all are.
 	State func(problem error)
+	// WantLater: the wanted networks come from Watch (the ProviderNetwork
+	// objects), not Networks; bridges an earlier run left are looked at
+	// only once Watch has said what is wanted, never at the start, when
+	// nothing is known yet.
+	WantLater bool
 }
 
 // Status is how one wanted network is on this node.
@@ -113,6 +118,10 @@ type Unit struct {
 
 	mu      sync.Mutex
 	want    []nodeconfig.ProviderNetwork
+	wantSet bool // Set was called: the want is known (WantLater)
+	// swept: the bridges an earlier run left were looked at (Start and
+	// the follower only).
+	swept bool
 	pending map[string]string // network -> why it is not bridged
 	// applied are the networks acted on, in order (bridged or pending):
 	// what a change or the stop gives back. Touched by Start, the
@@ -130,6 +139,7 @@ func New(o Options) *Unit {
 func (u *Unit) Set(networks []nodeconfig.ProviderNetwork) {
 	u.mu.Lock()
 	u.want = slices.Clone(networks)
+	u.wantSet = true
 	u.mu.Unlock()
 	select {
 	case u.changed <- struct{}{}:
@@ -220,6 +230,9 @@ func (u *Unit) Start(ctx context.Context) error {
 		u.o.Log.Warn("underlay: cannot follow link changes; a missing NIC is looked for again only at the next start", "err", err)
 		links = nil
 	}
+	if !u.o.WantLater {
+		u.sweepLeftovers(ctx)
+	}
 	u.converge(ctx, "")
 	u.report()
 	u.cancel, u.done = cancel, make(chan struct{})
@@ -232,6 +245,34 @@ func (u *Unit) Start(ctx context.Context) error {
 	go func() { defer wg.Done(); u.follow(rctx, links) }()
 	go func() { wg.Wait(); close(u.done) }()
 	return nil
+}
+
+// sweepLeftovers finds the networks an earlier run bridged and kept (an
+// upgrade, a crash, a network removed while ovnhost was down: their NIC
+// is still a port of br-<name>, marked) that are not wanted now, and
+// counts them as applied, so the converge that follows gives them back
+// (the NIC its configuration, the bridge removed). Wanted ones are left
+// to the converge's attach, which finds them in place.
+func (u *Unit) sweepLeftovers(ctx context.Context) {
+	u.swept = true
+	found, err := ovsbridge.MarkedUplinks(ctx, u.o.Node.OVS(), uplinkMark)
+	if err != nil {
+		u.o.Log.Warn("underlay: cannot look for bridges an earlier run left", "err", err)
+		return
+	}
+	want := u.wanted()
+	for br, nic := range found {
+		name, ok := strings.CutPrefix(br, providernet.BridgePrefix)
+		if !ok {
+			continue
+		}
+		pn := nodeconfig.ProviderNetwork{Name: name, NIC: nic}
+		if slices.Contains(want, pn) || slices.Contains(u.applied, pn) {
+			continue
+		}
+		u.o.Log.Info("underlay: found a network an earlier run bridged that is no longer wanted; giving it back", "network", name, "nic", nic, "bridge", br)
+		u.applied = append(u.applied, pn)
+	}
 }
 
 // converge gives back the applied networks no longer wanted (or wanted
@@ -350,6 +391,12 @@ func (u *Unit) follow(ctx context.Context, links <-chan netlink.LinkUpdate) {
 			}
 		case <-retry:
 			retry = nil
+		}
+		u.mu.Lock()
+		known := u.wantSet
+		u.mu.Unlock()
+		if known && !u.swept {
+			u.sweepLeftovers(ctx)
 		}
 		failed := u.converge(ctx, appeared)
 		health()

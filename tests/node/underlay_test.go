@@ -18,7 +18,9 @@ import (
 // table 100, a policy rule and a permanent neighbour, goes into
 // br-physnet1 while two pings at 10 ms run through it (one to the gateway,
 // one routed through it); a hand-over (SIGUSR2) and the adopting start
-// change nothing; a normal stop gives everything back as it was. eth1 is
+// change nothing; started again without the network (removed while
+// ovnhost was down), the node finds the bridge and gives everything back
+// as it was. eth1 is
 // also the tunnel interface (the default route's): its address moves to
 // the bridge and stays the encap IP.
 func TestUnderlayNICMovesIntoItsBridgeAndBack(t *testing.T) {
@@ -102,7 +104,28 @@ func TestUnderlayNICMovesIntoItsBridgeAndBack(t *testing.T) {
 		t.Errorf("the adopting start changed the host:\n%s", lineDiff(moved, now))
 	}
 
-	// A normal stop gives everything back; the pings ran throughout.
+	// Handed over again, then started without the network (removed while
+	// ovnhost was down): the start finds the bridge the earlier run left
+	// and gives it back; the stop has nothing left to give.
+	_ = n.Signal(syscall.SIGUSR2)
+	select {
+	case <-n.Exited():
+	case <-time.After(60 * time.Second):
+		t.Fatalf("no exit within 60s of the second SIGUSR2\n%s", n.LogTail())
+	}
+	mark = n.Notify.Mark()
+	if err := n.StartNoWait("--adopt-children"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Notify.WaitFor(mark, "READY=1", 60*time.Second, n.Exited()); err != nil {
+		t.Fatalf("not ready after starting without the network: %v\n%s", err, n.LogTail())
+	}
+	if err := n.WaitLog("underlay: found a network an earlier run bridged that is no longer wanted; giving it back", 5*time.Second); err != nil {
+		t.Fatalf("the leftover bridge was not found: %v\n%s", err, n.LogTail())
+	}
+	if err := n.WaitLog("underlay: network no longer wanted on this node, given back", 5*time.Second); err != nil {
+		t.Fatalf("the leftover bridge was not given back: %v\n%s", err, n.LogTail())
+	}
 	if code := n.Stop(); code != 0 {
 		t.Fatalf("exit %d\n%s", code, n.LogTail())
 	}
@@ -110,7 +133,7 @@ func TestUnderlayNICMovesIntoItsBridgeAndBack(t *testing.T) {
 		sent, lost := p.stop(t)
 		// On the userspace datapath the kernel also sees what arrives on
 		// eth1 (OVS reads it through a packet socket): replies counted twice.
-		t.Logf("ping %s every 10 ms across the move, the hand-over, the adopting start and the give-back: %d sent, lost: %s, duplicates: %d",
+		t.Logf("ping %s every 10 ms across the move, the hand-over, the adopting start, the second hand-over and the give-back at the start: %d sent, lost: %s, duplicates: %d",
 			p.dst, sent, orNone(lost), strings.Count(p.out.String(), "DUP!"))
 		if lost != "" {
 			t.Errorf("ping %s: %s", p.dst, lost)
