@@ -121,7 +121,7 @@ type Unit struct {
 	wantSet bool // Set was called: the want is known (WantLater)
 	// swept: the bridges an earlier run left were looked at (Start and
 	// the follower only).
-	swept bool
+	swept   bool
 	pending map[string]string // network -> why it is not bridged
 	// applied are the networks acted on, in order (bridged or pending):
 	// what a change or the stop gives back. Touched by Start, the
