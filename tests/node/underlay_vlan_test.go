@@ -38,10 +38,11 @@ var (
 // not the VLAN 100 pod even with a route straight onto its segment. Then
 // u2oInterconnection on VLAN 100: the cluster router gets an address
 // there (Subnet status), a new pod's default gateway is that address, and
-// the pod reaches an overlay pod on the other node both ways, its
-// physical gateway, and what lies beyond it.
+// the pod reaches an overlay pod on the other node both ways, a ClusterIP
+// Service backed by it, its physical gateway, and what lies beyond it.
 func TestUnderlayVLANPodsAcrossNodes(t *testing.T) {
-	c := startCluster(t, 2)
+	sc := startServiceCluster(t, 2)
+	c := sc.cluster
 	sw := physswitch.Start(t, newNetns(t, "ohs"))
 	router := newNetns(t, "ohr")
 	for i, n := range c.nodes {
@@ -89,6 +90,9 @@ func TestUnderlayVLANPodsAcrossNodes(t *testing.T) {
 	a100 := c.addPod(t, 0, "u100", "a100", nil, nil)
 	b100 := c.addPod(t, 1, "u100", "b100", nil, nil)
 	a200 := c.addPod(t, 0, "u200", "a200", nil, nil)
+	// ADD answers once the pod's own node installed its port; the other
+	// node learns where it is a moment later.
+	sc.waitChassisCaughtUp(t)
 	for _, p := range []*clusterPod{a100, b100, a200} {
 		if !strings.HasPrefix(p.ip, "10."+strings.TrimPrefix(p.namespace, "u")+".0.") {
 			t.Fatalf("%s/%s got %s, not an address of its VLAN's network", p.namespace, p.name, p.ip)
@@ -152,7 +156,8 @@ func TestUnderlayVLANPodsAcrossNodes(t *testing.T) {
 		t.Fatalf("Subnet sub100 status after u2oInterconnection: %v", st)
 	}
 	c100 := c.addPod(t, 0, "u100", "c100", nil, nil)
-	over := c.addPod(t, 1, "default", "over", nil, nil)
+	over := c.addPod(t, 1, "default", "over", map[string]string{"app": "over"}, nil)
+	sc.waitChassisCaughtUp(t)
 	if r := run(t, "ip", "-n", c100.netns, "route", "show", "default"); !strings.Contains(r, "via "+u2oIP+" ") {
 		t.Fatalf("c100's default route is not via the interconnection address %s:\n%s", u2oIP, r)
 	}
@@ -167,6 +172,17 @@ func TestUnderlayVLANPodsAcrossNodes(t *testing.T) {
 	}
 	if err := ping(c100.netns, "10.100.0.254", 3); err != nil {
 		t.Fatalf("interconnected underlay pod to its physical gateway: %v", err)
+	}
+	// A ClusterIP Service whose backend is the overlay pod, from the
+	// interconnected underlay pod (the load balancer on its switch, the
+	// backend reached through the router).
+	sc.markReady(t, over)
+	serveName(t, over.netns, 8080, false, "over")
+	vip := sc.createService(t, "default", "over", map[string]string{"app": "over"}, corev1.ProtocolTCP, 80, 8080, false)
+	sc.waitBackends(t, "default", "over", corev1.ProtocolTCP, vip+":80", over.ip)
+	sc.waitChassisCaughtUp(t) // the load balancer is on node-a's flows too
+	if got, err := ask(c100.netns, vip+":80", 5*time.Second); err != nil || got != "over" {
+		t.Fatalf("interconnected underlay pod to ClusterIP %s:80 (backend the overlay pod): %q %v\n%s", vip, got, err, diag(c100, over.ip))
 	}
 	if err := ping(c100.netns, "10.200.0.254", 3); err != nil {
 		t.Fatalf("interconnected underlay pod beyond its physical gateway (through the cluster router): %v\nrouter neigh: %s\n%s", err, run(t, "ip", "-n", router, "neigh"), diag(c100, "10.200.0.254"))
