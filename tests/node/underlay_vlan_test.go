@@ -40,6 +40,8 @@ var (
 // there (Subnet status), a new pod's default gateway is that address, and
 // the pod reaches an overlay pod on the other node both ways, a ClusterIP
 // Service backed by it, its physical gateway, and what lies beyond it.
+// VLAN 300 with logicalGateway: the router's port is the gateway. Last, a
+// node excluded from the network refuses a new VLAN pod, saying why.
 func TestUnderlayVLANPodsAcrossNodes(t *testing.T) {
 	sc := startServiceCluster(t, 2)
 	c := sc.cluster
@@ -50,7 +52,7 @@ func TestUnderlayVLANPodsAcrossNodes(t *testing.T) {
 		run(t, "ip", "link", "add", "eth1", "netns", n.NS, "type", "veth", "peer", "name", port, "netns", sw.NS)
 		run(t, "ip", "netns", "exec", n.NS, "ethtool", "-K", "eth1", "tx", "off")
 		run(t, "ip", "-n", n.NS, "link", "set", "eth1", "up")
-		sw.Trunk(t, port, 100, 200)
+		sw.Trunk(t, port, 100, 200, 300)
 	}
 	// The physical router: one interface per VLAN (on an access port)
 	// holding its gateway, not forwarding between them.
@@ -187,6 +189,28 @@ func TestUnderlayVLANPodsAcrossNodes(t *testing.T) {
 	if err := ping(c100.netns, "10.200.0.254", 3); err != nil {
 		t.Fatalf("interconnected underlay pod beyond its physical gateway (through the cluster router): %v\nrouter neigh: %s\n%s", err, run(t, "ip", "-n", router, "neigh"), diag(c100, "10.200.0.254"))
 	}
+	// logicalGateway on VLAN 300: the gateway is the cluster router's port;
+	// pods on the two nodes reach each other across the VLAN and the
+	// overlay pod through the router, both ways.
+	apply(vlanGVR, "Vlan", "vlan300", map[string]any{"id": int64(300), "provider": "physnet1"})
+	c.ensureNamespace(t, "u300", nil)
+	apply(subnetGVR, "Subnet", "sub300", map[string]any{"protocol": "IPv4", "cidrBlock": "10.30.0.0/24", "gateway": "10.30.0.1",
+		"vlan": "vlan300", "logicalGateway": true, "namespaces": []any{"u300"}})
+	e300 := c.addPod(t, 0, "u300", "e300", nil, nil)
+	f300 := c.addPod(t, 1, "u300", "f300", nil, nil)
+	sc.waitChassisCaughtUp(t)
+	if r := run(t, "ip", "-n", e300.netns, "route", "show", "default"); !strings.Contains(r, "via 10.30.0.1 ") {
+		t.Fatalf("e300's default route is not via the logical gateway 10.30.0.1:\n%s", r)
+	}
+	for _, p := range []struct{ from, to *clusterPod }{{e300, f300}, {e300, over}, {over, e300}, {f300, over}} {
+		if err := ping(p.from.netns, p.to.ip, 3); err != nil {
+			t.Fatalf("logicalGateway VLAN 300: %s to %s: %v\n%s", p.from.name, p.to.name, err, u2oState(c, sw, p.from, "", "", p.to.ip))
+		}
+	}
+	if got := sw.Learned(t, podMAC(t, f300)); !slices.Equal(got, []string{"nb vlan 300"}) {
+		t.Errorf("the physical switch learned f300's MAC at %v, want [nb vlan 300]", got)
+	}
+
 	for i, n := range c.nodes {
 		out := run(t, "ovs-vsctl", "--db=unix:"+n.Path("ovs-run", "db.sock"), "get", "Open_vSwitch", ".", "external_ids:ovn-chassis-mac-mappings")
 		if !regexp.MustCompile(`physnet1:[0-9a-f]{2}(:[0-9a-f]{2}){5}`).MatchString(out) {
@@ -217,7 +241,7 @@ func TestUnderlayVLANPodsAcrossNodes(t *testing.T) {
 
 // u2oState is what to look at when an interconnected pod's ping fails:
 // the router's policies, OVN's logical trace of the echo request from the
-// pod (sent to the router port's MAC), the MAC bindings, the physical
+// pod (sent to the router port's MAC; when ls is given), the MAC bindings, the physical
 // switch's table and each node's datapath flows.
 func u2oState(c *cluster, sw *physswitch.Switch, from *clusterPod, ls, routerMAC, dst string) string {
 	cmd := func(name string, args ...string) string {
@@ -230,8 +254,10 @@ func u2oState(c *cluster, sw *physswitch.Switch, from *clusterPod, ls, routerMAC
 	}
 	var b strings.Builder
 	b.WriteString("policies:\n" + cmd("ovn-nbctl", "--db="+c.cp.central.NB(), "lr-policy-list", "ovn-cluster"))
-	b.WriteString("trace:\n" + cmd("ovn-trace", "--db="+c.cp.central.SB(), ls, fmt.Sprintf("inport==%q && eth.src==%s && eth.dst==%s && ip4.src==%s && ip4.dst==%s && ip.ttl==64 && icmp4.type==8",
-		from.name+"."+from.namespace, mac, routerMAC, from.ip, dst)))
+	if ls != "" {
+		b.WriteString("trace:\n" + cmd("ovn-trace", "--db="+c.cp.central.SB(), ls, fmt.Sprintf("inport==%q && eth.src==%s && eth.dst==%s && ip4.src==%s && ip4.dst==%s && ip.ttl==64 && icmp4.type==8",
+			from.name+"."+from.namespace, mac, routerMAC, from.ip, dst)))
+	}
 	b.WriteString("MAC bindings:\n" + cmd("ovn-sbctl", "--db="+c.cp.central.SB(), "--columns=ip,mac,logical_port", "list", "MAC_Binding"))
 	b.WriteString("physical switch:\n" + sw.FDB())
 	for i, n := range c.nodes {
