@@ -289,10 +289,12 @@ func (u *Unit) converge(ctx context.Context, appeared string) (failed bool) {
 		}
 		u.setPending(pn.Name, "")
 		if err := u.detach(ctx, pn); err != nil {
-			u.o.Log.Error("underlay: giving a network back failed; what it has stays on its bridge", "network", pn.Name, "nic", pn.NIC, "err", err)
-		} else {
-			u.o.Log.Info("underlay: network no longer wanted on this node, given back", "network", pn.Name, "nic", pn.NIC)
+			// Kept as applied: the follower tries again, backing off.
+			u.o.Log.Error("underlay: giving a network back failed; what it has stays on its bridge, tried again", "network", pn.Name, "nic", pn.NIC, "err", err)
+			failed = true
+			continue
 		}
+		u.o.Log.Info("underlay: network no longer wanted on this node, given back", "network", pn.Name, "nic", pn.NIC)
 		u.applied = slices.Delete(u.applied, i, i+1)
 	}
 	for _, pn := range want {
