@@ -34,9 +34,10 @@ type Kube struct {
 	log  *slog.Logger
 
 	factory informers.SharedInformerFactory
-	nodeFac informers.SharedInformerFactory
+	nodeFac informers.SharedInformerFactory // nil: nodes is the owner's
 	pods    cache.SharedIndexInformer
 	nodes   cache.SharedIndexInformer
+	nodeReg cache.ResourceEventHandlerRegistration
 	// subnets: the shared Subnet informer given, or one of its own when
 	// the source has a dynamic client (subnetFac); none, no egress plan.
 	dyn       dynamic.Interface
@@ -79,6 +80,9 @@ type KubeOptions struct {
 	// Subnets is the node's shared Subnet informer, run by its owner (the
 	// agent); nil: the source runs its own when it has a dynamic client.
 	Subnets cache.SharedIndexInformer
+	// Nodes is the node's shared informer of its own Node (field selector
+	// metadata.name), run by its owner; nil: the source runs its own.
+	Nodes cache.SharedIndexInformer
 }
 
 // DefaultMismatchGrace is KubeOptions.MismatchGrace's default.
@@ -104,7 +108,7 @@ func NewKubeFromConfig(cfg *rest.Config, o KubeOptions) (*Kube, error) {
 // adds the Subnet informer (the node's Subnet view: ovn0's routes, the
 // egress plan, pods checked against their Subnet).
 func NewKube(cs kubernetes.Interface, dyn dynamic.Interface, o KubeOptions) *Kube {
-	k := &Kube{cs: cs, dyn: dyn, subnets: o.Subnets, node: o.Node, log: o.Log, waiters: map[string]map[chan struct{}]struct{}{},
+	k := &Kube{cs: cs, dyn: dyn, subnets: o.Subnets, nodes: o.Nodes, node: o.Node, log: o.Log, waiters: map[string]map[chan struct{}]struct{}{},
 		ovn: o.OVN, mismatchGrace: o.MismatchGrace}
 	if k.mismatchGrace <= 0 {
 		k.mismatchGrace = DefaultMismatchGrace
@@ -196,19 +200,25 @@ func (k *Kube) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	k.nodeFac = informers.NewSharedInformerFactoryWithOptions(k.cs, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", k.node).String()
-		}))
-	k.nodes = k.nodeFac.Core().V1().Nodes().Informer()
-	if _, err := k.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if k.nodes == nil {
+		k.nodeFac = informers.NewSharedInformerFactoryWithOptions(k.cs, 0,
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", k.node).String()
+			}))
+		k.nodes = k.nodeFac.Core().V1().Nodes().Informer()
+	}
+	reg, err := k.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { k.signal(nodeKey) },
 		UpdateFunc: func(any, any) { k.signal(nodeKey) },
-	}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
+	k.nodeReg = reg
 	k.factory.Start(k.stop)
-	k.nodeFac.Start(k.stop)
+	if k.nodeFac != nil {
+		k.nodeFac.Start(k.stop)
+	}
 	if k.ovn != nil {
 		k.ovn.Start(ctx)
 	}
@@ -246,7 +256,13 @@ func (k *Kube) Stop() {
 	if k.stop != nil {
 		close(k.stop)
 		k.factory.Shutdown()
-		k.nodeFac.Shutdown()
+		if k.nodeReg != nil {
+			_ = k.nodes.RemoveEventHandler(k.nodeReg)
+			k.nodeReg = nil
+		}
+		if k.nodeFac != nil {
+			k.nodeFac.Shutdown()
+		}
 		if k.subnetReg != nil {
 			_ = k.subnets.RemoveEventHandler(k.subnetReg)
 			k.subnetReg = nil

@@ -67,6 +67,7 @@ type settings struct {
 	kube            kubernetes.Interface
 	dyn             dynamic.Interface
 	subnets         cache.SharedIndexInformer
+	nodes           cache.SharedIndexInformer
 	forceStandalone bool
 	annWait         time.Duration
 	installWait     time.Duration
@@ -84,11 +85,13 @@ func WithPluginSource(path string) Option { return func(s *settings) { s.pluginS
 
 // WithKubeClients uses the node's client set for Kubernetes mode instead
 // of building clients from Options.Kubeconfig or the in-cluster
-// configuration. subnets is the node's shared Subnet informer, started and
-// stopped by its owner; without it, dyn reads the Subnets through an
-// informer of the server's own (both nil: no Subnet view, no egress plan).
-func WithKubeClients(cs kubernetes.Interface, dyn dynamic.Interface, subnets cache.SharedIndexInformer) Option {
-	return func(s *settings) { s.kube, s.dyn, s.subnets = cs, dyn, subnets }
+// configuration. subnets is the node's shared Subnet informer and nodes
+// its shared informer of its own Node, started and stopped by their owner;
+// without subnets, dyn reads the Subnets through an informer of the
+// server's own (both nil: no Subnet view, no egress plan); without nodes,
+// the server watches its Node itself.
+func WithKubeClients(cs kubernetes.Interface, dyn dynamic.Interface, subnets, nodes cache.SharedIndexInformer) Option {
+	return func(s *settings) { s.kube, s.dyn, s.subnets, s.nodes = cs, dyn, subnets, nodes }
 }
 
 // WithStandalone forces standalone mode even when in-cluster configuration exists.
@@ -168,7 +171,7 @@ func newSource(o Options, st settings, log *slog.Logger) (podsource.Source, erro
 		sb = o.Node.Layout.LocalSB()
 	}
 	ko := podsource.KubeOptions{Node: o.Node.Name, Log: log, TrustedManagers: o.ControllerFieldManagers,
-		OVN: podsource.NewSBPorts(sb, o.Node.SB.TLS, log), Subnets: st.subnets}
+		OVN: podsource.NewSBPorts(sb, o.Node.SB.TLS, log), Subnets: st.subnets, Nodes: st.nodes}
 	if !st.forceStandalone {
 		if st.kube != nil {
 			return podsource.NewKube(st.kube, st.dyn, ko), nil

@@ -63,7 +63,7 @@ func (u *cniUnit) Start(ctx context.Context) error {
 	if u.kube == nil {
 		opts = append(opts, server.WithStandalone())
 	} else {
-		opts = append(opts, server.WithKubeClients(u.kube.client, u.kube.dynamic, u.kube.subnets))
+		opts = append(opts, server.WithKubeClients(u.kube.client, u.kube.dynamic, u.kube.subnets, u.kube.self))
 	}
 	s, err := server.New(o, opts...)
 	if err != nil {

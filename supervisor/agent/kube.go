@@ -34,7 +34,8 @@ type kubeClients struct {
 	kubeovn dynamicinformer.DynamicSharedInformerFactory
 	subnets cache.SharedIndexInformer
 	// self is this node's own Node (field selector metadata.name): its
-	// labels choose the provider networks, and the underlay reports on it.
+	// labels choose the provider networks, the underlay reports on it, and
+	// the pod source reads its node network annotations from it.
 	selfFactory informers.SharedInformerFactory
 	self        cache.SharedIndexInformer
 }
