@@ -86,6 +86,17 @@ func (a *app) subnetCommand() *cobra.Command {
 				gw += ", active " + s.ActiveGW
 			}
 			fmt.Fprintf(w, "Gateway type:  %s\nNAT outgoing:  %v\n", gw, s.NatOutgoing)
+			if s.Vlan != "" {
+				// Underlay: where the gateway is, and the router's address.
+				ul := "physical gateway " + s.Gateway
+				switch {
+				case s.LogicalGateway:
+					ul = "logical gateway (the cluster router holds " + s.Gateway + ")"
+				case s.U2OIP != "":
+					ul += ", interconnected through the cluster router at " + s.U2OIP
+				}
+				fmt.Fprintf(w, "Vlan:          %s (%s)\n", s.Vlan, ul)
+			}
 			if len(s.Namespaces) > 0 {
 				fmt.Fprintf(w, "Namespaces:    %s\n", strings.Join(s.Namespaces, ", "))
 			}

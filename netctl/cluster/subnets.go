@@ -33,16 +33,21 @@ type SubnetInfo struct {
 	NatOutgoing bool     `json:"natOutgoing"`
 	Namespaces  []string `json:"namespaces,omitempty"`
 	// NamespaceSelectors are spec.namespaceSelectors as label selector strings.
-	NamespaceSelectors []string              `json:"namespaceSelectors,omitempty"`
-	Private            bool                  `json:"private,omitempty"`
-	ExcludeIPs         []string              `json:"excludeIps,omitempty"`
-	MTU                int                   `json:"mtu,omitempty"`
-	Used               float64               `json:"usingIPs"`
-	Available          float64               `json:"availableIPs"`
-	UsedRange          string                `json:"usingIPrange,omitempty"`
-	Usage              float64               `json:"usagePercent"` // used / (used + available) * 100
-	Ready              string                `json:"ready"`        // status of the Ready condition, "Unknown" without one
-	Conditions         []kubeovnv1.Condition `json:"conditions,omitempty"`
+	NamespaceSelectors []string `json:"namespaceSelectors,omitempty"`
+	Private            bool     `json:"private,omitempty"`
+	ExcludeIPs         []string `json:"excludeIps,omitempty"`
+	MTU                int      `json:"mtu,omitempty"`
+	Used               float64  `json:"usingIPs"`
+	Available          float64  `json:"availableIPs"`
+	UsedRange          string   `json:"usingIPrange,omitempty"`
+	Usage              float64  `json:"usagePercent"` // used / (used + available) * 100
+	// Underlay: spec.vlan, logicalGateway, and the interconnection
+	// address the controller wrote (status.u2oInterconnectionIP).
+	Vlan           string                `json:"vlan,omitempty"`
+	LogicalGateway bool                  `json:"logicalGateway,omitempty"`
+	U2OIP          string                `json:"u2oInterconnectionIP,omitempty"`
+	Ready          string                `json:"ready"` // status of the Ready condition, "Unknown" without one
+	Conditions     []kubeovnv1.Condition `json:"conditions,omitempty"`
 }
 
 // Subnet turns a stored Subnet into what netctl shows.
@@ -58,7 +63,11 @@ func Subnet(u *unstructured.Unstructured) (*SubnetInfo, error) {
 		Used:      s.Status.V4UsingIPs + s.Status.V6UsingIPs,
 		Available: s.Status.V4AvailableIPs + s.Status.V6AvailableIPs,
 		UsedRange: joinNonEmpty(",", s.Status.V4UsingIPRange, s.Status.V6UsingIPRange),
-		Ready:     "Unknown", Conditions: s.Status.Conditions}
+		Ready:     "Unknown", Conditions: s.Status.Conditions,
+		Vlan: s.Spec.Vlan, LogicalGateway: s.Spec.LogicalGateway, U2OIP: s.Status.U2OInterconnectionIP}
+	if !s.Spec.U2OInterconnection {
+		i.U2OIP = ""
+	}
 	for j := range s.Spec.NamespaceSelectors {
 		sel, err := metav1.LabelSelectorAsSelector(&s.Spec.NamespaceSelectors[j])
 		str := "(invalid selector)"

@@ -157,6 +157,10 @@ func TestUnderlayVLANPodsAcrossNodes(t *testing.T) {
 	if !strings.HasPrefix(u2oIP, "10.100.0.") || u2oIP == "10.100.0.254" || u2oIP == a100.ip || u2oIP == b100.ip || st["u2oInterconnectionVPC"] != "ovn-cluster" || st["u2oInterconnectionMAC"] == "" {
 		t.Fatalf("Subnet sub100 status after u2oInterconnection: %v", st)
 	}
+	if out, errb, code := c.netctlIn(t, c.nodes[0], "subnet", "show", "sub100"); code != 0 ||
+		!strings.Contains(out, "Vlan:          vlan100 (physical gateway 10.100.0.254, interconnected through the cluster router at "+u2oIP+")") {
+		t.Errorf("netctl subnet show sub100 (exit %d) does not say the VLAN and the interconnection:\n%s%s", code, out, errb)
+	}
 	c100 := c.addPod(t, 0, "u100", "c100", nil, nil)
 	over := c.addPod(t, 1, "default", "over", map[string]string{"app": "over"}, nil)
 	sc.waitChassisCaughtUp(t)
