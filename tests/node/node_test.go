@@ -568,7 +568,7 @@ func TestNetctlStatusShowsEachChild(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "READY") {
 		t.Fatalf("netctl status: exit %d\n%s", code, out)
 	}
-	for _, child := range []string{"ovsdb-server", "ovs-vswitchd", "ovn-controller", "ovn-northd", "ovsdb-nb", "ovsdb-sb", "host-nat", "cni-server"} {
+	for _, child := range []string{"ovsdb-server", "ovs-vswitchd", "ovn-controller", "ovn-northd", "ovsdb-nb", "ovsdb-sb", "underlay", "host-nat", "cni-server"} {
 		if !strings.Contains(out, child) {
 			t.Errorf("%s missing from:\n%s", child, out)
 		}
@@ -582,7 +582,7 @@ func TestNetctlStatusShowsEachChild(t *testing.T) {
 			RSSBytes int64 `json:"rss_bytes"`
 		}
 	}
-	if err := json.Unmarshal([]byte(out), &snap); err != nil || code != 0 || !snap.Ready || len(snap.Children) != 8 {
+	if err := json.Unmarshal([]byte(out), &snap); err != nil || code != 0 || !snap.Ready || len(snap.Children) != 9 {
 		t.Fatalf("json: exit %d err %v\n%s", code, err, out)
 	}
 	for _, c := range snap.Children {
