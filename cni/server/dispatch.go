@@ -206,12 +206,15 @@ func (s *Server) handle(ctx context.Context, req *protocol.Request) ([]byte, *cn
 // for an underlay pod its provider network's on this node, else the
 // conflist's, else the node's (underlay minus encapsulation).
 func (s *Server) podMTU(q *request, n *podsource.PodNetwork) int {
-	switch {
-	case n != nil && n.MTU > 0:
+	if n != nil && n.MTU > 0 {
 		return n.MTU
-	case n != nil && n.ProviderNetwork != "" && s.cfg.UnderlayMTU != nil && s.cfg.UnderlayMTU(n.ProviderNetwork) > 0:
-		return s.cfg.UnderlayMTU(n.ProviderNetwork)
-	case q.conf.MTU > 0:
+	}
+	if n != nil && n.ProviderNetwork != "" && s.cfg.UnderlayMTU != nil {
+		if mtu := s.cfg.UnderlayMTU(n.ProviderNetwork); mtu > 0 {
+			return mtu
+		}
+	}
+	if q.conf.MTU > 0 {
 		return q.conf.MTU
 	}
 	return s.cfg.PodMTU

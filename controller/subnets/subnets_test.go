@@ -427,3 +427,24 @@ func TestInterconnectedUnderlaySubnet(t *testing.T) {
 		t.Errorf("the interconnection address counts as a user of the subnet: %v", u)
 	}
 }
+
+// A Subnet on a Vlan the underlay reconciler marked as conflicting (its
+// tag is another Vlan's on the same provider network) is refused, naming
+// the fix; no switch is made.
+func TestUnderlaySubnetOnAConflictingVlanIsRefused(t *testing.T) {
+	v := underlayObject("Vlan", "v100b", map[string]any{"id": int64(100), "provider": "physnet1"})
+	v.Object["status"] = map[string]any{"conflict": true}
+	f := start(t, ctltest.Subnet("u100b", map[string]any{"cidrBlock": "10.101.0.0/24", "vlan": "v100b"}), v)
+	if _, err := f.Dynamic.Resource(kubeovnv1.ProviderNetworkGVR).Create(f.Ctx, underlayObject("ProviderNetwork", "physnet1",
+		map[string]any{"defaultInterface": "eth1"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctltest.Await(t, f.r.providers, "physnet1", func(obj any) bool { return obj != nil })
+	f.programAll(t)
+	if p := f.r.Problem("u100b"); p == nil || p.Reason != "VlanConflict" || !strings.Contains(p.Message, "give this one another id") {
+		t.Fatalf("Problem %+v, want VlanConflict with the fix", p)
+	}
+	if ls := f.switchNamed(t, "u100b"); ls != nil {
+		t.Fatal("a Subnet on a conflicting Vlan got a switch")
+	}
+}

@@ -92,6 +92,12 @@ func (r *Reconciler) underlay(s *kubeovnv1.Subnet) (*ovnnet.Underlay, *kubeovnv1
 	if prob != nil {
 		return nil, &kubeovnv1.Problem{Reason: "VlanNotValid", Message: fmt.Sprintf("spec.vlan %q: the Vlan is not valid: %s", name, prob.Message)}
 	}
+	if v.Status.Conflict {
+		// Another Vlan of the provider network has the tag first (the
+		// underlay reconciler's status): two objects for one VLAN.
+		return nil, &kubeovnv1.Problem{Reason: "VlanConflict", Message: fmt.Sprintf(
+			"spec.vlan %q: the Vlan conflicts with another Vlan of the same tag on its provider network (its status says which); point the Subnet at that Vlan, or give this one another id", name)}
+	}
 	pn := v.Spec.ProviderName()
 	if _, ok, _ := r.providers.GetIndexer().GetByKey(pn); !ok {
 		return nil, &kubeovnv1.Problem{Reason: "ProviderNetworkNotFound", Message: fmt.Sprintf(

@@ -62,10 +62,10 @@ func (n *Network) syncClusterSet(ctx context.Context) error {
 	defer n.clusterSetMu.Unlock()
 	var addrs []string
 	n.mu.Lock()
-	physical := maps.Clone(n.physical)
+	physicalGW := maps.Clone(n.physicalGW)
 	n.mu.Unlock()
 	for _, name := range n.IPAM.SubnetNames() {
-		if physical[name] {
+		if u2o, ok := physicalGW[name]; ok && !u2o {
 			// Reached through the physical network: overlay pods go to it
 			// through their node, as to any address outside the cluster.
 			continue

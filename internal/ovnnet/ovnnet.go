@@ -80,13 +80,12 @@ type Network struct {
 
 	mu      sync.Mutex
 	nodeIPs map[string][]netip.Addr // node -> its internal addresses (kept in the cluster set)
-	// physical: the underlay subnets whose gateway is a physical router
-	// (no port on the cluster router): outside the cluster set.
-	physical map[string]bool
-	// ownWay: the underlay subnets with a physical gateway, interconnected
-	// or not: their pods leave on the physical network, never through
-	// their node, so they are in no node's egress set.
-	ownWay       map[string]bool
+	// physicalGW: the underlay subnets whose gateway is a physical router
+	// -> whether they are interconnected (u2o). Their pods leave on the
+	// physical network, never through their node, so they are in no
+	// node's egress set; those not interconnected have no router port and
+	// are outside the cluster set.
+	physicalGW   map[string]bool
 	clusterSetMu sync.Mutex
 }
 
@@ -121,7 +120,7 @@ func New(nb *ovnnb.Client, cfg Config) *Network {
 	if cfg.JoinSubnet == "" {
 		cfg.JoinSubnet = JoinSubnet
 	}
-	return &Network{IPAM: ipam.New(), NB: nb, cfg: cfg, nodeIPs: map[string][]netip.Addr{}, physical: map[string]bool{}, ownWay: map[string]bool{}}
+	return &Network{IPAM: ipam.New(), NB: nb, cfg: cfg, nodeIPs: map[string][]netip.Addr{}, physicalGW: map[string]bool{}}
 }
 
 // Config returns the effective names.
@@ -193,15 +192,10 @@ func (n *Network) AddSubnet(ctx context.Context, cfg ipam.SubnetConfig, ul *Unde
 		return err
 	}
 	n.mu.Lock()
-	if physical {
-		n.physical[cfg.Name] = true
-	} else {
-		delete(n.physical, cfg.Name)
-	}
 	if physical || u2o {
-		n.ownWay[cfg.Name] = true
+		n.physicalGW[cfg.Name] = u2o
 	} else {
-		delete(n.ownWay, cfg.Name)
+		delete(n.physicalGW, cfg.Name)
 	}
 	n.mu.Unlock()
 	if physical || u2o {
@@ -253,8 +247,7 @@ func (n *Network) RemoveSubnet(ctx context.Context, name string) error {
 	}
 	n.IPAM.RemoveSubnet(name)
 	n.mu.Lock()
-	delete(n.physical, name)
-	delete(n.ownWay, name)
+	delete(n.physicalGW, name)
 	n.mu.Unlock()
 	return n.syncClusterSet(ctx)
 }
@@ -339,7 +332,7 @@ func (n *Network) AddPod(ctx context.Context, r PodRequest) (ipam.Allocation, er
 	}
 	node := r.Node
 	n.mu.Lock()
-	if n.ownWay[a.Subnet] {
+	if _, own := n.physicalGW[a.Subnet]; own {
 		node = "" // leaves on its physical network, not through the node
 	}
 	n.mu.Unlock()

@@ -125,11 +125,7 @@ func (a *Agent) wire() {
 		a.extgw = extgw.New(extgw.Options{Config: a.nc, Node: a.node, Kube: a.kube.client, ConfigMaps: a.kube.configMaps, Log: a.log})
 		a.node.AddUnit(a.extgw)
 	}
-	var underlayMTU func(string) int
-	if a.underlay != nil {
-		underlayMTU = a.underlay.MTU
-	}
-	a.cni = newCNIUnit(a.node, a.nc, a.kube, a.log, a.o.Health.Registry(), a.egress.Apply, underlayMTU)
+	a.cni = newCNIUnit(a.node, a.nc, a.kube, a.log, a.o.Health.Registry(), a.egress.Apply, a.underlay.MTU)
 	a.node.AddUnit(a.cni)
 }
 

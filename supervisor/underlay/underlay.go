@@ -123,6 +123,9 @@ type Unit struct {
 	// the follower only).
 	swept   bool
 	pending map[string]string // network -> why it is not bridged
+	// bridged: network -> its NIC, once attached and until it is given
+	// back: what underlay pods may be wired onto (MTU).
+	bridged map[string]string
 	// applied are the networks acted on, in order (bridged or pending):
 	// what a change or the stop gives back. Touched by Start, the
 	// follower and Stop only, one after the other.
@@ -131,7 +134,7 @@ type Unit struct {
 
 // New plans the unit; nothing is touched.
 func New(o Options) *Unit {
-	return &Unit{o: o, pending: map[string]string{}, want: slices.Clone(o.Networks), changed: make(chan struct{}, 1)}
+	return &Unit{o: o, pending: map[string]string{}, bridged: map[string]string{}, want: slices.Clone(o.Networks), changed: make(chan struct{}, 1)}
 }
 
 // Set replaces the wanted networks; the running unit converges to them
@@ -155,18 +158,30 @@ func (u *Unit) wanted() []nodeconfig.ProviderNetwork {
 
 // MTU is the MTU of provider network name on this node, its NIC's (the
 // bridge carries it): what an underlay pod's interface gets, as no tunnel
-// header is added. 0 when the network is not wanted here or not bridged.
+// header is added. 0 when the network is not bridged here (not wanted,
+// its NIC missing, not attached yet, or being given back).
 func (u *Unit) MTU(name string) int {
-	w := u.wanted()
-	i := slices.IndexFunc(w, func(pn nodeconfig.ProviderNetwork) bool { return pn.Name == name })
-	if _, waiting := u.pendingWhy(name); i < 0 || waiting {
+	u.mu.Lock()
+	nic, ok := u.bridged[name]
+	u.mu.Unlock()
+	if !ok {
 		return 0
 	}
-	l, err := netlink.LinkByName(w[i].NIC)
+	l, err := netlink.LinkByName(nic)
 	if err != nil {
 		return 0
 	}
 	return l.Attrs().MTU
+}
+
+func (u *Unit) setBridged(name, nic string) {
+	u.mu.Lock()
+	if nic == "" {
+		delete(u.bridged, name)
+	} else {
+		u.bridged[name] = nic
+	}
+	u.mu.Unlock()
 }
 
 func (u *Unit) Name() string { return "underlay" }
@@ -346,6 +361,7 @@ func (u *Unit) bridge(ctx context.Context, pn nodeconfig.ProviderNetwork) bool {
 	switch {
 	case err == nil:
 		u.setPending(pn.Name, "")
+		u.setBridged(pn.Name, pn.NIC)
 		return true
 	case errors.As(err, &missing):
 		u.o.Log.Warn("underlay: NIC not found; the network is not bridged until it appears, nothing was changed", "network", pn.Name, "problem", missing.msg,
@@ -529,6 +545,8 @@ func (u *Unit) attach(ctx context.Context, pn nodeconfig.ProviderNetwork) (err e
 // mapping, the bridge with the NIC's port. What a crashed move left is put
 // back from its journal. Nothing there: nothing to do.
 func (u *Unit) detach(ctx context.Context, pn nodeconfig.ProviderNetwork) error {
+	// No new pod is wired onto it from here on.
+	u.setBridged(pn.Name, "")
 	br := providernet.BridgeName(pn.Name)
 	ovs := u.o.Node.OVS()
 	brLink, brErr := netlink.LinkByName(br)
