@@ -65,6 +65,10 @@ func TestStartUpCreatesTheDefaultSubnetsAndPodsGetAddresses(t *testing.T) {
 	if _, err := e.Dynamic.Resource(kubeovnv1.SubnetGVR).Create(ctx, ctltest.Subnet("team-net", map[string]any{"cidrBlock": "10.80.0.0/24", "namespaces": []any{"team"}}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The controller's informer must have seen the Subnet: a pod created
+	// before that goes to the namespace's Subnet of the moment, the
+	// default (CI saw that under load).
+	ctltest.Await(t, subnetInf, "team-net", func(obj any) bool { return obj != nil })
 	if _, err := e.Kube.CoreV1().Pods("team").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "app", UID: "uid-app"},
 		Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
