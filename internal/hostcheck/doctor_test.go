@@ -61,8 +61,11 @@ type fake struct {
 	owners       map[string][2]int
 	avail        uint64
 	// started is when ovs-vswitchd started, since boot.
-	started time.Duration
+	started  time.Duration
+	underlay []hostcheck.UnderlayNIC
 }
+
+func (f *fake) UnderlayNICs(string) ([]hostcheck.UnderlayNIC, error) { return f.underlay, nil }
 
 func (f *fake) NorthdVersion(context.Context, string) (string, error) { return f.northd, nil }
 func (f *fake) Statfs(string) (uint64, uint64, error)                 { return f.avail, 100 << 30, nil }

@@ -76,6 +76,9 @@ type DoctorFacts interface {
 	DialUnix(path string, timeout time.Duration) error
 	// ARPProbe returns the MACs of other hosts answering ARP for ip on iface.
 	ARPProbe(iface string, ip netip.Addr, wait time.Duration) ([]string, error)
+	// UnderlayNICs are the NICs underlay networks bridged here, with what
+	// the host's network managers do about them.
+	UnderlayNICs(journalDir string) ([]UnderlayNIC, error)
 }
 
 // DoctorHost is the real machine, read without changing it.

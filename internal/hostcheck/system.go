@@ -462,6 +462,7 @@ func hostChecks(s nodeconfig.HostSettings, nc *nodeconfig.NodeConfig, f DoctorFa
 		exists("/sys/module/openvswitch"), exists("/sys/module/geneve"), nc.Datapath.IsUserspace(), nc.TunnelType))
 
 	lay := nc.Layout
+	out = append(out, CheckUnderlayHost(f.UnderlayNICs(lay.UnderlayJournals))...)
 	dirs := []string{lay.OVSDBDir, lay.OVSRunDir, lay.OVSLogDir}
 	out = append(out, CheckSELinux(read("/sys/fs/selinux/enforce"), read("/var/log/audit/audit.log"), []string{lay.OVSDBDir, lay.OVNDBDir}))
 

@@ -47,6 +47,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/ovnhost/ovnhost/internal/hostnetmgr"
 	"github.com/ovnhost/ovnhost/internal/nldump"
 	"github.com/ovnhost/ovnhost/internal/nodeconfig"
 	"github.com/ovnhost/ovnhost/internal/ovsdbconn"
@@ -490,6 +491,12 @@ func (u *Unit) attach(ctx context.Context, pn nodeconfig.ProviderNetwork) (err e
 			}
 		}
 	}()
+	// 0. NetworkManager leaves the NIC alone from here on; what else on
+	// the host would take it back is reported.
+	u.reportHostManagers(pn.Name, nic, br)
+	if err := u.leaveToUs(ctx, pn.NIC); err != nil {
+		return err
+	}
 	// 1. The bridge with its internal port (the NIC is not its port yet:
 	// an uplink left from an earlier run stays).
 	mac := nic.Attrs().HardwareAddr.String()
@@ -500,6 +507,9 @@ func (u *Unit) attach(ctx context.Context, pn nodeconfig.ProviderNetwork) (err e
 	defer cancel()
 	if err := ovsbridge.WaitUplink(wctx, ovs, br, br); err != nil {
 		return fmt.Errorf("waiting for the internal port of %s: %w", br, err)
+	}
+	if err := u.leaveBridgeToUs(ctx, br); err != nil {
+		u.o.Log.Warn("underlay: NetworkManager may manage the bridge's internal port", "bridge", br, "err", err, "fix", "nmcli device set "+br+" managed no")
 	}
 	// 2. The internal port answers for the NIC's addresses too.
 	shared, err := hostlink.Share(pn.NIC, br, hostlink.Options{CopyMAC: true})
@@ -592,7 +602,7 @@ func (u *Unit) detach(ctx context.Context, pn nodeconfig.ProviderNetwork) error 
 		}
 		u.o.Log.Info("underlay: bridge removed", "network", pn.Name, "bridge", br)
 	}
-	return nil
+	return giveBackToNetworkManager(ctx, u.o.JournalDir, pn.NIC, u.o.Log)
 }
 
 // hasGlobalAddrs reports whether link has an address the host is known by
@@ -653,6 +663,18 @@ func Cleanup(journalDir string) ([]string, error) {
 			continue
 		}
 		done = append(done, "configuration of "+nic+" restored from its journal")
+	}
+	// With its configuration back, a NIC NetworkManager managed is its again.
+	for _, e := range entries {
+		nic, ok := strings.CutSuffix(e.Name(), hostnetmgr.NMMarkSuffix)
+		if !ok || e.IsDir() {
+			continue
+		}
+		if err := giveBackToNetworkManager(context.Background(), journalDir, nic, slog.Default()); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		done = append(done, nic+" given back to NetworkManager")
 	}
 	if len(errs) == 0 {
 		_ = os.Remove(journalDir) // only when empty

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -96,4 +97,86 @@ func fetch(pkg, file string) (string, error) {
 	}
 	_ = os.WriteFile(filepath.Join(dir, "from"), []byte(filepath.Base(debs[0])+"\n"), 0o644)
 	return bin, nil
+}
+
+// Tree unpacks Debian packages pkgs whole (with `dpkg-deb -x`, nothing
+// installed: no maintainer script runs, no service starts) into one
+// directory, cached as deb/<name>/root, and returns it. A program from
+// it runs with LD_LIBRARY_PATH=<root>/usr/lib/<triplet> for libraries the
+// host lacks. It fails under strict mode, else skips, when apt cannot
+// fetch a package.
+func Tree(t testing.TB, name string, pkgs ...string) string {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	key := "tree:" + name
+	if p, ok := got[key]; ok {
+		return p
+	}
+	p, err := unpackTree(name, pkgs)
+	if err != nil {
+		if testenv.Strict() {
+			t.Fatalf("debtool: unpacking Debian packages %v: %v", pkgs, err)
+		}
+		t.Skipf("debtool: unpacking Debian packages %v: %v", pkgs, err)
+	}
+	got[key] = p
+	return p
+}
+
+func unpackTree(name string, pkgs []string) (string, error) {
+	dir := filepath.Join(testenv.CacheRoot(), "deb", name)
+	root := filepath.Join(dir, "root")
+	if _, err := os.Stat(filepath.Join(dir, "from")); err == nil {
+		return root, nil
+	}
+	unlock, err := testenv.LockDir(dir)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if _, err := os.Stat(filepath.Join(dir, "from")); err == nil {
+		return root, nil
+	}
+	work, err := os.MkdirTemp(dir, "work-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(work)
+	run := func(name string, args ...string) error {
+		cmd := exec.Command(name, args...)
+		cmd.Dir = work
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("%s %v: %v\n%s", name, args, err, out.String())
+		}
+		return nil
+	}
+	download := append([]string{"-q", "-o", "APT::Sandbox::User=root", "download"}, pkgs...)
+	if err := run("apt-get", download...); err != nil {
+		if err2 := run("apt-get", "-q", "update"); err2 != nil {
+			return "", fmt.Errorf("%v; apt-get update: %v", err, err2)
+		}
+		if err := run("apt-get", download...); err != nil {
+			return "", err
+		}
+	}
+	_ = os.RemoveAll(root)
+	tmpRoot := filepath.Join(work, "root")
+	var from []string
+	for _, pkg := range pkgs {
+		debs, _ := filepath.Glob(filepath.Join(work, pkg+"_*.deb"))
+		if len(debs) != 1 {
+			return "", fmt.Errorf("apt-get download %s left %d packages", pkg, len(debs))
+		}
+		if err := run("dpkg-deb", "-x", debs[0], tmpRoot); err != nil {
+			return "", err
+		}
+		from = append(from, filepath.Base(debs[0]))
+	}
+	if err := os.Rename(tmpRoot, root); err != nil {
+		return "", err
+	}
+	return root, os.WriteFile(filepath.Join(dir, "from"), []byte(strings.Join(from, "\n")+"\n"), 0o644)
 }
