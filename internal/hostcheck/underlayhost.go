@@ -9,7 +9,6 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ovnhost/ovnhost/internal/hostnetmgr"
-	"github.com/ovnhost/ovnhost/internal/nldump"
 )
 
 // UnderlayNIC is a NIC an underlay network has bridged, with what the
@@ -86,12 +85,7 @@ func (*DoctorHost) UnderlayNICs(journalDir string) ([]UnderlayNIC, error) {
 		}
 		var leases []hostnetmgr.Lease
 		if l, err := netlink.LinkByName(b.Bridge); err == nil {
-			addrs, _ := nldump.Retry(func() ([]netlink.Addr, error) { return netlink.AddrList(l, netlink.FAMILY_ALL) })
-			for _, a := range addrs {
-				if a.ValidLft > 0 && a.ValidLft != 0xffffffff && a.Scope == int(netlink.SCOPE_UNIVERSE) {
-					leases = append(leases, hostnetmgr.Lease{Addr: a.IPNet.String(), ValidFor: time.Duration(a.ValidLft) * time.Second})
-				}
-			}
+			leases = hostnetmgr.LeasesOf(l)
 		}
 		u.Findings = hostnetmgr.Host{Root: "/"}.Inspect(b.NIC, idx, b.Bridge, leases)
 		out = append(out, u)

@@ -13,7 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"sigs.k8s.io/yaml"
+
+	"github.com/ovnhost/ovnhost/internal/nldump"
 )
 
 // Finding is something on the host that will take a bridged NIC back, or
@@ -31,6 +34,19 @@ func (f Finding) String() string { return f.Manager + ": " + f.Problem + "; fix:
 type Lease struct {
 	Addr     string // CIDR
 	ValidFor time.Duration
+}
+
+// LeasesOf is link's addresses with a finite lifetime: what a DHCP or
+// SLAAC client renews (the kernel's 0xffffffff is forever).
+func LeasesOf(link netlink.Link) []Lease {
+	addrs, _ := nldump.Retry(func() ([]netlink.Addr, error) { return netlink.AddrList(link, netlink.FAMILY_ALL) })
+	var out []Lease
+	for _, a := range addrs {
+		if a.ValidLft > 0 && a.ValidLft != 0xffffffff && a.Scope == int(netlink.SCOPE_UNIVERSE) {
+			out = append(out, Lease{Addr: a.IPNet.String(), ValidFor: time.Duration(a.ValidLft) * time.Second})
+		}
+	}
+	return out
 }
 
 // Host is where Inspect reads: Root prefixes every path ("/" on a node; a

@@ -13,7 +13,6 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ovnhost/ovnhost/internal/hostnetmgr"
-	"github.com/ovnhost/ovnhost/internal/nldump"
 )
 
 // The host's own network managers around a bridged NIC
@@ -31,13 +30,12 @@ const nmTimeout = 10 * time.Second
 // goes back to NetworkManager when it is given back, across a crash; one
 // already there (an upgrade, a restart) means NetworkManager had it first.
 func (u *Unit) leaveToUs(ctx context.Context, nic string) error {
-	ctx, cancel := context.WithTimeout(ctx, nmTimeout)
-	defer cancel()
-	nm, err := hostnetmgr.ConnectNetworkManager(ctx, hostnetmgr.SystemBus())
-	if err != nil || nm == nil {
-		return err
-	}
-	defer nm.Close()
+	return withNetworkManager(ctx, func(ctx context.Context, nm *hostnetmgr.NetworkManager) error {
+		return u.leaveNIC(ctx, nm, nic)
+	})
+}
+
+func (u *Unit) leaveNIC(ctx context.Context, nm *hostnetmgr.NetworkManager, nic string) error {
 	managed, known, err := nm.Managed(ctx, nic)
 	if err != nil || !known || !managed {
 		return err
@@ -62,6 +60,14 @@ func (u *Unit) leaveToUs(ctx context.Context, nic string) error {
 // which takes the NIC's configuration (a device it would otherwise assume
 // or reconfigure). It goes with the bridge: nothing to give back.
 func (u *Unit) leaveBridgeToUs(ctx context.Context, br string) error {
+	return withNetworkManager(ctx, func(ctx context.Context, nm *hostnetmgr.NetworkManager) error {
+		return nm.LeaveOnceKnown(ctx, br)
+	})
+}
+
+// withNetworkManager runs fn with NetworkManager when it runs (nothing
+// to do otherwise), bounded by nmTimeout.
+func withNetworkManager(ctx context.Context, fn func(context.Context, *hostnetmgr.NetworkManager) error) error {
 	ctx, cancel := context.WithTimeout(ctx, nmTimeout)
 	defer cancel()
 	nm, err := hostnetmgr.ConnectNetworkManager(ctx, hostnetmgr.SystemBus())
@@ -69,7 +75,7 @@ func (u *Unit) leaveBridgeToUs(ctx context.Context, br string) error {
 		return err
 	}
 	defer nm.Close()
-	return nm.LeaveOnceKnown(ctx, br)
+	return fn(ctx, nm)
 }
 
 // giveBackToNetworkManager hands nic back to NetworkManager when the mark
@@ -109,15 +115,7 @@ func giveBackToNetworkManager(ctx context.Context, journalDir, nic string, log *
 // stop working now that its configuration lives there (netctl doctor's
 // underlay-host check says the same).
 func (u *Unit) reportHostManagers(network string, nic netlink.Link, br string) {
-	var leases []hostnetmgr.Lease
-	addrs, _ := nldump.Retry(func() ([]netlink.Addr, error) { return netlink.AddrList(nic, netlink.FAMILY_ALL) })
-	for _, a := range addrs {
-		// A finite lifetime is a lease (DHCP, SLAAC); 0xffffffff is forever.
-		if a.ValidLft > 0 && a.ValidLft != 0xffffffff && a.Scope == int(netlink.SCOPE_UNIVERSE) {
-			leases = append(leases, hostnetmgr.Lease{Addr: a.IPNet.String(), ValidFor: time.Duration(a.ValidLft) * time.Second})
-		}
-	}
-	for _, f := range (hostnetmgr.Host{Root: "/"}).Inspect(nic.Attrs().Name, nic.Attrs().Index, br, leases) {
+	for _, f := range (hostnetmgr.Host{Root: "/"}).Inspect(nic.Attrs().Name, nic.Attrs().Index, br, hostnetmgr.LeasesOf(nic)) {
 		u.o.Log.Warn("underlay: "+f.Manager+" may take the NIC back or stop working", "network", network, "nic", nic.Attrs().Name, "problem", f.Problem, "fix", f.Fix)
 	}
 }

@@ -66,24 +66,9 @@ func fetch(pkg, file string) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(work)
-	run := func(name string, args ...string) error {
-		cmd := exec.Command(name, args...)
-		cmd.Dir = work
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("%s %v: %v\n%s", name, args, err, out.String())
-		}
-		return nil
-	}
-	// A machine whose packages were installed long ago may have no lists.
-	if err := run("apt-get", "-q", "-o", "APT::Sandbox::User=root", "download", pkg); err != nil {
-		if err2 := run("apt-get", "-q", "update"); err2 != nil {
-			return "", fmt.Errorf("%v; apt-get update: %v", err, err2)
-		}
-		if err := run("apt-get", "-q", "-o", "APT::Sandbox::User=root", "download", pkg); err != nil {
-			return "", err
-		}
+	run := runner(work)
+	if err := download(run, pkg); err != nil {
+		return "", err
 	}
 	debs, _ := filepath.Glob(filepath.Join(work, pkg+"_*.deb"))
 	if len(debs) != 1 {
@@ -143,24 +128,9 @@ func unpackTree(name string, pkgs []string) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(work)
-	run := func(name string, args ...string) error {
-		cmd := exec.Command(name, args...)
-		cmd.Dir = work
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("%s %v: %v\n%s", name, args, err, out.String())
-		}
-		return nil
-	}
-	download := append([]string{"-q", "-o", "APT::Sandbox::User=root", "download"}, pkgs...)
-	if err := run("apt-get", download...); err != nil {
-		if err2 := run("apt-get", "-q", "update"); err2 != nil {
-			return "", fmt.Errorf("%v; apt-get update: %v", err, err2)
-		}
-		if err := run("apt-get", download...); err != nil {
-			return "", err
-		}
+	run := runner(work)
+	if err := download(run, pkgs...); err != nil {
+		return "", err
 	}
 	_ = os.RemoveAll(root)
 	tmpRoot := filepath.Join(work, "root")
@@ -179,4 +149,32 @@ func unpackTree(name string, pkgs []string) (string, error) {
 		return "", err
 	}
 	return root, os.WriteFile(filepath.Join(dir, "from"), []byte(strings.Join(from, "\n")+"\n"), 0o644)
+}
+
+// runner runs programs in dir, their output in the error.
+func runner(dir string) func(name string, args ...string) error {
+	return func(name string, args ...string) error {
+		cmd := exec.Command(name, args...)
+		cmd.Dir = dir
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("%s %v: %v\n%s", name, args, err, out.String())
+		}
+		return nil
+	}
+}
+
+// download fetches pkgs' .deb files with apt-get into run's directory;
+// a machine whose packages were installed long ago may have no lists, so
+// a failure is tried again after apt-get update.
+func download(run func(string, ...string) error, pkgs ...string) error {
+	args := append([]string{"-q", "-o", "APT::Sandbox::User=root", "download"}, pkgs...)
+	if err := run("apt-get", args...); err != nil {
+		if err2 := run("apt-get", "-q", "update"); err2 != nil {
+			return fmt.Errorf("%v; apt-get update: %v", err, err2)
+		}
+		return run("apt-get", args...)
+	}
+	return nil
 }
