@@ -164,3 +164,41 @@ func RemoveRoutes(name string, routes []Route) error {
 	}
 	return errors.Join(errs...)
 }
+
+// KeepUp brings interface name up once it exists, and again whenever it
+// goes down, until ctx ends. ovs-vswitchd may set a tap it has just
+// created (an internal port on the userspace datapath) down again while
+// it finishes configuring it, after the first up.
+func KeepUp(ctx context.Context, name string) error {
+	ch := make(chan netlink.LinkUpdate, 16)
+	done := make(chan struct{})
+	defer close(done)
+	if err := netlink.LinkSubscribeWithOptions(ch, done, netlink.LinkSubscribeOptions{}); err != nil {
+		return fmt.Errorf("subscribe to link events: %w", err)
+	}
+	up := func() error {
+		l, err := netlink.LinkByName(name)
+		if err != nil || l.Attrs().Flags&net.FlagUp != 0 {
+			return nil // not there yet (its event comes), or up
+		}
+		return netlink.LinkSetUp(l)
+	}
+	if err := up(); err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case u, ok := <-ch:
+			if !ok {
+				return fmt.Errorf("link event subscription closed while keeping %s up", name)
+			}
+			if u.Attrs() != nil && u.Attrs().Name == name {
+				if err := up(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}

@@ -333,19 +333,17 @@ func (w *Wirer) ensureMirror(ctx context.Context) error {
 	}
 	w.mirrorReady = true
 	// The output port is an internal port: bring it up so that
-	// tcpdump -i <port> shows the mirrored traffic.
+	// tcpdump -i <port> shows the mirrored traffic, and keep it up for a
+	// minute: on the userspace datapath ovs-vswitchd may set its new tap
+	// down again after the first up (seen in CI: mirror0 stayed down).
 	bctx := w.bgCtx
 	w.bg.Add(1)
 	go func() {
 		defer w.bg.Done()
-		wctx, cancel := context.WithTimeout(bctx, 30*time.Second)
+		wctx, cancel := context.WithTimeout(bctx, time.Minute)
 		defer cancel()
-		if l, err := podnet.WaitLink(wctx, out); err == nil {
-			if err := netlink.LinkSetUp(l); err != nil {
-				w.log.Warn("cannot bring the mirror output port up", "port", out, "err", err)
-			}
-		} else if bctx.Err() == nil {
-			w.log.Warn("mirror output port did not appear", "port", out, "err", err)
+		if err := podnet.KeepUp(wctx, out); err != nil && bctx.Err() == nil {
+			w.log.Warn("cannot bring the mirror output port up", "port", out, "err", err)
 		}
 	}()
 	return nil

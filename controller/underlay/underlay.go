@@ -434,6 +434,8 @@ func ProviderNetworkStatus(pn *unstructured.Unstructured, have kubeovnv1.Provide
 	if p != nil {
 		cond = kubeovnv1.Condition{Type: kubeovnv1.Validated, Status: "False", Reason: p.Reason, Message: p.Message}
 		problem = p.Message
+	} else if na := valid.Spec.NotApplied(); na != "" {
+		cond.Reason, cond.Message = kubeovnv1.AcceptedNotApplied, na
 	}
 	cond = carryTimes(old[""], []kubeovnv1.Condition{cond})[0]
 	want.Conditions = []kubeovnv1.ProviderNetworkCondition{{Node: "", Condition: cond}}

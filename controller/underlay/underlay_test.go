@@ -161,6 +161,15 @@ func TestReconcilerKeepsStatus(t *testing.T) {
 			strings.HasPrefix(c, ":Validated=True(ValidationSucceeded ); node-a:Ready=True(InitOVSBridgeSucceeded ); node-b:Ready=False(InitOVSBridgeFailed eth1 not found; this host has eth0); node-d:Ready=False(InitOVSBridgeFailed the node has not reported this network") &&
 			!strings.Contains(c, "node-c")
 	})
+	// A network asking for what the node does not do is valid, and says so.
+	net2 := pn("net2", "eth2")
+	net2.Object["spec"].(map[string]any)["exchangeLinkName"] = true
+	if _, err := e.Dynamic.Resource(kubeovnv1.ProviderNetworkGVR).Create(e.Ctx, net2, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctltest.Await(t, r.pns, "net2", func(obj any) bool {
+		return strings.HasPrefix(conds(pnStatus(obj)), ":Validated=True(AcceptedNotApplied spec.exchangeLinkName: the bridge keeps the name br-<network>")
+	})
 	// node-b and node-d report ready: the network is.
 	for _, n := range []string{"node-b", "node-d"} {
 		if _, err := e.Kube.CoreV1().Nodes().Update(e.Ctx, node(n, map[string]string{"net1.provider-network.kubernetes.io/ready": "true"}, nil), metav1.UpdateOptions{}); err != nil {

@@ -166,3 +166,18 @@ const (
 	MTULabel        = ".provider-network.kubernetes.io/mtu"
 	ErrorAnnotation = ".provider-network.ovnhost.io/error"
 )
+
+// NotApplied says, one sentence per field, what a valid spec asks for that
+// the node does not do ("": nothing). vlanInterfaces and
+// preserveVlanInterfaces are not in it: a VLAN interface on the NIC keeps
+// working while the NIC is bridged (docs/underlay.md).
+func (s Spec) NotApplied() string {
+	var out []string
+	if s.ExchangeLinkName {
+		out = append(out, "spec.exchangeLinkName: the bridge keeps the name br-<network> and the NIC its own; the NIC's whole configuration (addresses, routes, rules) moves to the bridge instead, and renaming the NIC would take it down")
+	}
+	if s.AutoCreateVlanSubinterfaces {
+		out = append(out, "spec.autoCreateVlanSubinterfaces: a NIC <parent>.<id> that does not exist is not created; create the VLAN interface on the host (a node without it reports the NIC missing and is not ready for this network)")
+	}
+	return strings.Join(out, "; ")
+}

@@ -33,3 +33,13 @@ func TestMissingNIC(t *testing.T) {
 		t.Fatal(got)
 	}
 }
+
+func TestNotApplied(t *testing.T) {
+	if got := (Spec{DefaultInterface: "eth1", PreserveVlanInterfaces: true, VlanInterfaces: []string{"eth1.10"}}).NotApplied(); got != "" {
+		t.Fatalf("applied fields reported: %q", got)
+	}
+	got := (Spec{DefaultInterface: "eth1.10", ExchangeLinkName: true, AutoCreateVlanSubinterfaces: true}).NotApplied()
+	if !strings.HasPrefix(got, "spec.exchangeLinkName: ") || !strings.Contains(got, "; spec.autoCreateVlanSubinterfaces: ") {
+		t.Fatalf("NotApplied: %q", got)
+	}
+}

@@ -263,6 +263,9 @@ func (n *Node) vswitchdDaemon() *daemon.Daemon {
 		if err := n.waitForCPUCount(ctx); err != nil {
 			return err
 		}
+		if err := n.refuseStrandingTheHost(ctx); err != nil {
+			return err
+		}
 		if n.keptKernelDatapath() {
 			if err := setFlowRestoreWait(ctx, n.OVS(), true); err != nil {
 				return err

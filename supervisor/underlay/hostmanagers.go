@@ -13,6 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ovnhost/ovnhost/internal/hostnetmgr"
+	"github.com/ovnhost/ovnhost/internal/nldump"
 )
 
 // The host's own network managers around a bridged NIC
@@ -117,5 +118,28 @@ func giveBackToNetworkManager(ctx context.Context, journalDir, nic string, log *
 func (u *Unit) reportHostManagers(network string, nic netlink.Link, br string) {
 	for _, f := range (hostnetmgr.Host{Root: "/"}).Inspect(nic.Attrs().Name, nic.Attrs().Index, br, hostnetmgr.LeasesOf(nic)) {
 		u.o.Log.Warn("underlay: "+f.Manager+" may take the NIC back or stop working", "network", network, "nic", nic.Attrs().Name, "problem", f.Problem, "fix", f.Fix)
+	}
+}
+
+// reportVlanInterfaces names the VLAN interfaces on nic (eth0.10). They
+// keep working while nic is bridged, with their own configuration: the
+// kernel hands a tagged frame to the VLAN interface of its tag before
+// OVS sees the NIC's frames (checked on the kernel datapath in
+// tests/kernel). The flip side: OVS never receives that VLAN, so an
+// underlay Vlan with the same id on this network gets nothing inbound on
+// this node.
+func (u *Unit) reportVlanInterfaces(network string, nic netlink.Link) {
+	links, err := nldump.Retry(netlink.LinkList)
+	if err != nil {
+		return
+	}
+	for _, l := range links {
+		v, ok := l.(*netlink.Vlan)
+		if !ok || v.Attrs().ParentIndex != nic.Attrs().Index {
+			continue
+		}
+		u.o.Log.Info("underlay: a VLAN interface on the NIC stays as it is and keeps its frames; a Vlan with its id on this network receives nothing on this node",
+			"network", network, "nic", nic.Attrs().Name, "vlan_interface", v.Attrs().Name, "vlan", v.VlanId,
+			"fix", "give the underlay Vlan another id, or remove "+v.Attrs().Name+" if that VLAN is the pods'")
 	}
 }

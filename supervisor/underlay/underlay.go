@@ -494,6 +494,7 @@ func (u *Unit) attach(ctx context.Context, pn nodeconfig.ProviderNetwork) (err e
 	// 0. NetworkManager leaves the NIC alone from here on; what else on
 	// the host would take it back is reported.
 	u.reportHostManagers(pn.Name, nic, br)
+	u.reportVlanInterfaces(pn.Name, nic)
 	if err := u.leaveToUs(ctx, pn.NIC); err != nil {
 		return err
 	}

@@ -1,7 +1,9 @@
 package kernel
 
 import (
+	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -12,25 +14,40 @@ import (
 )
 
 // TestKernelUnderlayHostKeepsItsNetwork: the node's only NIC (eth0, its
-// default route and its tunnel interface) goes into br-physnet1 on the
-// kernel datapath and comes back at the stop, while the node pings its
-// neighbour every 10 ms. The goal is none lost; measured here 1 or 2 of
-// ~1000, both at the move, not at the give-back (why is not known yet:
-// perhaps the NIC's first packets going up to ovs-vswitchd before a
-// flow exists, under qemu's software emulation); more than 5 (50 ms) fails the test: a move that
-// left a moment without an address or a route loses far more.
+// default route and its tunnel interface), with a VLAN interface on it
+// (eth0.10, the host's second network), goes into br-physnet1 on the
+// kernel datapath, stays there across an upgrade's hand-over (SIGUSR2)
+// and a --keep-datapath restart, and comes back at the stop, while the
+// node pings its neighbour every 10 ms, over eth0 once per phase and over
+// eth0.10 throughout. eth0.10 is left alone and keeps working (the kernel
+// gives a VLAN interface its frames before OVS sees the NIC's; moving its
+// addresses to a tagged internal port of the bridge, as Kube-OVN's
+// vlanInterfaces does, broke it here: the frames kept going to eth0.10).
+// The goal is none lost; measured here 1 to 4 on eth0 at the move (why
+// is not known yet), none across the hand-over, the restart and the
+// give-back, none on eth0.10. More than 10 at the move or 5 in another
+// phase fails the test: a move that left a moment without an address or
+// a route loses far more.
 func TestKernelUnderlayHostKeepsItsNetwork(t *testing.T) {
 	b := programs(t)
 	link := qemuvm.NewLink(t)
 	vms := qemuvm.BootAll(t,
-		qemuvm.Config{Name: "node-a", Memory: 1536, NICs: []qemuvm.NIC{link.End(0, "192.168.101.1/24")}},
-		qemuvm.Config{Name: "peer", Memory: 512, Modules: []string{}, NICs: []qemuvm.NIC{link.End(1, "192.168.101.2/24")}})
+		qemuvm.Config{Name: "node-a", Memory: 1536, Modules: append(slices.Clone(qemuvm.DatapathModules), "8021q"), NICs: []qemuvm.NIC{link.End(0, "192.168.101.1/24")}},
+		qemuvm.Config{Name: "peer", Memory: 512, Modules: []string{"8021q"}, NICs: []qemuvm.NIC{link.End(1, "192.168.101.2/24")}})
 	a := vms[0]
+	// VLAN 10 on the same cable, the host's second network (eth0.10).
+	for i, vm := range vms {
+		vm.Sh(t, fmt.Sprintf("ip link add link eth0 name eth0.10 type vlan id 10 && ip addr add 192.168.110.%d/24 dev eth0.10 && ip link set eth0.10 up", i+1))
+	}
 	a.MustExec(t, qemuvm.Cmd{Argv: []string{"ping", "-c", "1", "-W", "10", "192.168.101.2"}, Timeout: time.Minute})
+	a.MustExec(t, qemuvm.Cmd{Argv: []string{"ping", "-c", "1", "-W", "10", "192.168.110.2"}, Timeout: time.Minute})
 	a.Run(t, "ip", "route", "add", "10.101.0.0/16", "via", "192.168.101.2", "metric", "20")
-	before := a.Run(t, "sh", "-c", "ip -4 addr show dev eth0 | grep inet; ip route show table all | grep -v '^local\\|^broadcast\\|^fe80\\|^ff00\\|^multicast\\|^anycast'")
+	a.Run(t, "ip", "route", "add", "10.110.0.0/16", "via", "192.168.110.2", "metric", "20")
+	hostState := "for d in eth0 eth0.10; do ip -4 addr show dev $d | grep inet; done; ip route show table all | grep -v '^local\\|^broadcast\\|^fe80\\|^ff00\\|^multicast\\|^anycast'"
+	before := a.Run(t, "sh", "-c", hostState)
 
 	pinger := a.Spawn(t, "/tmp/ping.log", nil, "ping", "-i", "0.01", "-W", "1", "192.168.101.2")
+	vlanPinger := a.Spawn(t, "/tmp/ping10.log", nil, "ping", "-i", "0.01", "-W", "1", "192.168.110.2")
 	n := startNode(t, a, b, []string{"IFACE=eth0"}, "--provider-networks=physnet1:eth0")
 	if err := n.proc.WaitLog("underlay: NIC bridged, its configuration moved to the bridge", time.Minute); err != nil {
 		t.Fatal(err)
@@ -45,35 +62,104 @@ func TestKernelUnderlayHostKeepsItsNetwork(t *testing.T) {
 		t.Fatalf("the route did not move to br-physnet1: %s", r)
 	}
 	a.MustExec(t, qemuvm.Cmd{Argv: []string{"ping", "-c", "3", "-i", "0.2", "-W", "5", "192.168.101.2"}, Timeout: time.Minute})
+	// eth0.10 carries addresses: its configuration moved to a port of the
+	// bridge tagged 10, and VLAN 10 still reaches the peer.
+	// eth0.10 is left as it is and keeps working: the kernel hands VLAN
+	// 10's frames to it before OVS sees eth0's; no port stands in for it.
+	if addrs := a.Run(t, "ip", "-4", "addr", "show", "dev", "eth0.10"); !strings.Contains(addrs, "192.168.110.1/24") {
+		t.Fatalf("eth0.10 lost its address:\n%s", addrs)
+	}
+	if err := n.proc.WaitLog("vlan_interface=eth0.10 vlan=10", time.Second); err != nil {
+		t.Errorf("the node did not name eth0.10: %v", err)
+	}
+	a.MustExec(t, qemuvm.Cmd{Argv: []string{"ping", "-c", "3", "-i", "0.2", "-W", "5", "192.168.110.2"}, Timeout: time.Minute})
+	phases := []phaseLoss{{"the move", pinger}}
 
+	// An upgrade's hand-over (SIGUSR2: exit 75, the daemons and the
+	// bridge stay, the next ovnhost adopts them and moves nothing), then a
+	// restart that keeps the datapath (--keep-datapath: the daemons stop,
+	// ovs-vswitchd starts again over the kept bridge), each under its own
+	// 10 ms ping.
+	pinger = a.Spawn(t, "/tmp/ping-handover.log", nil, "ping", "-i", "0.01", "-W", "1", "192.168.101.2")
+	if err := n.proc.Signal(syscall.SIGUSR2, false); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := n.proc.Wait(3 * time.Minute); err != nil || r.Exit != 75 {
+		t.Fatalf("hand-over: %v %+v\n%s", err, r, tailLines(n.log(t), 30))
+	}
+	n.args = append(n.args, "--adopt-children", "--keep-datapath")
+	n.start(t)
+	if err := n.proc.WaitLog("underlay: NIC already bridged, nothing to move", time.Minute); err != nil {
+		t.Fatalf("the adopting start: %v", err)
+	}
+	a.MustExec(t, qemuvm.Cmd{Argv: []string{"ping", "-c", "3", "-i", "0.2", "-W", "5", "192.168.101.2"}, Timeout: time.Minute})
+	phases = append(phases, phaseLoss{"the hand-over", pinger})
+
+	pinger = a.Spawn(t, "/tmp/ping-restart.log", nil, "ping", "-i", "0.01", "-W", "1", "192.168.101.2")
+	if code := n.stop(t); code != 0 {
+		t.Fatalf("ovnhost --keep-datapath exited %d\n%s", code, tailLines(n.log(t), 40))
+	}
+	if addrs := a.Run(t, "ip", "-4", "addr", "show", "dev", "br-physnet1"); !strings.Contains(addrs, "192.168.101.1/24") {
+		t.Fatalf("a --keep-datapath stop took br-physnet1's address:\n%s", addrs)
+	}
+	n.args = slices.DeleteFunc(n.args, func(a string) bool { return a == "--keep-datapath" || a == "--adopt-children" })
+	n.start(t)
+	if err := n.proc.WaitLog("underlay: NIC already bridged, nothing to move", time.Minute); err != nil {
+		t.Fatalf("the start after --keep-datapath: %v", err)
+	}
+	a.MustExec(t, qemuvm.Cmd{Argv: []string{"ping", "-c", "3", "-i", "0.2", "-W", "5", "192.168.101.2"}, Timeout: time.Minute})
+	phases = append(phases, phaseLoss{"a --keep-datapath restart", pinger})
+
+	pinger = a.Spawn(t, "/tmp/ping-giveback.log", nil, "ping", "-i", "0.01", "-W", "1", "192.168.101.2")
 	if code := n.stop(t); code != 0 {
 		t.Fatalf("ovnhost exited %d\n%s", code, tailLines(n.log(t), 40))
 	}
 	// The host reaches its neighbour again (a fresh ping waits for it),
 	// then the 10 ms pinger's count is final.
 	a.MustExec(t, qemuvm.Cmd{Argv: []string{"ping", "-c", "3", "-i", "0.2", "-W", "5", "192.168.101.2"}, Timeout: time.Minute})
-	if err := pinger.Signal(syscall.SIGINT, false); err != nil {
-		t.Fatal(err)
+	a.MustExec(t, qemuvm.Cmd{Argv: []string{"ping", "-c", "3", "-i", "0.2", "-W", "5", "192.168.110.2"}, Timeout: time.Minute})
+	phases = append(phases, phaseLoss{"the give-back", pinger}, phaseLoss{"all of it, over eth0.10", vlanPinger})
+	for i, p := range phases {
+		sent, lost := pingLoss(t, a, p.proc)
+		t.Logf("kernel datapath: ping every 10 ms across %s: %d sent, %d lost", p.what, sent, lost)
+		limit := 5
+		if i == 0 {
+			limit = 10 // the move: 1-4 measured, not understood yet
+		}
+		if lost > limit {
+			t.Errorf("the host lost %d of %d pings to its neighbour across %s", lost, sent, p.what)
+		}
 	}
-	if _, err := pinger.Wait(time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	out := a.Run(t, "cat", "/tmp/ping.log")
-	m := regexp.MustCompile(`(\d+) packets transmitted, (\d+) received`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("no ping summary:\n%s", tailLines(out, 10))
-	}
-	sent, _ := strconv.Atoi(m[1])
-	got, _ := strconv.Atoi(m[2])
-	t.Logf("kernel datapath: ping 192.168.101.2 every 10 ms across the move and the give-back: %d sent, %d lost", sent, sent-got)
-	if sent-got > 5 {
-		t.Errorf("the host lost %d of %d pings to its neighbour across the move and the give-back:\n%s", sent-got, sent, tailLines(out, 5))
-	}
-	after := a.Run(t, "sh", "-c", "ip -4 addr show dev eth0 | grep inet; ip route show table all | grep -v '^local\\|^broadcast\\|^fe80\\|^ff00\\|^multicast\\|^anycast'")
+	after := a.Run(t, "sh", "-c", hostState)
 	if after != before {
-		t.Errorf("eth0's addresses and the routes after the stop are not as before:\nbefore:\n%s\nafter:\n%s", before, after)
+		t.Errorf("eth0's and eth0.10's addresses and the routes after the stop are not as before:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 	if links := a.Run(t, "ip", "-o", "link", "show"); strings.Contains(links, "br-physnet1") {
 		t.Errorf("br-physnet1 left after the stop:\n%s", links)
 	}
+}
+
+// pingLoss stops a background ping (SIGINT) and reads its summary.
+func pingLoss(t testing.TB, vm *qemuvm.VM, p *qemuvm.Proc) (sent, lost int) {
+	t.Helper()
+	if err := p.Signal(syscall.SIGINT, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Wait(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	out := vm.Run(t, "cat", p.Log)
+	m := regexp.MustCompile(`(\d+) packets transmitted, (\d+) received`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no ping summary in %s:\n%s", p.Log, tailLines(out, 10))
+	}
+	sent, _ = strconv.Atoi(m[1])
+	got, _ := strconv.Atoi(m[2])
+	return sent, sent - got
+}
+
+// phaseLoss is a background ping over one phase of a test.
+type phaseLoss struct {
+	what string
+	proc *qemuvm.Proc
 }

@@ -101,7 +101,7 @@ func TestUnderlayFromProviderNetworkObjects(t *testing.T) {
 }
 
 // waitNode watches the Node until ok holds for it, and returns it.
-func waitNode(t *testing.T, c *cluster, name, what string, ok func(*corev1.Node) bool) *corev1.Node {
+func waitNode(t testing.TB, c *cluster, name, what string, ok func(*corev1.Node) bool) *corev1.Node {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
