@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/ovnhost/ovnhost/internal/nldump"
 )
@@ -76,6 +79,15 @@ func ConfigureHostPort(p HostPort) error {
 			return stepErr("set MTU of "+p.Name, err)
 		}
 	}
+	// No router advertisements (one from the cluster router would give the
+	// host a default route into the cluster, as Kube-OVN's ovn0 got, its
+	// issue 1379) and no DAD (the addresses are IPAM's, and DAD would hold
+	// them back a second or more). Absent with the kernel's IPv6 off.
+	for _, k := range []string{"accept_ra", "accept_dad"} {
+		if err := writeSysctl(filepath.Join("/proc/sys/net/ipv6/conf", p.Name, k), "0"); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return stepErr("set net.ipv6.conf."+p.Name+"."+k+"=0", err)
+		}
+	}
 	// The port is ours alone: global addresses it should no longer have go
 	// first (removing a primary address also removes the secondaries of its
 	// subnet, so the wanted ones are added after).
@@ -92,7 +104,11 @@ func ConfigureHostPort(p HostPort) error {
 		}
 	}
 	for _, a := range p.Addrs {
-		if err := netlink.AddrReplace(l, &netlink.Addr{IPNet: prefixToIPNet(a)}); err != nil {
+		na := &netlink.Addr{IPNet: prefixToIPNet(a)}
+		if a.Addr().Is6() {
+			na.Flags = unix.IFA_F_NODAD
+		}
+		if err := netlink.AddrReplace(l, na); err != nil {
 			return stepErr("add address "+a.String()+" to "+p.Name, err)
 		}
 	}

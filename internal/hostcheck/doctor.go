@@ -71,7 +71,8 @@ func Running(nc *nodeconfig.NodeConfig) Resolver {
 // capabilities, exec:<binary>, path:<setting>, tunnel-interface, encap-ip,
 // mtu, system-id, ssl:*), cni-plugin, cni-config, cni-server, firewalld,
 // iptables-backends, tunnel-port:{legacy,nft}, duplicate-address, the host
-// checks (kernel-geneve, underlay-host:<nic> for each bridged NIC, selinux,
+// checks (kernel-geneve, ipv6, ipv6-forwarding and ipv6-ra when the cluster
+// has IPv6, underlay-host:<nic> for each bridged NIC, selinux,
 // ovs-owner, disk, oom-kills),
 // ovsdb:Open_vSwitch, ovs-vswitchd, vswitchd-upcalls (kernel datapath), ovn-controller, the NB/SB checks
 // (ovsdb:OVN_Northbound/OVN_Southbound all-in-one, nb-reachable and

@@ -2,6 +2,7 @@ package hostcheck
 
 import (
 	"fmt"
+	"net/netip"
 	"regexp"
 	"sort"
 	"strconv"
@@ -461,6 +462,8 @@ func hostChecks(s nodeconfig.HostSettings, nc *nodeconfig.NodeConfig, f DoctorFa
 	out = append(out, CheckKernelGeneve(read("/proc/sys/kernel/osrelease"), strings.TrimSpace(read("/sys/module/openvswitch/version")),
 		exists("/sys/module/openvswitch"), exists("/sys/module/geneve"), nc.Datapath.IsUserspace(), nc.TunnelType))
 
+	out = append(out, CheckIPv6(ReadIPv6State(f.ReadFile, links(f), nc.TunnelIface, "ovn0"), ipv6Need(nc))...)
+
 	lay := nc.Layout
 	out = append(out, CheckUnderlayHost(f.UnderlayNICs(lay.UnderlayJournals))...)
 	dirs := []string{lay.OVSDBDir, lay.OVSRunDir, lay.OVSLogDir}
@@ -522,4 +525,27 @@ func cgroupOOMKills(procCgroup string, read func(string) string) (int, string) {
 		}
 	}
 	return 0, ""
+}
+
+// ipv6Need is what nc asks of the host's IPv6.
+func ipv6Need(nc *nodeconfig.NodeConfig) IPv6Need {
+	var n IPv6Need
+	if ip, err := netip.ParseAddr(nc.EncapIP); err == nil {
+		n.Encap6 = ip.Is6() && !ip.Is4In6()
+	}
+	for _, c := range nc.ServiceCIDRs {
+		if c.Addr().Is4() {
+			n.Services4 = true
+		} else {
+			n.Services6 = true
+		}
+	}
+	n.KernelTunnel = !nc.Datapath.IsUserspace() && nc.TunnelType != "stt"
+	return n
+}
+
+// links lists the host's interfaces (none when they cannot be read).
+func links(f LinkFacts) []Link {
+	l, _ := f.Links()
+	return l
 }
