@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/ovn-kubernetes/libovsdb/client"
@@ -131,7 +133,7 @@ func (p *Port) Run(ctx context.Context) {
 				// controller's annotations for the node port changed.
 				nn, err := p.o.Source.NodeNetwork(ctx)
 				if err == nil && (applied == nil || !sameNodePort(nn, applied)) {
-					p.log.Info("node annotations changed; configuring "+Name+" again", "address", nn.Addr, "mac", nn.MAC.String())
+					p.log.Info("node annotations changed; configuring "+Name+" again", "addresses", nn.Addrs, "mac", nn.MAC.String())
 					break wait
 				}
 			case u, ok := <-links:
@@ -169,7 +171,7 @@ func (p *Port) Run(ctx context.Context) {
 const retryMax = 5 * time.Second
 
 func sameNodePort(a, b *podsource.NodeNetwork) bool {
-	return a.PortName == b.PortName && a.Addr == b.Addr && a.Gateway == b.Gateway && a.MAC.String() == b.MAC.String()
+	return a.PortName == b.PortName && slices.Equal(a.Addrs, b.Addrs) && slices.Equal(a.Gateways, b.Gateways) && a.MAC.String() == b.MAC.String()
 }
 
 // ensure configures ovn0 and returns what it applied.
@@ -192,16 +194,22 @@ func (p *Port) apply(ctx context.Context, nn *podsource.NodeNetwork) error {
 		}
 		exists = false
 	}
-	if exists && (ids[ovsport.KeyAttachedMAC] != nn.MAC.String() || ids[ovsport.KeyIP] != nn.Addr.Addr().String()) {
+	// Kube-OVN's ovn0 external_ids:ip: the addresses, comma-separated.
+	ips := make([]string, len(nn.Addrs))
+	for i, a := range nn.Addrs {
+		ips[i] = a.Addr().String()
+	}
+	ip := strings.Join(ips, ",")
+	if exists && (ids[ovsport.KeyAttachedMAC] != nn.MAC.String() || ids[ovsport.KeyIP] != ip) {
 		// Same logical port, new address: the device stays, its
 		// external_ids follow and the address is replaced below.
-		if err := p.ovs.SetExternalIDs(ctx, Name, map[string]string{ovsport.KeyAttachedMAC: nn.MAC.String(), ovsport.KeyIP: nn.Addr.Addr().String()}); err != nil {
+		if err := p.ovs.SetExternalIDs(ctx, Name, map[string]string{ovsport.KeyAttachedMAC: nn.MAC.String(), ovsport.KeyIP: ip}); err != nil {
 			return err
 		}
 	}
 	if !exists {
 		err := p.ovs.AddPort(ctx, ovsport.PortSpec{Name: Name, Type: "internal", ExternalIDs: map[string]string{
-			ovsport.KeyIfaceID: nn.PortName, ovsport.KeyIP: nn.Addr.Addr().String(), ovsport.KeyAttachedMAC: nn.MAC.String(), ovsport.KeyVendor: ovsport.Vendor,
+			ovsport.KeyIfaceID: nn.PortName, ovsport.KeyIP: ip, ovsport.KeyAttachedMAC: nn.MAC.String(), ovsport.KeyVendor: ovsport.Vendor,
 		}})
 		if err != nil {
 			return fmt.Errorf("add %s to %s: %w", Name, p.ovs.Name(), err)
@@ -212,27 +220,24 @@ func (p *Port) apply(ctx context.Context, nn *podsource.NodeNetwork) error {
 	if _, err := podnet.WaitLink(wctx, Name); err != nil {
 		return err
 	}
+	// Each CIDR through the join gateway of its family (none: the join
+	// subnet lacks that family, nothing of it is routed here).
 	routes := []podnet.Route{}
-	for _, c := range nn.PodCIDRs {
-		if c.Addr().Is4() == nn.Gateway.Is4() {
-			routes = append(routes, podnet.Route{Dst: c, GW: nn.Gateway})
-		}
-	}
 	// ClusterIPs too: the Service load balancers on the join switch
 	// translate them, so the node reaches Services without kube-proxy.
-	for _, c := range p.o.ServiceCIDRs {
-		if c.Addr().Is4() == nn.Gateway.Is4() {
-			routes = append(routes, podnet.Route{Dst: c, GW: nn.Gateway})
+	for _, c := range slices.Concat(nn.PodCIDRs, p.o.ServiceCIDRs) {
+		if gw, ok := nn.GatewayOf(c); ok {
+			routes = append(routes, podnet.Route{Dst: c, GW: gw})
 		}
 	}
 	if err := podnet.ConfigureHostPort(podnet.HostPort{Name: Name, MAC: nn.MAC, MTU: p.o.MTU,
-		Addrs: []netip.Prefix{nn.Addr}, Routes: routes, PruneRoutes: true}); err != nil {
+		Addrs: nn.Addrs, Routes: routes, PruneRoutes: true}); err != nil {
 		return err
 	}
 	if err := p.ovs.WaitInstalled(ctx, Name, p.o.InstallWait); err != nil {
 		return fmt.Errorf("%s (iface-id %s) not installed by ovn-controller: %w", Name, nn.PortName, err)
 	}
-	p.log.Info("node port ready", "port", Name, "lsp", nn.PortName, "address", nn.Addr, "routes", len(routes))
+	p.log.Info("node port ready", "port", Name, "lsp", nn.PortName, "addresses", nn.Addrs, "routes", len(routes))
 	if nn.Egress != nil && p.o.Egress != nil {
 		if err := p.o.Egress(ctx, *nn.Egress); err != nil {
 			return fmt.Errorf("egress NAT on the host: %w", err)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/netip"
 	"sort"
 	"strings"
 	"sync"
@@ -535,8 +534,8 @@ func (k *Kube) NodeNetwork(ctx context.Context) (*NodeNetwork, error) {
 		if obj, ok, _ := k.nodes.GetStore().GetByKey(k.node); ok {
 			n := obj.(*corev1.Node)
 			if nn, err := parseNodeAnnotations(n.Annotations); err == nil {
-				nn.PodCIDRs = k.routedCIDRs(nn.Addr.Masked())
-				nn.Egress = k.egressPlan([]netip.Prefix{nn.Addr.Masked()})
+				nn.PodCIDRs = k.routedCIDRs(nn.Joins())
+				nn.Egress = k.egressPlan(nn.Joins())
 				return nn, nil
 			}
 		}
@@ -549,15 +548,7 @@ func (k *Kube) NodeNetwork(ctx context.Context) (*NodeNetwork, error) {
 }
 
 func parseNodeAnnotations(ann map[string]string) (*NodeNetwork, error) {
-	ip, err := netip.ParseAddr(strings.Split(ann[annotations.IPAddress], ",")[0])
-	if err != nil {
-		return nil, err
-	}
-	cidr, err := netip.ParsePrefix(strings.Split(ann[annotations.CIDR], ",")[0])
-	if err != nil {
-		return nil, err
-	}
-	gw, err := netip.ParseAddr(strings.Split(ann[annotations.Gateway], ",")[0])
+	addrs, gws, err := nodeNetwork(ann[annotations.IPAddress], ann[annotations.CIDR], ann[annotations.Gateway])
 	if err != nil {
 		return nil, err
 	}
@@ -569,5 +560,5 @@ func parseNodeAnnotations(ann map[string]string) (*NodeNetwork, error) {
 	if name == "" {
 		return nil, errors.New("no port_name")
 	}
-	return &NodeNetwork{PortName: name, Addr: netip.PrefixFrom(ip, cidr.Bits()), Gateway: gw, MAC: mac}, nil
+	return &NodeNetwork{PortName: name, Addrs: addrs, Gateways: gws, MAC: mac}, nil
 }

@@ -9,8 +9,11 @@ package podsource
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
+	"slices"
+	"strings"
 )
 
 // PodRef names the pod of a CNI request.
@@ -48,12 +51,69 @@ type Source interface {
 // NodeNetwork is ovn0's configuration and the pod CIDRs routed through it.
 type NodeNetwork struct {
 	PortName string // node-<name>
-	Addr     netip.Prefix
-	Gateway  netip.Addr
+	// Addrs are ovn0's addresses on the join subnet, one per family of a
+	// dual-stack join subnet; Gateways the join gateways, in the same
+	// order.
+	Addrs    []netip.Prefix
+	Gateways []netip.Addr
 	MAC      net.HardwareAddr
 	PodCIDRs []netip.Prefix
 	// Egress is what the node masquerades (nil: this source does not say).
 	Egress *EgressPlan
+}
+
+// Joins are the join subnet's CIDRs (ovn0's addresses, masked).
+func (n *NodeNetwork) Joins() []netip.Prefix {
+	out := make([]netip.Prefix, len(n.Addrs))
+	for i, a := range n.Addrs {
+		out[i] = a.Masked()
+	}
+	return out
+}
+
+// GatewayOf is the join gateway of the family of p (false: the join
+// subnet has none in that family).
+func (n *NodeNetwork) GatewayOf(p netip.Prefix) (netip.Addr, bool) {
+	for _, g := range n.Gateways {
+		if g.Is4() == p.Addr().Is4() {
+			return g, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// nodeNetwork pairs ovn0's addresses, the join CIDRs and the gateways of
+// the controller's (or standalone IPAM's) comma-separated lists, one
+// entry per family, checking each triple is of one family.
+func nodeNetwork(ips, cidrs, gateways string) ([]netip.Prefix, []netip.Addr, error) {
+	is, cs, gs := strings.Split(ips, ","), strings.Split(cidrs, ","), strings.Split(gateways, ",")
+	if len(is) != len(cs) || len(is) != len(gs) || len(is) > 2 {
+		return nil, nil, fmt.Errorf("ip_address %q, cidr %q and gateway %q do not pair up (one entry per family, at most two)", ips, cidrs, gateways)
+	}
+	var addrs []netip.Prefix
+	var gws []netip.Addr
+	for i := range is {
+		ip, err := netip.ParseAddr(strings.TrimSpace(is[i]))
+		if err != nil {
+			return nil, nil, err
+		}
+		c, err := netip.ParsePrefix(strings.TrimSpace(cs[i]))
+		if err != nil {
+			return nil, nil, err
+		}
+		gw, err := netip.ParseAddr(strings.TrimSpace(gs[i]))
+		if err != nil {
+			return nil, nil, err
+		}
+		if !c.Contains(ip) || !c.Contains(gw) {
+			return nil, nil, fmt.Errorf("address %s or gateway %s is not in %s", ip, gw, c)
+		}
+		if slices.ContainsFunc(addrs, func(a netip.Prefix) bool { return a.Addr().Is4() == ip.Is4() }) {
+			return nil, nil, fmt.Errorf("ip_address %q has two addresses of one family", ips)
+		}
+		addrs, gws = append(addrs, netip.PrefixFrom(ip, c.Bits())), append(gws, gw)
+	}
+	return addrs, gws, nil
 }
 
 // EgressPlan is the host side of pod egress: traffic from NATOutgoing

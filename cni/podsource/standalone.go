@@ -132,13 +132,16 @@ func (s *Standalone) NodeNetwork(ctx context.Context) (*NodeNetwork, error) {
 	if err != nil {
 		return nil, err
 	}
-	jp, err := netip.ParsePrefix(strings.Split(a.CIDR, ",")[0])
+	ips := make([]string, len(a.IPs))
+	for i, ip := range a.IPs {
+		ips[i] = ip.String()
+	}
+	addrs, gws, err := nodeNetwork(strings.Join(ips, ","), a.CIDR, a.Gateway)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: the node's join allocation: %w", standaloneNote, err)
 	}
 	mac, _ := net.ParseMAC(a.MAC)
-	gw, _ := netip.ParseAddr(strings.Split(a.Gateway, ",")[0])
-	nn := &NodeNetwork{PortName: ovnnet.NodePortName(s.node), Addr: netip.PrefixFrom(a.IPs[0], jp.Bits()), Gateway: gw, MAC: mac}
+	nn := &NodeNetwork{PortName: ovnnet.NodePortName(s.node), Addrs: addrs, Gateways: gws, MAC: mac}
 	// ovn0 routes the subnets this node's own IPAM serves (join aside:
 	// ovn0 is on it).
 	var natOut []netip.Prefix

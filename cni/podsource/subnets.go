@@ -144,7 +144,7 @@ func sortPrefixes(ps []netip.Prefix) {
 // default), except join itself (ovn0 is on it), underlay (vlan) and
 // non-OVN provider subnets, and anything as wide as a default route.
 // Without a Subnet informer nothing is routed.
-func (k *Kube) routedCIDRs(join netip.Prefix) []netip.Prefix {
+func (k *Kube) routedCIDRs(join []netip.Prefix) []netip.Prefix {
 	if k.subnets == nil {
 		return nil
 	}
@@ -156,7 +156,7 @@ func (k *Kube) routedCIDRs(join netip.Prefix) []netip.Prefix {
 			continue
 		}
 		for _, c := range subnetCIDRs(u) {
-			if c.Bits() == 0 || c.Overlaps(join) || seen[c] {
+			if c.Bits() == 0 || slices.ContainsFunc(join, c.Overlaps) || seen[c] {
 				if c.Bits() == 0 {
 					k.log.Warn("a validated Subnet covers the whole address space; not routing it through ovn0", "subnet", u.GetName(), "cidr", c)
 				}

@@ -2,6 +2,7 @@ package podsource
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -107,7 +108,7 @@ func TestNodeAnnotations(t *testing.T) {
 	ann := map[string]string{annotations.IPAddress: "100.64.0.2", annotations.CIDR: "100.64.0.0/16", annotations.Gateway: "100.64.0.1",
 		annotations.MACAddress: "0a:58:64:40:00:02", annotations.PortName: "node-n1"}
 	nn, err := parseNodeAnnotations(ann)
-	if err != nil || nn.PortName != "node-n1" || nn.Addr.String() != "100.64.0.2/16" || nn.Gateway.String() != "100.64.0.1" || nn.MAC.String() != "0a:58:64:40:00:02" {
+	if err != nil || nn.PortName != "node-n1" || fmt.Sprint(nn.Addrs) != "[100.64.0.2/16]" || fmt.Sprint(nn.Gateways) != "[100.64.0.1]" || nn.MAC.String() != "0a:58:64:40:00:02" {
 		t.Fatalf("%+v %v", nn, err)
 	}
 	for _, k := range []string{annotations.IPAddress, annotations.CIDR, annotations.Gateway, annotations.MACAddress, annotations.PortName} {
@@ -119,6 +120,35 @@ func TestNodeAnnotations(t *testing.T) {
 		}
 		if _, err := parseNodeAnnotations(bad); err == nil {
 			t.Errorf("without %s: accepted", k)
+		}
+	}
+}
+
+// A dual-stack join subnet: ovn0 gets an address and a gateway in each
+// family; lists that do not pair up are refused.
+func TestDualStackNodeAnnotations(t *testing.T) {
+	ann := map[string]string{annotations.IPAddress: "100.64.0.2,fd00:100:64::2", annotations.CIDR: "100.64.0.0/16,fd00:100:64::/112",
+		annotations.Gateway: "100.64.0.1,fd00:100:64::1", annotations.MACAddress: "0a:58:64:40:00:02", annotations.PortName: "node-n1"}
+	nn, err := parseNodeAnnotations(ann)
+	if err != nil || fmt.Sprint(nn.Addrs) != "[100.64.0.2/16 fd00:100:64::2/112]" || fmt.Sprint(nn.Gateways) != "[100.64.0.1 fd00:100:64::1]" ||
+		fmt.Sprint(nn.Joins()) != "[100.64.0.0/16 fd00:100:64::/112]" {
+		t.Fatalf("%+v %v", nn, err)
+	}
+	if gw, ok := nn.GatewayOf(netip.MustParsePrefix("fd00:10:16::/64")); !ok || gw.String() != "fd00:100:64::1" {
+		t.Errorf("IPv6 gateway: %v %v", gw, ok)
+	}
+	v4 := &NodeNetwork{Addrs: nn.Addrs[:1], Gateways: nn.Gateways[:1]}
+	if _, ok := v4.GatewayOf(netip.MustParsePrefix("fd00:10:16::/64")); ok {
+		t.Error("an IPv4 join subnet has an IPv6 gateway")
+	}
+	for _, bad := range []map[string]string{
+		{annotations.IPAddress: "100.64.0.2", annotations.CIDR: "100.64.0.0/16,fd00:100:64::/112", annotations.Gateway: "100.64.0.1,fd00:100:64::1"},
+		{annotations.IPAddress: "100.64.0.2,fd00:100:64::2", annotations.CIDR: "fd00:100:64::/112,100.64.0.0/16", annotations.Gateway: "100.64.0.1,fd00:100:64::1"},
+		{annotations.IPAddress: "100.64.0.2,100.64.0.3", annotations.CIDR: "100.64.0.0/16,100.64.0.0/16", annotations.Gateway: "100.64.0.1,100.64.0.1"},
+	} {
+		bad[annotations.MACAddress], bad[annotations.PortName] = "0a:58:64:40:00:02", "node-n1"
+		if nn, err := parseNodeAnnotations(bad); err == nil {
+			t.Errorf("%v: accepted as %+v", bad, nn)
 		}
 	}
 }
@@ -171,7 +201,7 @@ func TestKubeNodeNetworkWatchAndRates(t *testing.T) {
 		t.Fatal("no signal for the node's update")
 	}
 	nn, err := k.NodeNetwork(ctx)
-	if err != nil || nn.PortName != "node-n1" || nn.Addr.String() != "100.64.0.2/16" || nn.PodCIDRs != nil || nn.Egress != nil {
+	if err != nil || nn.PortName != "node-n1" || fmt.Sprint(nn.Addrs) != "[100.64.0.2/16]" || nn.PodCIDRs != nil || nn.Egress != nil {
 		t.Fatalf("node network %+v %v (no Subnet informer: no routes, no egress plan)", nn, err)
 	}
 }

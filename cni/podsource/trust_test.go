@@ -136,7 +136,7 @@ func TestOVN0RoutesValidatedDefaultVPCSubnets(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := k.routedCIDRs(netip.MustParsePrefix("100.64.0.0/16"))
+	got := k.routedCIDRs([]netip.Prefix{netip.MustParsePrefix("100.64.0.0/16")})
 	want := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.250.0.0/24")}
 	if !slices.Equal(got, want) {
 		t.Fatalf("ovn0 routes %v, want %v", got, want)

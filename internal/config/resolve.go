@@ -39,7 +39,7 @@ func (c *Config) Resolve(found nodeconfig.Findings, tlsConfig *tls.Config) (*nod
 		TunnelIface:      found.TunnelIface,
 		EncapIP:          encap,
 		UnderlayMTU:      found.UnderlayMTU,
-		PodMTU:           nodeconfig.PodMTU(c.PodMTU, found.UnderlayMTU, tt),
+		PodMTU:           nodeconfig.PodMTU(c.PodMTU, found.UnderlayMTU, tt, nodeconfig.IsIPv6(encap)),
 		ServiceCIDRs:     c.ServiceCIDRs,
 		UserspaceTunnel:  c.UserspaceTunnel && dp.IsUserspace() && found.TunnelIface != "" && found.TunnelIface != nodeconfig.PhysBridge,
 		ProviderNetworks: c.ProviderNetworks,

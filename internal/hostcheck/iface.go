@@ -183,12 +183,15 @@ func checkInterfaces(s nodeconfig.HostSettings, f LinkFacts) (found tunnelFound,
 	// MTU headroom.
 	if iface != "" {
 		found.mtu = link.MTU
-		over := nodeconfig.TunnelOverhead(s.TunnelType)
+		over := nodeconfig.TunnelOverhead(s.TunnelType, nodeconfig.IsIPv6(encapIP))
 		tt := s.TunnelType
 		if tt == "" {
 			tt = "geneve"
 		}
 		pod := link.MTU - over
+		if nodeconfig.IsIPv6(encapIP) {
+			tt += " over IPv6"
+		}
 		c := Check{Name: "mtu", Status: Pass, Found: fmt.Sprintf("%s MTU %d leaves %d for pods after %d bytes of %s", iface, link.MTU, pod, over, tt)}
 		switch {
 		case pod < 576:

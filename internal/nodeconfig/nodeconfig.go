@@ -48,16 +48,29 @@ type ProviderNetwork struct {
 const DefaultTunnelType = "geneve"
 
 // TunnelOverhead is the bytes of encapsulation taken from the underlay MTU
-// (the values Kube-OVN uses: Geneve with OVN's options, VXLAN, STT).
-func TunnelOverhead(tunnelType string) int {
+// (the values Kube-OVN uses: Geneve with OVN's options, VXLAN, STT), over
+// an IPv6 underlay (encap6) 20 bytes more for VXLAN and STT, whose IPv4
+// figures are exact; Geneve's 100 covers its 78 over IPv6 (IPv6 40, UDP
+// 8, Geneve 8 and OVN's 8 bytes of options, the inner Ethernet 14).
+func TunnelOverhead(tunnelType string, encap6 bool) int {
+	v6 := 0
+	if encap6 {
+		v6 = 20
+	}
 	switch tunnelType {
 	case "vxlan":
-		return 50
+		return 50 + v6
 	case "stt":
-		return 78
+		return 78 + v6
 	default:
 		return 100
 	}
+}
+
+// IsIPv6 reports whether addr (an encap IP) is an IPv6 address.
+func IsIPv6(addr string) bool {
+	ip, err := netip.ParseAddr(addr)
+	return err == nil && ip.Is6() && !ip.Is4In6()
 }
 
 // FallbackPodMTU is the pod MTU when the underlay's is unknown: Geneve over
@@ -66,12 +79,12 @@ const FallbackPodMTU = 1400
 
 // PodMTU is the largest pod MTU whose encapsulated packets fit the
 // underlay; configured wins, an unknown underlay gives FallbackPodMTU.
-func PodMTU(configured, underlayMTU int, tunnelType string) int {
+func PodMTU(configured, underlayMTU int, tunnelType string, encap6 bool) int {
 	switch {
 	case configured > 0:
 		return configured
 	case underlayMTU > 0:
-		return underlayMTU - TunnelOverhead(tunnelType)
+		return underlayMTU - TunnelOverhead(tunnelType, encap6)
 	}
 	return FallbackPodMTU
 }

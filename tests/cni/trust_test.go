@@ -30,7 +30,7 @@ func ovn0Routes() map[string]bool {
 	if err != nil {
 		return out
 	}
-	rs, _ := netlink.RouteList(l, netlink.FAMILY_V4)
+	rs, _ := netlink.RouteList(l, netlink.FAMILY_ALL)
 	for _, r := range rs {
 		if r.Dst != nil && r.Gw != nil {
 			out[r.Dst.String()] = true

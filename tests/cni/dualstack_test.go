@@ -1,0 +1,83 @@
+package cni_test
+
+import (
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/ovnhost/ovnhost/controller/kube"
+)
+
+// A dual-stack join subnet and default subnet (issue 25), as the
+// controller runs them with --node-switch-cidr and --default-cidr of two
+// families: ovn0 gets an address of each family (usable at once, no DAD,
+// no router advertisements taken), routes each family's pod CIDR through
+// that family's join gateway, the node reaches a pod over both families
+// and the pod reaches the node's IPv6 address on ovn0.
+func TestKubeDualStackNodePort(t *testing.T) {
+	k := startKubeNodeWith(t, 60*time.Second, func(c *kube.Config) {
+		c.JoinCIDR = "100.64.0.0/16,fd00:100:64::/112"
+		c.DefaultCIDR = "10.16.0.0/16,fd00:10:16::/64"
+	})
+	p := k.addPod(t, "ds", nil)
+	var r addResult
+	if err := json.Unmarshal(p.raw, &r); err != nil || len(r.IPs) != 2 {
+		t.Fatalf("dual-stack pod's result %s: %v", p.raw, err)
+	}
+	v6 := strings.Split(r.IPs[1].Address, "/")[0]
+	if !strings.HasPrefix(v6, "fd00:10:16::") || !strings.HasPrefix(p.ip, "10.16.") {
+		t.Fatalf("pod addresses %s and %s, want one of 10.16.0.0/16 and one of fd00:10:16::/64", p.ip, v6)
+	}
+	waitOVN0Route(t, "10.16.0.0/16")
+	waitOVN0Route(t, "fd00:10:16::/64")
+	l, err := netlink.LinkByName("ovn0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, _ := netlink.AddrList(l, netlink.FAMILY_ALL)
+	var ovn0v4, ovn0v6 string
+	for _, a := range addrs {
+		switch {
+		case a.IP.To4() != nil && strings.HasPrefix(a.IP.String(), "100.64."):
+			ovn0v4 = a.IP.String()
+		case strings.HasPrefix(a.IP.String(), "fd00:100:64::"):
+			ovn0v6 = a.IP.String()
+			if a.Flags&(unix.IFA_F_TENTATIVE|unix.IFA_F_DADFAILED) != 0 {
+				t.Errorf("ovn0's %s has flags %#x: DAD ran", a.IPNet, a.Flags)
+			}
+		}
+	}
+	if ovn0v4 == "" || ovn0v6 == "" {
+		t.Fatalf("ovn0 lacks an address of each join family: %v", addrs)
+	}
+	rs, _ := netlink.RouteList(l, netlink.FAMILY_V6)
+	for _, rt := range rs {
+		if rt.Dst != nil && rt.Dst.String() == "fd00:10:16::/64" && (rt.Gw == nil || rt.Gw.String() != "fd00:100:64::1") {
+			t.Errorf("ovn0's route to fd00:10:16::/64 is via %v, want the IPv6 join gateway fd00:100:64::1", rt.Gw)
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/net/ipv6/conf/ovn0/accept_ra"); err != nil || strings.TrimSpace(string(b)) != "0" {
+		t.Errorf("ovn0 accept_ra = %q (%v), want 0", b, err)
+	}
+	for _, ip := range []string{p.ip, v6} {
+		if out, err := exec.Command("ping", "-c", "3", "-i", "0.2", "-W", "2", ip).CombinedOutput(); err != nil {
+			t.Errorf("the node to its pod's %s: %v\n%s", ip, err, out)
+		}
+	}
+	if err := ping(t, p.netns, ovn0v6); err != nil {
+		t.Errorf("the pod to the node's ovn0 %s: %v", ovn0v6, err)
+	}
+	addr := net.JoinHostPort(v6, "8091")
+	ln := listen(t, p.netns, addr)
+	transfer(t, "", ln, addr, 256<<10)
+	if out := k.del(t, p); out.Code != 0 {
+		t.Fatal(out.Err.Msg)
+	}
+}
