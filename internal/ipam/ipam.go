@@ -401,6 +401,14 @@ func (m *IPAM) Allocate(subnetName, owner string, req Request) (Allocation, erro
 		ip = ip.Unmap()
 		f := s.family(ip)
 		if f == nil {
+			if !slices.ContainsFunc(s.fams, func(f *family) bool { return f.cidr.Addr().Is4() == ip.Is4() }) {
+				fam := "IPv4"
+				if ip.Is6() {
+					fam = "IPv6"
+				}
+				return Allocation{}, &Error{Kind: KindOutOfRange, Subnet: subnetName, Input: ip.String(),
+					Msg: fmt.Sprintf("IP %s is %s but subnet %q has no %s CIDR (cidrBlock %s); request an address of the subnet's family, or make the subnet dual-stack", ip, fam, subnetName, fam, s.cfg.CIDRString())}
+			}
 			return Allocation{}, &Error{Kind: KindOutOfRange, Subnet: subnetName, Input: ip.String(),
 				Msg: fmt.Sprintf("IP %s is outside subnet %q (%s); choose an address inside it or another subnet", ip, subnetName, s.cfg.CIDRString())}
 		}

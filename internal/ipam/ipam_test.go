@@ -143,6 +143,15 @@ func TestDualStack(t *testing.T) {
 	if u.V6Using != 1 || u.V6Available != 253 || u.V4Available != 252 {
 		t.Fatalf("usage %+v", u)
 	}
+	// An IPv6 address on an IPv4-only subnet: the family is named.
+	mustSubnet(t, m, "v4", "10.17.0.0/24", "")
+	_, err = m.Allocate("v4", "q", Request{IPs: []netip.Addr{ip("fd00:17::5")}})
+	if KindOf(err) != KindOutOfRange || !strings.Contains(err.Error(), `IP fd00:17::5 is IPv6 but subnet "v4" has no IPv6 CIDR (cidrBlock 10.17.0.0/24)`) {
+		t.Fatalf("IPv6 address on an IPv4 subnet: %v", err)
+	}
+	if _, ok := m.Lookup("q"); ok {
+		t.Fatal("the refused request holds an address")
+	}
 }
 
 func TestSubnetUpdateKeepsAllocations(t *testing.T) {
