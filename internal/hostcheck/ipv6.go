@@ -140,8 +140,8 @@ func CheckIPv6(st IPv6State, need IPv6Need) []Check {
 			return []Check{{Name: name, Status: Fail, Found: "the kernel was booted with ipv6.disable=1 (no /proc/sys/net/ipv6) and " + what,
 				Fix: "remove ipv6.disable=1 from the kernel command line and reboot"}}
 		case need.KernelTunnel:
-			return []Check{{Name: name, Status: Fail, Found: "the kernel was booted with ipv6.disable=1 (no /proc/sys/net/ipv6): the kernel datapath's Geneve and VXLAN ports open IPv6 sockets and cannot be made, so no tunnel reaches other nodes",
-				Fix: "remove ipv6.disable=1 from the kernel command line and reboot; to keep IPv6 off, use sysctl net.ipv6.conf.all.disable_ipv6=1 instead, which leaves the tunnels working"}}
+			return []Check{{Name: name, Status: Warn, Found: "the kernel was booted with ipv6.disable=1 (no /proc/sys/net/ipv6): a flow-based Geneve or VXLAN port of the kernel datapath opens an IPv6 socket too, and on kernels that do not skip it when IPv6 is off the port cannot come up, so no tunnel reaches other nodes (Kube-OVN lists this among its prerequisites)",
+				Fix: "if tunnels to other nodes fail, remove ipv6.disable=1 from the kernel command line and reboot; to keep IPv6 off, use sysctl net.ipv6.conf.all.disable_ipv6=1 instead, which leaves the tunnels working"}}
 		}
 		return []Check{{Name: name, Status: Pass, Found: "the kernel's IPv6 is off (ipv6.disable=1); " + what + " and the userspace datapath makes its own tunnels"}}
 	}

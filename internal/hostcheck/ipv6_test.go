@@ -49,7 +49,7 @@ func TestCheckIPv6(t *testing.T) {
 	}{
 		{"IPv4 cluster, IPv6 on", ipv6Host(nil), dual, v4, "ipv6=pass", ""},
 		{"IPv4 cluster, sysctl off: nothing needs it", ipv6Host(map[string]string{"all/disable_ipv6": "1"}), dual, v4, "ipv6=pass", ""},
-		{"ipv6.disable=1, kernel tunnels", sysctlTree{}, dual, v4, "ipv6=fail", "Geneve and VXLAN ports open IPv6 sockets"},
+		{"ipv6.disable=1, kernel tunnels", sysctlTree{}, dual, v4, "ipv6=warn", "opens an IPv6 socket too"},
 		{"ipv6.disable=1, userspace datapath", sysctlTree{}, dual, IPv6Need{Services4: true}, "ipv6=pass", ""},
 		{"ipv6.disable=1, dual-stack", sysctlTree{}, dual, ds, "ipv6=fail", "booted with ipv6.disable=1 (no /proc/sys/net/ipv6) and the cluster is dual-stack"},
 		{"dual-stack, all right", ipv6Host(nil), dual, ds, "ipv6=pass ipv6-forwarding=pass ipv6-ra=pass", ""},
