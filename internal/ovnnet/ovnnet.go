@@ -191,6 +191,9 @@ func (n *Network) AddSubnet(ctx context.Context, cfg ipam.SubnetConfig, ul *Unde
 	if err := n.NB.EnsureSwitch(ctx, sw); err != nil {
 		return err
 	}
+	if err := n.syncUnderlayGuard(ctx, cfg.Name, ul != nil); err != nil {
+		return err
+	}
 	n.mu.Lock()
 	if physical || u2o {
 		n.physicalGW[cfg.Name] = u2o

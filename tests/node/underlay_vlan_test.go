@@ -35,7 +35,9 @@ var (
 // nodes reach each other and their physical gateway across the switch
 // (their MACs learned there on VLAN 100: not through Geneve), with the
 // provider network's MTU; the pod on VLAN 200 reaches its own gateway but
-// not the VLAN 100 pod even with a route straight onto its segment. Then
+// not the VLAN 100 pod even with a route straight onto its segment. A
+// pod's connection to an OVN database port on its network is dropped by
+// the guard on its switch, another port answers. Then
 // u2oInterconnection on VLAN 100: the cluster router gets an address
 // there (Subnet status), a new pod's default gateway is that address, and
 // the pod reaches an overlay pod on the other node both ways, a ClusterIP
@@ -142,6 +144,27 @@ func TestUnderlayVLANPodsAcrossNodes(t *testing.T) {
 	}
 	if neigh := run(t, "ip", "-n", router, "neigh", "show", "dev", "r100"); strings.Contains(neigh, a200.ip) {
 		t.Errorf("the router's VLAN 100 interface heard from the VLAN 200 pod:\n%s", neigh)
+	}
+
+	// The node guard on the underlay switch (docs/security.md): the pod's
+	// connection attempts to an OVN database port on its physical network
+	// (the router stands in for a node's address there) are dropped in
+	// OVN, whatever NetworkPolicy says; another port of the same host
+	// answers, and a host of the physical network still reaches a pod's
+	// own listener on a guarded port.
+	serveName(t, router, 6640, false, "open")
+	serveName(t, router, 6641, false, "nb")
+	if got, err := ask(a100.netns, "10.100.0.254:6640", 5*time.Second); err != nil || got != "open" {
+		t.Fatalf("VLAN 100 pod to a host on its network, port 6640: %q %v", got, err)
+	}
+	if got, err := ask(a100.netns, "10.100.0.254:6641", 2*time.Second); err == nil {
+		out, _ := exec.Command("ovn-nbctl", "--db="+c.cp.central.NB(), "acl-list", "sub100").CombinedOutput()
+		lf, _ := exec.Command("sh", "-c", "ovn-sbctl --db="+c.cp.central.SB()+" lflow-list sub100 | grep -E 'ls_(in|out)_acl '").CombinedOutput()
+		t.Fatalf("VLAN 100 pod connected to port 6641 (OVN NB) on its network: %q\nsub100's ACLs:\n%s\nits logical flows:\n%s", got, out, lf)
+	}
+	serveName(t, a100.netns, 6642, false, "pod")
+	if got, err := ask(router, a100.ip+":6642", 5*time.Second); err != nil || got != "pod" {
+		t.Fatalf("the physical network to the VLAN 100 pod's port 6642: %q %v", got, err)
 	}
 
 	// u2oInterconnection: the cluster router gets an address on VLAN
