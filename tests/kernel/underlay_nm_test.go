@@ -44,7 +44,7 @@ func TestKernelUnderlayBondManagedByNetworkManager(t *testing.T) {
 		t.Fatalf("NetworkManager's bond0 is in state %d, want %d", s, netmanager.StateActivated)
 	}
 
-	pinger := a.Spawn(t, "/tmp/ping.log", nil, "ping", "-i", "0.01", "-W", "1", "192.168.102.2")
+	pinger := startPinger(t, a, "/tmp/ping.log", "192.168.102.2")
 	n := startNode(t, a, b, []string{"IFACE=bond0", "DBUS_SYSTEM_BUS_ADDRESS=" + nm.Bus}, "--provider-networks=physnet1:bond0")
 	if err := n.proc.WaitLog("underlay: NIC bridged, its configuration moved to the bridge", time.Minute); err != nil {
 		t.Fatal(err)
@@ -78,7 +78,7 @@ func TestKernelUnderlayBondManagedByNetworkManager(t *testing.T) {
 		t.Errorf("the host lost %d of %d pings across the move", lost, sent)
 	}
 
-	pinger = a.Spawn(t, "/tmp/ping-back.log", nil, "ping", "-i", "0.01", "-W", "1", "192.168.102.2")
+	pinger = startPinger(t, a, "/tmp/ping-back.log", "192.168.102.2")
 	if code := n.stop(t); code != 0 {
 		t.Fatalf("ovnhost exited %d\n%s", code, tailLines(n.log(t), 40))
 	}

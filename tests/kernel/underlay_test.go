@@ -46,8 +46,8 @@ func TestKernelUnderlayHostKeepsItsNetwork(t *testing.T) {
 	hostState := "for d in eth0 eth0.10; do ip -4 addr show dev $d | grep inet; done; ip route show table all | grep -v '^local\\|^broadcast\\|^fe80\\|^ff00\\|^multicast\\|^anycast'"
 	before := a.Run(t, "sh", "-c", hostState)
 
-	pinger := a.Spawn(t, "/tmp/ping.log", nil, "ping", "-i", "0.01", "-W", "1", "192.168.101.2")
-	vlanPinger := a.Spawn(t, "/tmp/ping10.log", nil, "ping", "-i", "0.01", "-W", "1", "192.168.110.2")
+	pinger := startPinger(t, a, "/tmp/ping.log", "192.168.101.2")
+	vlanPinger := startPinger(t, a, "/tmp/ping10.log", "192.168.110.2")
 	n := startNode(t, a, b, []string{"IFACE=eth0"}, "--provider-networks=physnet1:eth0")
 	if err := n.proc.WaitLog("underlay: NIC bridged, its configuration moved to the bridge", time.Minute); err != nil {
 		t.Fatal(err)
@@ -62,8 +62,6 @@ func TestKernelUnderlayHostKeepsItsNetwork(t *testing.T) {
 		t.Fatalf("the route did not move to br-physnet1: %s", r)
 	}
 	a.MustExec(t, qemuvm.Cmd{Argv: []string{"ping", "-c", "3", "-i", "0.2", "-W", "5", "192.168.101.2"}, Timeout: time.Minute})
-	// eth0.10 carries addresses: its configuration moved to a port of the
-	// bridge tagged 10, and VLAN 10 still reaches the peer.
 	// eth0.10 is left as it is and keeps working: the kernel hands VLAN
 	// 10's frames to it before OVS sees eth0's; no port stands in for it.
 	if addrs := a.Run(t, "ip", "-4", "addr", "show", "dev", "eth0.10"); !strings.Contains(addrs, "192.168.110.1/24") {
@@ -80,7 +78,7 @@ func TestKernelUnderlayHostKeepsItsNetwork(t *testing.T) {
 	// restart that keeps the datapath (--keep-datapath: the daemons stop,
 	// ovs-vswitchd starts again over the kept bridge), each under its own
 	// 10 ms ping.
-	pinger = a.Spawn(t, "/tmp/ping-handover.log", nil, "ping", "-i", "0.01", "-W", "1", "192.168.101.2")
+	pinger = startPinger(t, a, "/tmp/ping-handover.log", "192.168.101.2")
 	if err := n.proc.Signal(syscall.SIGUSR2, false); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +93,7 @@ func TestKernelUnderlayHostKeepsItsNetwork(t *testing.T) {
 	a.MustExec(t, qemuvm.Cmd{Argv: []string{"ping", "-c", "3", "-i", "0.2", "-W", "5", "192.168.101.2"}, Timeout: time.Minute})
 	phases = append(phases, phaseLoss{"the hand-over", pinger})
 
-	pinger = a.Spawn(t, "/tmp/ping-restart.log", nil, "ping", "-i", "0.01", "-W", "1", "192.168.101.2")
+	pinger = startPinger(t, a, "/tmp/ping-restart.log", "192.168.101.2")
 	if code := n.stop(t); code != 0 {
 		t.Fatalf("ovnhost --keep-datapath exited %d\n%s", code, tailLines(n.log(t), 40))
 	}
@@ -110,7 +108,7 @@ func TestKernelUnderlayHostKeepsItsNetwork(t *testing.T) {
 	a.MustExec(t, qemuvm.Cmd{Argv: []string{"ping", "-c", "3", "-i", "0.2", "-W", "5", "192.168.101.2"}, Timeout: time.Minute})
 	phases = append(phases, phaseLoss{"a --keep-datapath restart", pinger})
 
-	pinger = a.Spawn(t, "/tmp/ping-giveback.log", nil, "ping", "-i", "0.01", "-W", "1", "192.168.101.2")
+	pinger = startPinger(t, a, "/tmp/ping-giveback.log", "192.168.101.2")
 	if code := n.stop(t); code != 0 {
 		t.Fatalf("ovnhost exited %d\n%s", code, tailLines(n.log(t), 40))
 	}
@@ -122,6 +120,9 @@ func TestKernelUnderlayHostKeepsItsNetwork(t *testing.T) {
 	for i, p := range phases {
 		sent, lost := pingLoss(t, a, p.proc)
 		t.Logf("kernel datapath: ping every 10 ms across %s: %d sent, %d lost", p.what, sent, lost)
+		if i == 0 && lost > 0 {
+			t.Logf("the node's underlay lines of that run:\n%s", a.Run(t, "sh", "-c", "grep -E 'msg=\"?(underlay|ready|starting)' /var/log/ovnhost/ovnhost-1.log | cut -c1-220 | head -30"))
+		}
 		limit := 5
 		if i == 0 {
 			limit = 10 // the move: 1-4 measured, not understood yet
@@ -139,7 +140,16 @@ func TestKernelUnderlayHostKeepsItsNetwork(t *testing.T) {
 	}
 }
 
-// pingLoss stops a background ping (SIGINT) and reads its summary.
+// startPinger pings dst from vm every 10 ms in the background, each reply
+// logged with its time (-D), into log.
+func startPinger(t testing.TB, vm *qemuvm.VM, log, dst string) *qemuvm.Proc {
+	t.Helper()
+	return vm.Spawn(t, log, nil, "ping", "-D", "-i", "0.01", "-W", "1", dst)
+}
+
+// pingLoss stops a background ping (SIGINT) and reads its summary; the
+// sequence numbers that got no reply are logged with the times of the
+// replies around them, to set against the node's log.
 func pingLoss(t testing.TB, vm *qemuvm.VM, p *qemuvm.Proc) (sent, lost int) {
 	t.Helper()
 	if err := p.Signal(syscall.SIGINT, false); err != nil {
@@ -155,7 +165,44 @@ func pingLoss(t testing.TB, vm *qemuvm.VM, p *qemuvm.Proc) (sent, lost int) {
 	}
 	sent, _ = strconv.Atoi(m[1])
 	got, _ := strconv.Atoi(m[2])
-	return sent, sent - got
+	// The echoes sent after the last reply were cut off by the SIGINT,
+	// not lost: they are not counted.
+	replies := map[int]string{}
+	last := 0
+	for _, r := range regexp.MustCompile(`\[([0-9.]+)\] .*icmp_seq=(\d+) `).FindAllStringSubmatch(out, -1) {
+		n, _ := strconv.Atoi(r[2])
+		replies[n] = r[1]
+		last = max(last, n)
+	}
+	if last == 0 {
+		return sent, sent - got // no timestamps (-D): the summary only
+	}
+	sent = last
+	var gaps []string
+	for seq := 1; seq < last; seq++ {
+		if _, ok := replies[seq]; !ok {
+			lost++
+			if len(gaps) < 10 {
+				gaps = append(gaps, fmt.Sprintf("%d", seq))
+			}
+		}
+	}
+	if lost > 0 {
+		t.Logf("%s: no reply to icmp_seq %s (last reply before at %s, first after at %s)", p.Log, strings.Join(gaps, ", "),
+			stamp(replies[atoi(gaps[0])-1]), stamp(replies[atoi(gaps[len(gaps)-1])+1]))
+	}
+	return sent, lost
+}
+
+func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
+
+// stamp turns ping -D's epoch seconds into the node log's UTC form.
+func stamp(epoch string) string {
+	f, err := strconv.ParseFloat(epoch, 64)
+	if err != nil {
+		return "?"
+	}
+	return time.Unix(0, int64(f*1e9)).UTC().Format("15:04:05.000")
 }
 
 // phaseLoss is a background ping over one phase of a test.
