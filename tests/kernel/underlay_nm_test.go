@@ -17,7 +17,7 @@ import (
 // restart of NetworkManager meanwhile does not take bond0 back; the stop
 // gives bond0 back and NetworkManager activates it again. The node pings
 // its neighbour every 10 ms throughout. Measured: 1-4 lost across the move
-// and the restart (more than 10 fails); about 50 (0.5 s) across the
+// and the restart (more than 25 fails: underlay_test.go says why); about 50 (0.5 s) across the
 // give-back, NetworkManager's doing: re-activating its profile on a bond
 // that has a port, it fails once setting the bond's mode ("the bond device
 // has slaves"), releases eth0 and starts again (more than 100 fails).
@@ -74,7 +74,7 @@ func TestKernelUnderlayBondManagedByNetworkManager(t *testing.T) {
 	a.MustExec(t, qemuvm.Cmd{Argv: []string{"ping", "-c", "3", "-i", "0.2", "-W", "5", "192.168.102.2"}, Timeout: time.Minute})
 	sent, lost := pingLoss(t, a, pinger)
 	t.Logf("kernel datapath, bond0 under NetworkManager: ping every 10 ms across the move and a NetworkManager restart: %d sent, %d lost", sent, lost)
-	if lost > 10 {
+	if lost > 25 { // the move: OVS's port association window (underlay_test.go)
 		t.Errorf("the host lost %d of %d pings across the move", lost, sent)
 	}
 

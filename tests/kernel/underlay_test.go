@@ -23,11 +23,15 @@ import (
 // gives a VLAN interface its frames before OVS sees the NIC's; moving its
 // addresses to a tagged internal port of the bridge, as Kube-OVN's
 // vlanInterfaces does, broke it here: the frames kept going to eth0.10).
-// The goal is none lost; measured here 1 to 4 on eth0 at the move (why
-// is not known yet), none across the hand-over, the restart and the
-// give-back, none on eth0.10. More than 10 at the move or 5 in another
-// phase fails the test: a move that left a moment without an address or
-// a route loses far more.
+// The goal is none lost; measured here 2 to 8 on eth0 at the move, none
+// across the hand-over, the restart and the give-back, none on eth0.10.
+// The move's loss is Open vSwitch's: from the moment the kernel datapath
+// takes eth0 as a port until ovs-vswitchd associates that port with
+// br-physnet1, what arrives on eth0 is dropped ("received packet on
+// unassociated datapath port" in its log, within the lost replies'
+// window: 50-150 ms under this emulation). More than 25 at the move or 5
+// in another phase fails the test: a move that left a moment without an
+// address or a route loses far more.
 func TestKernelUnderlayHostKeepsItsNetwork(t *testing.T) {
 	b := programs(t)
 	link := qemuvm.NewLink(t)
@@ -121,11 +125,11 @@ func TestKernelUnderlayHostKeepsItsNetwork(t *testing.T) {
 		sent, lost := pingLoss(t, a, p.proc)
 		t.Logf("kernel datapath: ping every 10 ms across %s: %d sent, %d lost", p.what, sent, lost)
 		if i == 0 && lost > 0 {
-			t.Logf("the node's underlay lines of that run:\n%s", a.Run(t, "sh", "-c", "grep -E 'msg=\"?(underlay|ready|starting)' /var/log/ovnhost/ovnhost-1.log | cut -c1-220 | head -30"))
+			t.Logf("the node's underlay lines of that run:\n%s", a.Run(t, "sh", "-c", "grep -E 'msg=\"?(underlay|ready|starting)|unassociated datapath port' /var/log/ovnhost/ovnhost-1.log | cut -c1-220 | head -30"))
 		}
 		limit := 5
 		if i == 0 {
-			limit = 10 // the move: 1-4 measured, not understood yet
+			limit = 25 // the move: OVS's port association window (see above), slower under load
 		}
 		if lost > limit {
 			t.Errorf("the host lost %d of %d pings to its neighbour across %s", lost, sent, p.what)
@@ -179,22 +183,25 @@ func pingLoss(t testing.TB, vm *qemuvm.VM, p *qemuvm.Proc) (sent, lost int) {
 	}
 	sent = last
 	var gaps []string
+	first, lastGap := 0, 0
 	for seq := 1; seq < last; seq++ {
 		if _, ok := replies[seq]; !ok {
 			lost++
+			if first == 0 {
+				first = seq
+			}
+			lastGap = seq
 			if len(gaps) < 10 {
-				gaps = append(gaps, fmt.Sprintf("%d", seq))
+				gaps = append(gaps, strconv.Itoa(seq))
 			}
 		}
 	}
 	if lost > 0 {
-		t.Logf("%s: no reply to icmp_seq %s (last reply before at %s, first after at %s)", p.Log, strings.Join(gaps, ", "),
-			stamp(replies[atoi(gaps[0])-1]), stamp(replies[atoi(gaps[len(gaps)-1])+1]))
+		t.Logf("%s: no reply to icmp_seq %s%s (last reply before at %s, first after the last gap at %s)", p.Log, strings.Join(gaps, ", "),
+			map[bool]string{true: ", ...", false: ""}[lost > len(gaps)], stamp(replies[first-1]), stamp(replies[lastGap+1]))
 	}
 	return sent, lost
 }
-
-func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
 
 // stamp turns ping -D's epoch seconds into the node log's UTC form.
 func stamp(epoch string) string {
