@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,8 @@ import (
 // families: ovn0 gets an address of each family (usable at once, no DAD,
 // no router advertisements taken), routes each family's pod CIDR through
 // that family's join gateway, the node reaches a pod over both families
-// and the pod reaches the node's IPv6 address on ovn0.
+// and the pod reaches the node's IPv6 address on ovn0; the pod's default
+// route in each family is its gateway of that family, which answers.
 func TestKubeDualStackNodePort(t *testing.T) {
 	k := startKubeNodeWith(t, 60*time.Second, func(c *kube.Config) {
 		c.JoinCIDR = "100.64.0.0/16,fd00:100:64::/112"
@@ -34,6 +36,16 @@ func TestKubeDualStackNodePort(t *testing.T) {
 	v6 := strings.Split(r.IPs[1].Address, "/")[0]
 	if !strings.HasPrefix(v6, "fd00:10:16::") || !strings.HasPrefix(p.ip, "10.16.") {
 		t.Fatalf("pod addresses %s and %s, want one of 10.16.0.0/16 and one of fd00:10:16::/64", p.ip, v6)
+	}
+	// The pod's default route in each family goes to that family's gateway.
+	for fam, gw := range map[string]string{"-4": "10.16.0.1", "-6": "fd00:10:16::1"} {
+		out, err := exec.Command("ip", "-n", filepath.Base(p.netns), fam, "route", "show", "default").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "via "+gw+" ") {
+			t.Errorf("the pod's %s default route is not via %s: %s %v", fam, gw, out, err)
+		}
+	}
+	if err := ping(t, p.netns, "fd00:10:16::1"); err != nil {
+		t.Errorf("the pod to its IPv6 gateway (the cluster router): %v", err)
 	}
 	waitOVN0Route(t, "10.16.0.0/16")
 	waitOVN0Route(t, "fd00:10:16::/64")
