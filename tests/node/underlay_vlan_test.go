@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
@@ -37,7 +38,9 @@ var (
 // provider network's MTU; the pod on VLAN 200 reaches its own gateway but
 // not the VLAN 100 pod even with a route straight onto its segment. A
 // pod's connection to an OVN database port on its network is dropped by
-// the guard on its switch, another port answers. Then
+// the guard on its switch, another port answers. A NetworkPolicy admitting
+// only the physical router to VLAN 100's pods cuts a100 off b100 and
+// keeps the router; deleted, a100 is back. Then
 // u2oInterconnection on VLAN 100: the cluster router gets an address
 // there (Subnet status), a new pod's default gateway is that address, and
 // the pod reaches an overlay pod on the other node both ways, a ClusterIP
@@ -165,6 +168,41 @@ func TestUnderlayVLANPodsAcrossNodes(t *testing.T) {
 	serveName(t, a100.netns, 6642, false, "pod")
 	if got, err := ask(router, a100.ip+":6642", 5*time.Second); err != nil || got != "pod" {
 		t.Fatalf("the physical network to the VLAN 100 pod's port 6642: %q %v", got, err)
+	}
+
+	// NetworkPolicy on underlay pods: ingress to u100's pods only from
+	// the physical router. a100 loses b100, the router keeps it; gone
+	// again, a100 has it back.
+	serveName(t, b100.netns, 7000, false, "b100")
+	for _, from := range []string{a100.netns, router} {
+		if got, err := ask(from, b100.ip+":7000", 5*time.Second); err != nil || got != "b100" {
+			t.Fatalf("before the policy, %s to b100:7000: %q %v", from, got, err)
+		}
+	}
+	np := netpolObj("u100", "only-router", networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.100.0.254/32"}}}}}})
+	if _, err := c.cp.kc.NetworkingV1().NetworkPolicies("u100").Create(ctx, np, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	reaches := func(from string) bool {
+		got, err := ask(from, b100.ip+":7000", time.Second)
+		return err == nil && got == "b100"
+	}
+	for deadline := time.Now().Add(30 * time.Second); reaches(a100.netns); {
+		if time.Now().After(deadline) {
+			t.Fatal("NetworkPolicy u100/only-router: a100 still reaches b100:7000 after 30 s")
+		}
+	}
+	if got, err := ask(router, b100.ip+":7000", 5*time.Second); err != nil || got != "b100" {
+		t.Fatalf("NetworkPolicy u100/only-router: the physical router (allowed by ipBlock) to b100:7000: %q %v", got, err)
+	}
+	if err := c.cp.kc.NetworkingV1().NetworkPolicies("u100").Delete(ctx, "only-router", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); !reaches(a100.netns); {
+		if time.Now().After(deadline) {
+			t.Fatal("a100 does not reach b100:7000 30 s after the policy was deleted")
+		}
 	}
 
 	// u2oInterconnection: the cluster router gets an address on VLAN
