@@ -191,9 +191,9 @@ func healthy() *fake {
 		ctlStatus:  "connected\n",
 		northd:     "23.03.1-20.27.0-70.6",
 		ctlVersion: "ovn-controller 23.03.1\nOpen vSwitch Library 3.1.0\nOpenFlow versions 0x6:0x6\nSB DB Schema 20.27.0\n",
-		files:      map[string]string{"/proc/sys/kernel/osrelease": "6.1.0-18-amd64\n", "/proc/uptime": "5000.00 9000.00\n",
+		files: map[string]string{"/proc/sys/kernel/osrelease": "6.1.0-18-amd64\n", "/proc/uptime": "5000.00 9000.00\n",
 			"/proc/sys/net/ipv6/conf/all/disable_ipv6": "0\n", "/proc/sys/net/ipv6/conf/default/disable_ipv6": "0\n", "/proc/sys/net/ipv6/conf/all/forwarding": "0\n"},
-		avail:      50 << 30,
+		avail: 50 << 30,
 		dbs: map[string][]string{
 			"unix:/run/openvswitch/db.sock": {"Open_vSwitch", "_Server"},
 			"unix:/run/ovn/ovnnb_db.sock":   {"OVN_Northbound", "_Server"},
