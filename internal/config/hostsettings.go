@@ -16,6 +16,7 @@ func (c *Config) HostSettings() nodeconfig.HostSettings {
 		TunnelType:       c.TunnelType,
 		Iface:            c.Iface,
 		EncapIP:          c.EncapIP,
+		ServiceCIDRs:     c.ServiceCIDRs,
 		UserspaceTunnel:  c.UserspaceTunnel,
 		ProviderNetworks: c.ProviderNetworks,
 		AllInOne:         !c.Remote(),

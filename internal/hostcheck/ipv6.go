@@ -117,13 +117,20 @@ func ReadIPv6State(read func(string) ([]byte, error), links []Link, tunnel, node
 	return st
 }
 
-// CheckIPv6 judges st against need: "ipv6" (the kernel and its switches,
-// the node's IPv6 address), "ipv6-forwarding" and "ipv6-ra".
+// CheckIPv6 judges st against need: "ipv6" (CheckIPv6Node), then, when
+// the cluster has IPv6, "ipv6-forwarding" and "ipv6-ra" (CheckIPv6Routing).
 func CheckIPv6(st IPv6State, need IPv6Need) []Check {
+	return append([]Check{CheckIPv6Node(st, need)}, CheckIPv6Routing(st, need)...)
+}
+
+// CheckIPv6Node is "ipv6": the kernel's IPv6 and its switches, the node's
+// IPv6 address, against what the cluster needs (part of preflight: a node
+// that cannot carry the cluster's IPv6 does not start).
+func CheckIPv6Node(st IPv6State, need IPv6Need) Check {
 	const name = "ipv6"
 	sysctlFix := "sysctl -w net.ipv6.conf.all.disable_ipv6=0 net.ipv6.conf.default.disable_ipv6=0, and the same in /etc/sysctl.d so that it survives a reboot"
 	if st.ReadErr != nil {
-		return []Check{{Name: name, Status: Warn, Found: "cannot read the IPv6 switches: " + st.ReadErr.Error(), Fix: "run netctl doctor as root in the host network namespace"}}
+		return Check{Name: name, Status: Warn, Found: "cannot read the IPv6 switches: " + st.ReadErr.Error(), Fix: "run netctl doctor as root in the host network namespace"}
 	}
 	what := "the cluster has no IPv6 (IPv4 Service CIDRs and encap IP)"
 	switch {
@@ -137,40 +144,46 @@ func CheckIPv6(st IPv6State, need IPv6Need) []Check {
 	if st.Off {
 		switch {
 		case need.Any():
-			return []Check{{Name: name, Status: Fail, Found: "the kernel was booted with ipv6.disable=1 (no /proc/sys/net/ipv6) and " + what,
-				Fix: "remove ipv6.disable=1 from the kernel command line and reboot"}}
+			return Check{Name: name, Status: Fail, Found: "the kernel was booted with ipv6.disable=1 (no /proc/sys/net/ipv6) and " + what,
+				Fix: "remove ipv6.disable=1 from the kernel command line and reboot"}
 		case need.KernelTunnel:
-			return []Check{{Name: name, Status: Warn, Found: "the kernel was booted with ipv6.disable=1 (no /proc/sys/net/ipv6): a flow-based Geneve or VXLAN port of the kernel datapath opens an IPv6 socket too, and on kernels that do not skip it when IPv6 is off the port cannot come up, so no tunnel reaches other nodes (Kube-OVN lists this among its prerequisites)",
-				Fix: "if tunnels to other nodes fail, remove ipv6.disable=1 from the kernel command line and reboot; to keep IPv6 off, use sysctl net.ipv6.conf.all.disable_ipv6=1 instead, which leaves the tunnels working"}}
+			return Check{Name: name, Status: Warn, Found: "the kernel was booted with ipv6.disable=1 (no /proc/sys/net/ipv6): a flow-based Geneve or VXLAN port of the kernel datapath opens an IPv6 socket too, and on kernels that do not skip it when IPv6 is off the port cannot come up, so no tunnel reaches other nodes (Kube-OVN lists this among its prerequisites)",
+				Fix: "if tunnels to other nodes fail, remove ipv6.disable=1 from the kernel command line and reboot; to keep IPv6 off, use sysctl net.ipv6.conf.all.disable_ipv6=1 instead, which leaves the tunnels working"}
 		}
-		return []Check{{Name: name, Status: Pass, Found: "the kernel's IPv6 is off (ipv6.disable=1); " + what + " and the userspace datapath makes its own tunnels"}}
+		return Check{Name: name, Status: Pass, Found: "the kernel's IPv6 is off (ipv6.disable=1); " + what + " and the userspace datapath makes its own tunnels"}
 	}
-	var out []Check
 	switch {
 	case !need.Any():
-		out = append(out, Check{Name: name, Status: Pass, Found: what})
+		return Check{Name: name, Status: Pass, Found: what}
 	case st.AllDisabled || st.DefaultDisabled:
 		which := "all"
 		if !st.AllDisabled {
 			which = "default"
 		}
-		out = append(out, Check{Name: name, Status: Fail, Found: fmt.Sprintf("net.ipv6.conf.%s.disable_ipv6=1 and %s: ovn0 gets no IPv6 address, so the node cannot reach its pods' IPv6 addresses nor they the node", which, what), Fix: sysctlFix})
+		return Check{Name: name, Status: Fail, Found: fmt.Sprintf("net.ipv6.conf.%s.disable_ipv6=1 and %s: ovn0 gets no IPv6 address, so the node cannot reach its pods' IPv6 addresses nor they the node", which, what), Fix: sysctlFix}
 	case st.Tunnel != nil && st.Tunnel.Disabled && need.Encap6:
-		out = append(out, Check{Name: name, Status: Fail, Found: fmt.Sprintf("IPv6 is disabled on the tunnel interface %s (net.ipv6.conf.%s.disable_ipv6=1) and the encap IP is IPv6", st.Tunnel.Name, st.Tunnel.Name),
-			Fix: fmt.Sprintf("sysctl -w net.ipv6.conf.%s.disable_ipv6=0 (and in /etc/sysctl.d)", st.Tunnel.Name)})
+		return Check{Name: name, Status: Fail, Found: fmt.Sprintf("IPv6 is disabled on the tunnel interface %s (net.ipv6.conf.%s.disable_ipv6=1) and the encap IP is IPv6", st.Tunnel.Name, st.Tunnel.Name),
+			Fix: fmt.Sprintf("sysctl -w net.ipv6.conf.%s.disable_ipv6=0 (and in /etc/sysctl.d)", st.Tunnel.Name)}
 	case st.Tunnel != nil && len(st.Tunnel.Global) == 0 && (need.Encap6 || !need.Services4):
-		out = append(out, Check{Name: name, Status: Fail, Found: fmt.Sprintf("%s, but the tunnel interface %s has no global IPv6 address", what, st.Tunnel.Name),
-			Fix: fmt.Sprintf("give %s an IPv6 address (the node's InternalIP in that family), or set ENCAP_IP/IFACE to an interface that has one", st.Tunnel.Name)})
+		return Check{Name: name, Status: Fail, Found: fmt.Sprintf("%s, but the tunnel interface %s has no global IPv6 address", what, st.Tunnel.Name),
+			Fix: fmt.Sprintf("give %s an IPv6 address (the node's InternalIP in that family), or set ENCAP_IP/IFACE to an interface that has one", st.Tunnel.Name)}
 	default:
 		found := what + "; IPv6 is on"
 		if st.Tunnel != nil && len(st.Tunnel.Global) > 0 {
 			found += fmt.Sprintf(", %s has %s", st.Tunnel.Name, st.Tunnel.Global[0])
 		}
-		out = append(out, Check{Name: name, Status: Pass, Found: found})
+		return Check{Name: name, Status: Pass, Found: found}
 	}
-	if !need.Any() {
-		return out
+}
+
+// CheckIPv6Routing is "ipv6-forwarding" and "ipv6-ra" when the cluster
+// has IPv6 (none otherwise; doctor only: ovnhost runs without them, but
+// its pods' IPv6 does not cross the node).
+func CheckIPv6Routing(st IPv6State, need IPv6Need) []Check {
+	if !need.Any() || st.Off || st.ReadErr != nil {
+		return nil
 	}
+	var out []Check
 	if st.AllForwarding {
 		out = append(out, Check{Name: "ipv6-forwarding", Status: Pass, Found: "net.ipv6.conf.all.forwarding=1"})
 	} else {

@@ -52,12 +52,24 @@ func PreflightWith(ctx context.Context, s nodeconfig.HostSettings, f Facts, opts
 	tun, ichecks := checkInterfaces(s, f)
 	r.Findings.TunnelIface, r.Findings.EncapIP, r.Findings.UnderlayMTU = tun.iface, tun.encapIP, tun.mtu
 	r.add(ichecks...)
+	r.add(CheckIPv6Node(ReadIPv6State(f.ReadFile, links(f), tun.iface, ""), preflightIPv6Need(s, kernel, tun.encapIP)))
 	r.add(CheckSystemID(s, f))
 	r.add(CheckSSL(s, f)...)
 	return r
 }
 
 func (r *PreflightResult) add(cs ...Check) { r.Checks = append(r.Checks, cs...) }
+
+// preflightIPv6Need is what the settings and the findings ask of the
+// host's IPv6 before a NodeConfig exists.
+func preflightIPv6Need(s nodeconfig.HostSettings, kernel bool, encapIP string) IPv6Need {
+	n := servicesNeed(s.ServiceCIDRs)
+	n.Encap6 = nodeconfig.IsIPv6(encapIP)
+	if dp, err := nodeconfig.PickDatapath(s.Datapath, kernel); err == nil {
+		n.KernelTunnel = !dp.IsUserspace() && s.TunnelType != "stt"
+	}
+	return n
+}
 
 // Failed reports whether any check failed.
 func (r *PreflightResult) Failed() bool { return Worst(r.Checks) == Fail }

@@ -96,6 +96,24 @@ func healthyFake() *hostFake {
 			{Name: "ens34", Index: 3, MTU: 9000, Up: true, Addrs: []netip.Prefix{netip.MustParsePrefix("10.0.0.5/24")}},
 		},
 		defaults: []string{"ens33"},
+		files: map[string]string{"/proc/sys/net/ipv6/conf/all/disable_ipv6": "0\n", "/proc/sys/net/ipv6/conf/default/disable_ipv6": "0\n",
+			"/proc/sys/net/ipv6/conf/all/forwarding": "1\n", "/proc/sys/net/ipv6/conf/ens33/disable_ipv6": "0\n"},
+	}
+}
+
+// An IPv6-only cluster (its Service CIDR) on a node whose tunnel interface
+// has no IPv6 address: preflight fails, naming the interface and the fix,
+// before anything is touched; a dual-stack cluster on the same node starts
+// (its IPv4 tunnel carries the pods' IPv6).
+func TestIPv6OnlyClusterNeedsANodeIPv6Address(t *testing.T) {
+	r := hostcheck.PreflightWith(context.Background(), defaultConfig(t, "SVC_CIDR=fd00:10:96::/112"), healthyFake(), hostcheck.Options{})
+	c := find(t, r.Checks, "ipv6")
+	if !r.Failed() || c.Status != hostcheck.Fail || !strings.Contains(c.Found, "the cluster is IPv6-only (its Service CIDRs), but the tunnel interface ens33 has no global IPv6 address") || !strings.Contains(c.Fix, "give ens33 an IPv6 address") {
+		t.Fatalf("IPv6-only cluster, no IPv6 on ens33: failed=%v %+v", r.Failed(), c)
+	}
+	r = hostcheck.PreflightWith(context.Background(), defaultConfig(t, "SVC_CIDR=10.96.0.0/12,fd00:10:96::/112"), healthyFake(), hostcheck.Options{})
+	if c := find(t, r.Checks, "ipv6"); r.Failed() || c.Status != hostcheck.Pass {
+		t.Fatalf("dual-stack cluster: failed=%v %+v", r.Failed(), c)
 	}
 }
 

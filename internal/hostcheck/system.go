@@ -462,7 +462,8 @@ func hostChecks(s nodeconfig.HostSettings, nc *nodeconfig.NodeConfig, f DoctorFa
 	out = append(out, CheckKernelGeneve(read("/proc/sys/kernel/osrelease"), strings.TrimSpace(read("/sys/module/openvswitch/version")),
 		exists("/sys/module/openvswitch"), exists("/sys/module/geneve"), nc.Datapath.IsUserspace(), nc.TunnelType))
 
-	out = append(out, CheckIPv6(ReadIPv6State(f.ReadFile, links(f), nc.TunnelIface, "ovn0"), ipv6Need(nc))...)
+	// "ipv6" itself is preflight's (CheckIPv6Node).
+	out = append(out, CheckIPv6Routing(ReadIPv6State(f.ReadFile, links(f), nc.TunnelIface, "ovn0"), ipv6Need(nc))...)
 
 	lay := nc.Layout
 	out = append(out, CheckUnderlayHost(f.UnderlayNICs(lay.UnderlayJournals))...)
@@ -529,18 +530,22 @@ func cgroupOOMKills(procCgroup string, read func(string) string) (int, string) {
 
 // ipv6Need is what nc asks of the host's IPv6.
 func ipv6Need(nc *nodeconfig.NodeConfig) IPv6Need {
+	n := servicesNeed(nc.ServiceCIDRs)
+	n.Encap6 = nodeconfig.IsIPv6(nc.EncapIP)
+	n.KernelTunnel = !nc.Datapath.IsUserspace() && nc.TunnelType != "stt"
+	return n
+}
+
+// servicesNeed reads the cluster's families from its Service CIDRs.
+func servicesNeed(cidrs []netip.Prefix) IPv6Need {
 	var n IPv6Need
-	if ip, err := netip.ParseAddr(nc.EncapIP); err == nil {
-		n.Encap6 = ip.Is6() && !ip.Is4In6()
-	}
-	for _, c := range nc.ServiceCIDRs {
+	for _, c := range cidrs {
 		if c.Addr().Is4() {
 			n.Services4 = true
 		} else {
 			n.Services6 = true
 		}
 	}
-	n.KernelTunnel = !nc.Datapath.IsUserspace() && nc.TunnelType != "stt"
 	return n
 }
 

@@ -1,6 +1,10 @@
 package nodeconfig
 
-import "github.com/ovnhost/ovnhost/internal/layout"
+import (
+	"net/netip"
+
+	"github.com/ovnhost/ovnhost/internal/layout"
+)
 
 // HostSettings are what the node's settings ask of the host, as the host
 // checks (internal/hostcheck) read them: preflight judges them before the
@@ -21,6 +25,9 @@ type HostSettings struct {
 	// is ENCAP_IP ("": the tunnel interface's address).
 	Iface   []string
 	EncapIP string
+	// ServiceCIDRs are the cluster's Service ranges (SVC_CIDR): their
+	// families say whether the cluster is IPv4, dual-stack or IPv6-only.
+	ServiceCIDRs []netip.Prefix
 	// UserspaceTunnel moves the tunnel interface into br-phy.
 	UserspaceTunnel bool
 	// ProviderNetworks are the underlay NICs the node bridges: each must
