@@ -74,7 +74,7 @@ func TestKernelUnderlayBondManagedByNetworkManager(t *testing.T) {
 	a.MustExec(t, qemuvm.Cmd{Argv: []string{"ping", "-c", "3", "-i", "0.2", "-W", "5", "192.168.102.2"}, Timeout: time.Minute})
 	sent, lost := pingLoss(t, a, pinger)
 	t.Logf("kernel datapath, bond0 under NetworkManager: ping every 10 ms across the move and a NetworkManager restart: %d sent, %d lost", sent, lost)
-	if lost > 25 { // the move: OVS's port association window (underlay_test.go)
+	if lost > moveLimit {
 		t.Errorf("the host lost %d of %d pings across the move", lost, sent)
 	}
 

@@ -77,17 +77,7 @@ func TestKernelUnderlayTeamNIC(t *testing.T) {
 	}
 	a.MustExec(t, qemuvm.Cmd{Argv: []string{"ping", "-c", "3", "-i", "0.2", "-W", "5", "192.168.104.2"}, Timeout: time.Minute})
 	phases = append(phases, phaseLoss{"the give-back", pinger})
-	for i, p := range phases {
-		sent, lost := pingLoss(t, a, p.proc)
-		t.Logf("kernel datapath, team0 as the NIC: ping every 10 ms across %s: %d sent, %d lost", p.what, sent, lost)
-		limit := 5
-		if i == 0 {
-			limit = 25 // the move: OVS's port association window (underlay_test.go)
-		}
-		if lost > limit {
-			t.Errorf("the host lost %d of %d pings to its neighbour across %s", lost, sent, p.what)
-		}
-	}
+	checkPhases(t, a, "team0", phases)
 	// team0 is back as it was: up, its address, eth0 its active port,
 	// teamd still running it.
 	if l := a.Run(t, "ip", "-o", "link", "show", "team0"); !strings.Contains(l, ",UP") || strings.Contains(l, "master ") {

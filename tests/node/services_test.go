@@ -210,6 +210,10 @@ func TestServices(t *testing.T) {
 	c.waitBackends(t, ns, "web-aff", corev1.ProtocolTCP, net.JoinHostPort(affIP, "80"), ips...)
 	c.waitBackends(t, ns, "self", corev1.ProtocolTCP, net.JoinHostPort(selfIP, "80"), backends[0].ip)
 	c.waitBackends(t, ns, "dns", corev1.ProtocolUDP, net.JoinHostPort(dnsIP, "53"), dns.ip)
+	// The backends are in the NB; every chassis has them in its flows
+	// before the first connection (seen in CI: a client's first
+	// connection refused, its node not there yet).
+	c.waitChassisCaughtUp(t)
 
 	t.Run("spreading", func(t *testing.T) {
 		for _, cl := range clients {
