@@ -1,13 +1,12 @@
 package podsource
 
 import (
-	"github.com/ovnhost/ovnhost/internal/annotations"
-
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sort"
 	"strings"
 	"sync"
@@ -22,6 +21,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/ovnhost/ovnhost/internal/annotations"
+	"github.com/ovnhost/ovnhost/internal/ovnnet"
 )
 
 // Kube reads pod networks from the controller's annotations through a
@@ -31,6 +33,8 @@ type Kube struct {
 	cs   kubernetes.Interface
 	node string
 	log  *slog.Logger
+	// serviceCIDRs are never masqueraded to (the egress plan's Cluster).
+	serviceCIDRs []netip.Prefix
 
 	factory informers.SharedInformerFactory
 	nodeFac informers.SharedInformerFactory // nil: nodes is the owner's
@@ -82,6 +86,9 @@ type KubeOptions struct {
 	// Nodes is the node's shared informer of its own Node (field selector
 	// metadata.name), run by its owner; nil: the source runs its own.
 	Nodes cache.SharedIndexInformer
+	// ServiceCIDRs are the cluster's Service ranges (SVC_CIDR), never
+	// masqueraded to (nil: Kube-OVN's default, 10.96.0.0/12).
+	ServiceCIDRs []netip.Prefix
 }
 
 // DefaultMismatchGrace is KubeOptions.MismatchGrace's default.
@@ -108,7 +115,10 @@ func NewKubeFromConfig(cfg *rest.Config, o KubeOptions) (*Kube, error) {
 // egress plan, pods checked against their Subnet).
 func NewKube(cs kubernetes.Interface, dyn dynamic.Interface, o KubeOptions) *Kube {
 	k := &Kube{cs: cs, dyn: dyn, subnets: o.Subnets, nodes: o.Nodes, node: o.Node, log: o.Log, waiters: map[string]map[chan struct{}]struct{}{},
-		ovn: o.OVN, mismatchGrace: o.MismatchGrace}
+		ovn: o.OVN, mismatchGrace: o.MismatchGrace, serviceCIDRs: o.ServiceCIDRs}
+	if len(k.serviceCIDRs) == 0 {
+		k.serviceCIDRs = []netip.Prefix{netip.MustParsePrefix(ovnnet.DefaultServiceCIDR)}
+	}
 	if k.mismatchGrace <= 0 {
 		k.mismatchGrace = DefaultMismatchGrace
 	}

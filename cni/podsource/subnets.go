@@ -54,7 +54,7 @@ func (k *Kube) egressPlan(join []netip.Prefix) *EgressPlan {
 	if k.subnets == nil {
 		return nil
 	}
-	plan := &EgressPlan{Cluster: append([]netip.Prefix{netip.MustParsePrefix(ovnnet.DefaultServiceCIDR)}, join...)}
+	plan := &EgressPlan{Cluster: slices.Concat(k.serviceCIDRs, join)}
 	for _, obj := range k.subnets.GetStore().List() {
 		u, ok := obj.(*unstructured.Unstructured)
 		if !ok {

@@ -256,3 +256,19 @@ func TestInterconnectedUnderlayPodsGetTheRoutersAddress(t *testing.T) {
 		t.Errorf("a gateway annotation other than spec.gateway accepted: %v", mm)
 	}
 }
+
+// A dual-stack cluster's Service ranges (SVC_CIDR) are cluster
+// destinations in both families: the node never masquerades pod traffic
+// to them, and its IPv6 natOutgoing prefixes are in the plan.
+func TestEgressPlanUsesTheClustersServiceCIDRs(t *testing.T) {
+	k := withSubnets(t, "n1",
+		subnet("ovn-default", true, map[string]any{"cidrBlock": "10.16.0.0/16,fd00:10:16::/64", "natOutgoing": true}, nil))
+	k.serviceCIDRs = prefixes("10.96.0.0/12", "fd00:10:96::/112")
+	plan := k.egressPlan(prefixes("100.64.0.0/16", "fd00:100:64::/112"))
+	if want := prefixes("10.16.0.0/16", "10.96.0.0/12", "100.64.0.0/16", "fd00:100:64::/112", "fd00:10:16::/64", "fd00:10:96::/112"); !slices.Equal(plan.Cluster, want) {
+		t.Errorf("cluster %v, want %v", plan.Cluster, want)
+	}
+	if want := prefixes("10.16.0.0/16", "fd00:10:16::/64"); !slices.Equal(plan.NATOutgoing, want) {
+		t.Errorf("natOutgoing %v, want %v", plan.NATOutgoing, want)
+	}
+}

@@ -171,7 +171,8 @@ func newSource(o Options, st settings, log *slog.Logger) (podsource.Source, erro
 		sb = o.Node.Layout.LocalSB()
 	}
 	ko := podsource.KubeOptions{Node: o.Node.Name, Log: log, TrustedManagers: o.ControllerFieldManagers,
-		OVN: podsource.NewSBPorts(sb, o.Node.SB.TLS, log), Subnets: st.subnets, Nodes: st.nodes}
+		OVN: podsource.NewSBPorts(sb, o.Node.SB.TLS, log), Subnets: st.subnets, Nodes: st.nodes,
+		ServiceCIDRs: o.Node.ServiceCIDRs}
 	if !st.forceStandalone {
 		if st.kube != nil {
 			return podsource.NewKube(st.kube, st.dyn, ko), nil

@@ -550,9 +550,10 @@ type Port struct {
 	// Gateway ports (a node's ovn0) forward traffic for any destination:
 	// port security would drop what the node routes on.
 	NoPortSecurity bool
-	// AddressSet, when set, names an existing address set that gets the
-	// port's IPv4 addresses in the same transaction (a node's egress set).
-	AddressSet string
+	// AddressSets, when set, name existing address sets that get the
+	// port's addresses in the same transaction, each family its own (a
+	// node's egress sets).
+	AddressSets FamilySets
 	// Adopt lets EnsurePort take over a row of that name that records no
 	// owner but was made by Kube-OVN (external_ids:vendor=kube-ovn; its
 	// node ports carry no owner key), keeping its UUID: migration.
@@ -636,7 +637,7 @@ func (c *Client) EnsurePort(ctx context.Context, p Port) error {
 	addr := p.Addresses()
 	ids := vendorIDs(p.ExternalIDs)
 	ids[KeySwitch] = p.Switch
-	setOps, err := c.addressSetInsertOps(ctx, p.AddressSet, p.IPs)
+	setOps, err := c.addressSetInsertOps(ctx, p.AddressSets, p.IPs)
 	if err != nil {
 		return err
 	}
@@ -664,7 +665,7 @@ func (c *Client) EnsurePort(ctx context.Context, p Port) error {
 	default:
 		if slices.Equal(cur.Addresses, []string{addr}) && slices.Equal(cur.PortSecurity, p.portSecurity()) && maps.Equal(cur.ExternalIDs, ids) {
 			if len(setOps) > 0 {
-				_, err := c.transact(ctx, "add port "+p.Name+" to address set "+p.AddressSet, setOps)
+				_, err := c.transact(ctx, fmt.Sprintf("add port %s to address sets %v", p.Name, p.AddressSets), setOps)
 				return err
 			}
 			return nil

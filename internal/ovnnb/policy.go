@@ -101,25 +101,42 @@ func (c *Client) mutateAddressSet(ctx context.Context, name string, op ovsdb.Mut
 	return nil
 }
 
-// addressSetInsertOps are the operations that add ips' IPv4 addresses to the
-// named set, none when the cache shows them there already.
-func (c *Client) addressSetInsertOps(ctx context.Context, name string, ips []netip.Addr) ([]ovsdb.Operation, error) {
-	var v4 []string
-	for _, ip := range ips {
-		if ip.Is4() {
-			v4 = append(v4, ip.String())
+// FamilySets names one address set per IP family: an OVN match compares
+// addresses of one family (ip4.src or ip6.src), so each family has its own
+// set. "" is no set for that family.
+type FamilySets struct{ V4, V6 string }
+
+// addressSetInsertOps are the operations that add ips to sets (IPv4 ones
+// to V4, IPv6 ones to V6), none for a set whose addresses the cache shows
+// there already.
+func (c *Client) addressSetInsertOps(ctx context.Context, sets FamilySets, ips []netip.Addr) ([]ovsdb.Operation, error) {
+	var ops []ovsdb.Operation
+	for _, f := range []struct {
+		name string
+		is   func(netip.Addr) bool
+	}{{sets.V4, netip.Addr.Is4}, {sets.V6, netip.Addr.Is6}} {
+		var addrs []string
+		for _, ip := range ips {
+			if f.is(ip) {
+				addrs = append(addrs, ip.String())
+			}
 		}
+		if f.name == "" || len(addrs) == 0 {
+			continue
+		}
+		if cur, err := c.addressSet(ctx, f.name); err == nil && cur != nil &&
+			!slices.ContainsFunc(addrs, func(a string) bool { return !slices.Contains(cur.Addresses, a) }) {
+			continue
+		}
+		as := &nbdb.AddressSet{}
+		o, err := c.cl.WhereAll(as, model.Condition{Field: &as.Name, Function: ovsdb.ConditionEqual, Value: f.name}).
+			Mutate(as, model.Mutation{Field: &as.Addresses, Mutator: ovsdb.MutateOperationInsert, Value: addrs})
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, o...)
 	}
-	if name == "" || len(v4) == 0 {
-		return nil, nil
-	}
-	if cur, err := c.addressSet(ctx, name); err == nil && cur != nil &&
-		!slices.ContainsFunc(v4, func(a string) bool { return !slices.Contains(cur.Addresses, a) }) {
-		return nil, nil
-	}
-	as := &nbdb.AddressSet{}
-	return c.cl.WhereAll(as, model.Condition{Field: &as.Name, Function: ovsdb.ConditionEqual, Value: name}).
-		Mutate(as, model.Mutation{Field: &as.Addresses, Mutator: ovsdb.MutateOperationInsert, Value: v4})
+	return ops, nil
 }
 
 // DeleteAddressSet removes the set if it exists.

@@ -15,7 +15,8 @@ import (
 // distributed gateway): the cluster router's default route points at the
 // join switch, and one policy per node reroutes traffic from that node's
 // pods, to anything that is not a cluster address, to the node's join
-// address (its ovn0). The node masquerades it when the Subnet asks for
+// address (its ovn0). Each IP family has its own sets, policies and
+// default route. The node masquerades it when the Subnet asks for
 // natOutgoing.
 
 // DefaultServiceCIDR is Kube-OVN's service CIDR: never routed out.
@@ -35,34 +36,76 @@ const (
 	keyEgress = "egress" // "default-route", "cluster", "node"
 )
 
-// ClusterAddressSet holds every IPv4 destination that stays inside the
-// cluster: subnets, join, services, node addresses.
-const ClusterAddressSet = "ovnhost.cluster.ip4"
+// ipFamily is one IP version as OVN matches name it: each family has its
+// own address sets, policies and default route, since a match compares
+// addresses of one family.
+type ipFamily struct {
+	ip      string // "ip4" or "ip6": the match field prefix and the sets' suffix
+	is      func(netip.Addr) bool
+	anyDest netip.Prefix // the default route's prefix
+}
 
-// NodeAddressSet is the set of the IPv4 addresses of one node's pods. Node
-// names have no '_', so mapping '-' to '_' keeps names apart and within
-// OVN's [a-zA-Z_.][a-zA-Z_.0-9]*.
-func NodeAddressSet(node string) string {
-	return "ovnhost.node." + strings.ReplaceAll(node, "-", "_") + ".ip4"
+var (
+	ip4Family = ipFamily{"ip4", netip.Addr.Is4, netip.MustParsePrefix("0.0.0.0/0")}
+	ip6Family = ipFamily{"ip6", netip.Addr.Is6, netip.MustParsePrefix("::/0")}
+	families  = []ipFamily{ip4Family, ip6Family}
+)
+
+// of keeps the addresses of this family.
+func (f ipFamily) of(ips []netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	for _, ip := range ips {
+		if f.is(ip) {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+// ClusterAddressSet holds every IPv4 destination that stays inside the
+// cluster: subnets, join, services, node addresses; ClusterAddressSet6 the
+// IPv6 ones.
+const (
+	ClusterAddressSet  = "ovnhost.cluster.ip4"
+	ClusterAddressSet6 = "ovnhost.cluster.ip6"
+)
+
+func (f ipFamily) clusterSet() string { return "ovnhost.cluster." + f.ip }
+
+// NodeAddressSet is the set of the IPv4 addresses of one node's pods
+// (NodeAddressSet6: the IPv6 ones). Node names have no '_', so mapping '-'
+// to '_' keeps names apart and within OVN's [a-zA-Z_.][a-zA-Z_.0-9]*.
+func NodeAddressSet(node string) string  { return ip4Family.nodeSet(node) }
+func NodeAddressSet6(node string) string { return ip6Family.nodeSet(node) }
+
+func (f ipFamily) nodeSet(node string) string {
+	return "ovnhost.node." + strings.ReplaceAll(node, "-", "_") + "." + f.ip
 }
 
 // nodeEgressMatch is the match of a node's reroute policy.
-func nodeEgressMatch(node string) string {
-	return fmt.Sprintf("ip4.src == $%s", NodeAddressSet(node))
+func (f ipFamily) nodeEgressMatch(node string) string {
+	return fmt.Sprintf("%s.src == $%s", f.ip, f.nodeSet(node))
 }
 
 // clusterMatch is the match of the policy that keeps cluster traffic routed.
-var clusterMatch = fmt.Sprintf("ip4.dst == $%s", ClusterAddressSet)
+func (f ipFamily) clusterMatch() string {
+	return fmt.Sprintf("%s.dst == $%s", f.ip, f.clusterSet())
+}
 
-// syncClusterSet rewrites the cluster address set from the subnets and
-// nodes known now.
+// syncClusterSet rewrites the cluster address sets from the subnets and
+// nodes known now. The IPv6 set exists only while some cluster address is
+// IPv6 (an IPv4-only cluster has no IPv6 rows).
 func (n *Network) syncClusterSet(ctx context.Context) error {
-	// One writer at a time: the set is rewritten from memory as a whole.
+	// One writer at a time: the sets are rewritten from memory as a whole.
 	n.clusterSetMu.Lock()
 	defer n.clusterSetMu.Unlock()
-	var addrs []string
+	var prefixes []netip.Prefix
 	n.mu.Lock()
 	physicalGW := maps.Clone(n.physicalGW)
+	var nodes []netip.Addr
+	for _, ips := range n.nodeIPs {
+		nodes = append(nodes, ips...)
+	}
 	n.mu.Unlock()
 	for _, name := range n.IPAM.SubnetNames() {
 		if u2o, ok := physicalGW[name]; ok && !u2o {
@@ -71,33 +114,38 @@ func (n *Network) syncClusterSet(ctx context.Context) error {
 			continue
 		}
 		s, _ := n.IPAM.Subnet(name)
-		for _, p := range s.CIDRs {
-			if p.Addr().Is4() {
+		prefixes = append(prefixes, s.CIDRs...)
+	}
+	prefixes = append(prefixes, n.serviceCIDRs()...)
+	slices.SortFunc(nodes, netip.Addr.Compare)
+	for _, f := range families {
+		var addrs, nodeAddrs []string
+		for _, p := range prefixes {
+			if f.is(p.Addr()) && !p.Addr().Is4In6() {
 				addrs = append(addrs, p.String())
 			}
 		}
-	}
-	for _, p := range n.serviceCIDRs() {
-		if p.Addr().Is4() {
-			addrs = append(addrs, p.String())
+		for _, ip := range f.of(nodes) {
+			nodeAddrs = append(nodeAddrs, ip.String())
 		}
-	}
-	var nodes []string
-	n.mu.Lock()
-	for _, ips := range n.nodeIPs {
-		for _, ip := range ips {
-			if ip.Is4() {
-				nodes = append(nodes, ip.String())
+		if f.ip == "ip4" {
+			// The u2o policies' set of node addresses (IPv4 only, as u2o).
+			if err := n.NB.EnsureAddressSet(ctx, ovnnb.AddressSet{Name: NodeAddressesSet, Addresses: nodeAddrs, ExternalIDs: map[string]string{keyEgress: "nodes"}}); err != nil {
+				return err
 			}
 		}
+		addrs = append(addrs, nodeAddrs...)
+		if f.ip == "ip6" && len(addrs) == 0 {
+			if err := n.NB.DeleteAddressSet(ctx, f.clusterSet()); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := n.NB.EnsureAddressSet(ctx, ovnnb.AddressSet{Name: f.clusterSet(), Addresses: addrs, ExternalIDs: map[string]string{keyEgress: "cluster"}}); err != nil {
+			return err
+		}
 	}
-	n.mu.Unlock()
-	slices.Sort(nodes)
-	if err := n.NB.EnsureAddressSet(ctx, ovnnb.AddressSet{Name: NodeAddressesSet, Addresses: nodes, ExternalIDs: map[string]string{keyEgress: "nodes"}}); err != nil {
-		return err
-	}
-	addrs = append(addrs, nodes...)
-	return n.NB.EnsureAddressSet(ctx, ovnnb.AddressSet{Name: ClusterAddressSet, Addresses: addrs, ExternalIDs: map[string]string{keyEgress: "cluster"}})
+	return nil
 }
 
 func (n *Network) serviceCIDRs() []netip.Prefix {
@@ -107,31 +155,39 @@ func (n *Network) serviceCIDRs() []netip.Prefix {
 	return []netip.Prefix{netip.MustParsePrefix(DefaultServiceCIDR)}
 }
 
-// ensureNodeEgress gives a node its pod address set, its reroute policy to
-// joinIP, and the router its default route to the join switch.
-func (n *Network) ensureNodeEgress(ctx context.Context, node string, joinIP, joinGateway netip.Addr, internal []netip.Addr) error {
-	if !joinIP.Is4() || !joinGateway.Is4() {
-		return nil // IPv4 egress only for now
-	}
+// ensureNodeEgress gives a node, in each family in which it has a join
+// address and the join Subnet a gateway, its pod address set, its reroute
+// policy to that join address, and the router its default route to the
+// join switch.
+func (n *Network) ensureNodeEgress(ctx context.Context, node string, joinIPs, joinGateways []netip.Addr, internal []netip.Addr) error {
 	n.mu.Lock()
 	n.nodeIPs[node] = slices.Clone(internal)
 	n.mu.Unlock()
 	if err := n.syncClusterSet(ctx); err != nil {
 		return err
 	}
-	if err := n.NB.EnsurePolicy(ctx, ovnnb.Policy{Router: n.cfg.Router, Priority: ClusterPriority, Match: clusterMatch,
-		ExternalIDs: map[string]string{keyEgress: "cluster"}}); err != nil {
-		return err
+	for _, f := range families {
+		join, gw := f.of(joinIPs), f.of(joinGateways)
+		if len(join) == 0 || len(gw) == 0 {
+			continue
+		}
+		if err := n.NB.EnsurePolicy(ctx, ovnnb.Policy{Router: n.cfg.Router, Priority: ClusterPriority, Match: f.clusterMatch(),
+			ExternalIDs: map[string]string{keyEgress: "cluster"}}); err != nil {
+			return err
+		}
+		if err := n.NB.CreateAddressSetIfMissing(ctx, ovnnb.AddressSet{Name: f.nodeSet(node), ExternalIDs: map[string]string{keyEgress: "node", ovnnb.KeyNode: node}}); err != nil {
+			return err
+		}
+		if err := n.NB.EnsurePolicy(ctx, ovnnb.Policy{Router: n.cfg.Router, Priority: EgressPriority, Match: f.nodeEgressMatch(node), Nexthop: join[0],
+			ExternalIDs: map[string]string{keyEgress: "node", ovnnb.KeyNode: node}}); err != nil {
+			return err
+		}
+		if err := n.NB.EnsureRoute(ctx, ovnnb.Route{Router: n.cfg.Router, Prefix: f.anyDest, Nexthop: gw[0],
+			ExternalIDs: map[string]string{keyEgress: "default-route"}}); err != nil {
+			return err
+		}
 	}
-	if _, err := n.nodeSet(ctx, node); err != nil {
-		return err
-	}
-	if err := n.NB.EnsurePolicy(ctx, ovnnb.Policy{Router: n.cfg.Router, Priority: EgressPriority, Match: nodeEgressMatch(node), Nexthop: joinIP,
-		ExternalIDs: map[string]string{keyEgress: "node", ovnnb.KeyNode: node}}); err != nil {
-		return err
-	}
-	return n.NB.EnsureRoute(ctx, ovnnb.Route{Router: n.cfg.Router, Prefix: netip.MustParsePrefix("0.0.0.0/0"), Nexthop: joinGateway,
-		ExternalIDs: map[string]string{keyEgress: "default-route"}})
+	return nil
 }
 
 // removeNodeEgress drops a node's policy and pod address set.
@@ -142,33 +198,47 @@ func (n *Network) removeNodeEgress(ctx context.Context, node string) error {
 	n.mu.Lock()
 	delete(n.nodeIPs, node)
 	n.mu.Unlock()
-	if err := n.NB.DeleteAddressSet(ctx, NodeAddressSet(node)); err != nil {
-		return err
+	for _, f := range families {
+		if err := n.NB.DeleteAddressSet(ctx, f.nodeSet(node)); err != nil {
+			return err
+		}
 	}
 	return n.syncClusterSet(ctx)
 }
 
-// nodeSet is the egress address set of the node a pod runs on, created on
-// first use ("" while the pod is not scheduled).
-func (n *Network) nodeSet(ctx context.Context, node string) (string, error) {
+// nodeSets are the egress address sets, one per family of ips, of the node
+// a pod runs on, created on first use (none while the pod is not
+// scheduled).
+func (n *Network) nodeSets(ctx context.Context, node string, ips []netip.Addr) (ovnnb.FamilySets, error) {
+	var sets ovnnb.FamilySets
 	if node == "" {
-		return "", nil
+		return sets, nil
 	}
-	set := NodeAddressSet(node)
-	err := n.NB.CreateAddressSetIfMissing(ctx, ovnnb.AddressSet{Name: set, ExternalIDs: map[string]string{keyEgress: "node", ovnnb.KeyNode: node}})
-	return set, err
+	for _, f := range families {
+		if len(f.of(ips)) == 0 {
+			continue
+		}
+		set := f.nodeSet(node)
+		if err := n.NB.CreateAddressSetIfMissing(ctx, ovnnb.AddressSet{Name: set, ExternalIDs: map[string]string{keyEgress: "node", ovnnb.KeyNode: node}}); err != nil {
+			return sets, err
+		}
+		if f.ip == "ip4" {
+			sets.V4 = set
+		} else {
+			sets.V6 = set
+		}
+	}
+	return sets, nil
 }
 
 // forgetPodEgress removes a pod's addresses from every node set (it may
 // have been recorded under a node it no longer runs on).
 func (n *Network) forgetPodEgress(ctx context.Context, ips []netip.Addr) error {
-	var v4 []string
+	var addrs []string
 	for _, ip := range ips {
-		if ip.Is4() {
-			v4 = append(v4, ip.String())
-		}
+		addrs = append(addrs, ip.String())
 	}
-	if len(v4) == 0 {
+	if len(addrs) == 0 {
 		return nil
 	}
 	sets, err := n.NB.AddressSets(ctx, map[string]string{keyEgress: "node"})
@@ -176,8 +246,14 @@ func (n *Network) forgetPodEgress(ctx context.Context, ips []netip.Addr) error {
 		return err
 	}
 	for _, s := range sets {
-		if slices.ContainsFunc(v4, func(a string) bool { return slices.Contains(s.Addresses, a) }) {
-			if err := n.NB.AddressSetDelete(ctx, s.Name, v4...); err != nil {
+		var in []string
+		for _, a := range addrs {
+			if slices.Contains(s.Addresses, a) {
+				in = append(in, a)
+			}
+		}
+		if len(in) > 0 {
+			if err := n.NB.AddressSetDelete(ctx, s.Name, in...); err != nil {
 				return err
 			}
 		}

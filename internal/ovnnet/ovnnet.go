@@ -339,7 +339,7 @@ func (n *Network) AddPod(ctx context.Context, r PodRequest) (ipam.Allocation, er
 		node = "" // leaves on its physical network, not through the node
 	}
 	n.mu.Unlock()
-	set, err := n.nodeSet(ctx, node)
+	sets, err := n.nodeSets(ctx, node, a.IPs)
 	if err != nil {
 		if !had {
 			n.IPAM.Release(owner)
@@ -347,7 +347,7 @@ func (n *Network) AddPod(ctx context.Context, r PodRequest) (ipam.Allocation, er
 		return ipam.Allocation{}, fmt.Errorf("ovnnet: egress of pod %s/%s through node %s: %w", r.Namespace, r.Name, r.Node, err)
 	}
 	// The port and its place in its node's egress set: one transaction.
-	if err := n.NB.EnsurePort(ctx, ovnnb.Port{Name: PortName(r.Namespace, r.Name), Switch: a.Subnet, MAC: a.MAC, IPs: a.IPs, ExternalIDs: ids, AddressSet: set}); err != nil {
+	if err := n.NB.EnsurePort(ctx, ovnnb.Port{Name: PortName(r.Namespace, r.Name), Switch: a.Subnet, MAC: a.MAC, IPs: a.IPs, ExternalIDs: ids, AddressSets: sets}); err != nil {
 		if !had {
 			n.IPAM.Release(owner)
 		}
@@ -473,20 +473,11 @@ func (n *Network) AddNode(ctx context.Context, r NodeRequest) (ipam.Allocation, 
 			return a, err
 		}
 	}
-	var join, gw netip.Addr
-	for _, ip := range a.IPs {
-		if ip.Is4() {
-			join = ip
-		}
-	}
+	var gws []netip.Addr
 	if s, ok := n.IPAM.Subnet(n.cfg.JoinSubnet); ok {
-		for _, g := range s.Gateways {
-			if g.Is4() {
-				gw = g
-			}
-		}
+		gws = s.Gateways
 	}
-	if err := n.ensureNodeEgress(ctx, r.Name, join, gw, r.InternalIPs); err != nil {
+	if err := n.ensureNodeEgress(ctx, r.Name, a.IPs, gws, r.InternalIPs); err != nil {
 		return a, fmt.Errorf("ovnnet: egress through node %s: %w", r.Name, err)
 	}
 	return a, nil

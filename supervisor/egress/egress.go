@@ -1,5 +1,5 @@
 // Package egress is pod egress on the node's host: the masquerade rules
-// for natOutgoing subnets (over supervisor/hostnat), IPv4 forwarding, and
+// for natOutgoing subnets (over supervisor/hostnat), IPv4/IPv6 forwarding, and
 // on a centralized gateway node br-egw, its return-path rules, the
 // chassis announced on the Node and the active gateway reported in the
 // Subnet status. Its unit is started once ovn-controller is ready; the
@@ -14,7 +14,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -79,7 +81,7 @@ type Options struct {
 
 // Unit owns the host side of pod egress: the masquerade rules for
 // natOutgoing subnets (kept in place against flushes by other agents) and
-// IPv4 forwarding from ovn0 to the uplink. The pod source tells it what
+// forwarding (per family) from ovn0 to the uplink. The pod source tells it what
 // to masquerade (Apply) once the node port is up.
 type Unit struct {
 	backend nodeconfig.NATBackend
@@ -229,6 +231,38 @@ func (u *Unit) Start(ctx context.Context) error {
 	return nil
 }
 
+// forwardingSysctls are the switches that let the host route pod traffic
+// from ovn0 to its uplink, per family.
+var forwardingSysctls = []struct {
+	family string
+	is     func(netip.Addr) bool
+	path   string
+}{
+	{"IPv4", netip.Addr.Is4, "/proc/sys/net/ipv4/ip_forward"},
+	// all/forwarding also turns it on for every interface; an uplink
+	// with accept_ra=1 then ignores RAs (doctor's ipv6-ra check says so
+	// and gives the fix, accept_ra=2).
+	{"IPv6", netip.Addr.Is6, "/proc/sys/net/ipv6/conf/all/forwarding"},
+}
+
+// enableForwarding turns on forwarding for each family that has a
+// natOutgoing prefix: pod traffic arrives on ovn0 and leaves by the uplink.
+func (u *Unit) enableForwarding(plan Plan) error {
+	for _, f := range forwardingSysctls {
+		if !slices.ContainsFunc(plan.NATOutgoing, func(p netip.Prefix) bool { return f.is(p.Addr()) }) {
+			continue
+		}
+		if b, err := os.ReadFile(f.path); err == nil && strings.TrimSpace(string(b)) == "1" {
+			continue
+		}
+		if err := os.WriteFile(f.path, []byte("1"), 0o644); err != nil {
+			return fmt.Errorf("enable %s forwarding for pod egress (%s): %w", f.family, f.path, err)
+		}
+		u.log.Info("forwarding enabled for pod egress", "family", f.family, "sysctl", f.path)
+	}
+	return nil
+}
+
 // Apply converges the host to plan (the pod source's egress hook).
 func (u *Unit) Apply(ctx context.Context, plan Plan) error {
 	u.mu.Lock()
@@ -237,11 +271,8 @@ func (u *Unit) Apply(ctx context.Context, plan Plan) error {
 	if m == nil {
 		return errors.New("host NAT is not running")
 	}
-	if len(plan.NATOutgoing) > 0 {
-		// Pod traffic arrives on ovn0 and leaves by the uplink.
-		if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
-			return fmt.Errorf("enable IPv4 forwarding for pod egress: %w", err)
-		}
+	if err := u.enableForwarding(plan); err != nil {
+		return err
 	}
 	u.natMu.Lock()
 	u.mu.Lock()

@@ -29,7 +29,37 @@ type cluster struct {
 // startCluster starts the control plane and n ready node daemons.
 func startCluster(t testing.TB, n int, extraArgs ...string) *cluster {
 	t.Helper()
-	cp := startControlPlane(t)
+	return startClusterWith(t, clusterSpec{nodes: n}, extraArgs...)
+}
+
+// clusterSpec is what differs between the clusters of the tests.
+type clusterSpec struct {
+	nodes int
+	// dualStack: ovn-default and join in both families, Service ranges
+	// in both (the controller's flags and the nodes' SVC_CIDR), and the
+	// outside reachable over IPv6 too: node i's wan0 has
+	// fd00:<207+i>::2/64 with its default IPv6 route via fd00:<207+i>::1.
+	// The tunnel stays IPv4.
+	dualStack bool
+}
+
+// Dual-stack address plan of startClusterWith.
+const (
+	dualStackDefaultCIDR = "10.16.0.0/16,fd00:10:16::/64"
+	dualStackJoinCIDR    = "100.64.0.0/16,fd00:100:64::/112"
+	dualStackServiceCIDR = "10.96.0.0/12,fd00:10:96::/112"
+)
+
+// startClusterWith starts the control plane and spec.nodes ready node daemons.
+func startClusterWith(t testing.TB, spec clusterSpec, extraArgs ...string) *cluster {
+	t.Helper()
+	var ctrlArgs []string
+	if spec.dualStack {
+		ctrlArgs = []string{"--default-cidr=" + dualStackDefaultCIDR, "--node-switch-cidr=" + dualStackJoinCIDR,
+			"--service-cluster-ip-range=" + dualStackServiceCIDR}
+	}
+	cp := startControlPlane(t, ctrlArgs...)
+	n := spec.nodes
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := &cluster{cp: cp, world: &outside{ns: newNetns(t, "ohx"), addr: "192.168.207.1:7000"}}
@@ -53,12 +83,22 @@ func startCluster(t testing.TB, n int, extraArgs ...string) *cluster {
 		run(t, "ip", "-n", nd.NS, "route", "add", "default", "via", fmt.Sprintf("192.168.%d.1", 207+i))
 		run(t, "ip", "-n", c.world.ns, "addr", "add", fmt.Sprintf("192.168.%d.1/24", 207+i), "dev", wan)
 		run(t, "ip", "-n", c.world.ns, "link", "set", wan, "up")
+		if spec.dualStack {
+			// nodad: the addresses are usable at once (DAD would hold them
+			// tentative for a second or two).
+			run(t, "ip", "-n", nd.NS, "addr", "add", fmt.Sprintf("fd00:%d::2/64", 207+i), "dev", "wan0", "nodad")
+			run(t, "ip", "-n", nd.NS, "-6", "route", "add", "default", "via", fmt.Sprintf("fd00:%d::1", 207+i))
+			run(t, "ip", "-n", c.world.ns, "addr", "add", fmt.Sprintf("fd00:%d::1/64", 207+i), "dev", wan, "nodad")
+		}
 		if _, err := cp.kc.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
 			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		proxyAPIInto(t, nd.NS, apiAddr)
 		nd.Env = []string{"OVN_SB_ADDR=" + cp.central.SB(), "IFACE=ul0", "KUBECONFIG=" + cp.api.Kubeconfig}
+		if spec.dualStack {
+			nd.Env = append(nd.Env, "SVC_CIDR="+dualStackServiceCIDR)
+		}
 		c.nodes, c.names = append(c.nodes, nd), append(c.names, name)
 	}
 	c.world.serve(t)
@@ -76,7 +116,8 @@ type clusterPod struct {
 	namespace string // Kubernetes namespace
 	name      string
 	netns     string
-	ip        string
+	ip        string   // the first address of the CNI result
+	ips       []string // all of them (a dual-stack pod has one per family)
 }
 
 // ensureNamespace creates a Kubernetes namespace (with labels) if missing.
@@ -118,7 +159,10 @@ func (c *cluster) addPodPorts(t testing.TB, i int, namespace, name string, label
 	if err := json.Unmarshal(out, &res); err != nil || len(res.IPs) == 0 {
 		t.Fatalf("CNI ADD %s/%s result %s: %v", namespace, name, out, err)
 	}
-	p.ip = strings.Split(res.IPs[0].Address, "/")[0]
+	for _, a := range res.IPs {
+		p.ips = append(p.ips, strings.Split(a.Address, "/")[0])
+	}
+	p.ip = p.ips[0]
 	t.Cleanup(func() { _, _ = cniIn(p.node, "DEL", p.netns, namespace, name) })
 	return p
 }

@@ -31,6 +31,8 @@ type controlPlane struct {
 	dc      dynamic.Interface
 	ctrl    *proc.Process
 	ctrlLog string // the controller's output
+	// ctrlArgs are the controller's flags beyond the connections.
+	ctrlArgs []string
 }
 
 // stopController kills ovnhost-controller (what is programmed stays).
@@ -38,7 +40,9 @@ func (cp *controlPlane) stopController() {
 	cp.ctrl.Kill()
 }
 
-func startControlPlane(t testing.TB) *controlPlane {
+// startControlPlane starts the apiserver, the central and the controller
+// (with ctrlArgs added to its flags, also when it is started again).
+func startControlPlane(t testing.TB, ctrlArgs ...string) *controlPlane {
 	t.Helper()
 	testenv.RequireRoot(t)
 	api := kubeapi.Start(t)
@@ -52,7 +56,7 @@ func startControlPlane(t testing.TB) *controlPlane {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cp := &controlPlane{api: api, central: central, kc: kubernetes.NewForConfigOrDie(api.Config), dc: dynamic.NewForConfigOrDie(api.Config),
-		ctrlLog: filepath.Join(t.TempDir(), "controller.log")}
+		ctrlLog: filepath.Join(t.TempDir(), "controller.log"), ctrlArgs: ctrlArgs}
 	cp.startController(t)
 	nb := dial(t, nbdb.FullDatabaseModel, central.NB())
 	defer nb.Close()
@@ -76,7 +80,7 @@ func startControlPlane(t testing.TB) *controlPlane {
 func (cp *controlPlane) startController(t testing.TB) {
 	t.Helper()
 	ctrl := proc.MustStart(t, proc.Spec{Name: "ovnhost-controller", Path: testenv.Binary(t, "ovnhost-controller"),
-		Args: []string{"--kubeconfig=" + cp.api.Kubeconfig, "--ovn-nb-addr=" + cp.central.NB(), "--health-addr=", "--leader-elect=false"},
+		Args: append([]string{"--kubeconfig=" + cp.api.Kubeconfig, "--ovn-nb-addr=" + cp.central.NB(), "--health-addr=", "--leader-elect=false"}, cp.ctrlArgs...),
 		Env:  os.Environ(), Log: cp.ctrlLog})
 	cp.ctrl = ctrl
 	t.Cleanup(ctrl.Kill)
