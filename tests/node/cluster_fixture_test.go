@@ -36,7 +36,8 @@ func startCluster(t testing.TB, n int, extraArgs ...string) *cluster {
 type clusterSpec struct {
 	nodes int
 	// dualStack: ovn-default and join in both families, Service ranges
-	// in both (the controller's flags and the nodes' SVC_CIDR), and the
+	// in both (kube-apiserver's, the controller's and the nodes'
+	// SVC_CIDR), and the
 	// outside reachable over IPv6 too: node i's wan0 has
 	// fd00:<207+i>::2/64 with its default IPv6 route via fd00:<207+i>::1.
 	// The tunnel stays IPv4.
@@ -53,12 +54,13 @@ const (
 // startClusterWith starts the control plane and spec.nodes ready node daemons.
 func startClusterWith(t testing.TB, spec clusterSpec, extraArgs ...string) *cluster {
 	t.Helper()
-	var ctrlArgs []string
+	var cps controlPlaneSpec
 	if spec.dualStack {
-		ctrlArgs = []string{"--default-cidr=" + dualStackDefaultCIDR, "--node-switch-cidr=" + dualStackJoinCIDR,
+		cps.api.ServiceCIDRs = dualStackServiceCIDR
+		cps.ctrlArgs = []string{"--default-cidr=" + dualStackDefaultCIDR, "--node-switch-cidr=" + dualStackJoinCIDR,
 			"--service-cluster-ip-range=" + dualStackServiceCIDR}
 	}
-	cp := startControlPlane(t, ctrlArgs...)
+	cp := startControlPlaneWith(t, cps)
 	n := spec.nodes
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -40,12 +40,24 @@ func (cp *controlPlane) stopController() {
 	cp.ctrl.Kill()
 }
 
-// startControlPlane starts the apiserver, the central and the controller
-// (with ctrlArgs added to its flags, also when it is started again).
-func startControlPlane(t testing.TB, ctrlArgs ...string) *controlPlane {
+// controlPlaneSpec is what differs between the tests' control planes.
+type controlPlaneSpec struct {
+	api kubeapi.Options
+	// ctrlArgs are added to the controller's flags (also when it is
+	// started again).
+	ctrlArgs []string
+}
+
+// startControlPlane starts the apiserver, the central and the controller.
+func startControlPlane(t testing.TB) *controlPlane {
+	t.Helper()
+	return startControlPlaneWith(t, controlPlaneSpec{})
+}
+
+func startControlPlaneWith(t testing.TB, spec controlPlaneSpec) *controlPlane {
 	t.Helper()
 	testenv.RequireRoot(t)
-	api := kubeapi.Start(t)
+	api := kubeapi.StartWith(t, spec.api)
 	api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", "crd-subnets.yaml"))
 	api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", "crd-provider-networks.yaml"))
 	api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", "crd-vlans.yaml"))
@@ -56,7 +68,7 @@ func startControlPlane(t testing.TB, ctrlArgs ...string) *controlPlane {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cp := &controlPlane{api: api, central: central, kc: kubernetes.NewForConfigOrDie(api.Config), dc: dynamic.NewForConfigOrDie(api.Config),
-		ctrlLog: filepath.Join(t.TempDir(), "controller.log"), ctrlArgs: ctrlArgs}
+		ctrlLog: filepath.Join(t.TempDir(), "controller.log"), ctrlArgs: spec.ctrlArgs}
 	cp.startController(t)
 	nb := dial(t, nbdb.FullDatabaseModel, central.NB())
 	defer nb.Close()

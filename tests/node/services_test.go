@@ -39,7 +39,12 @@ type svcCluster struct {
 
 func startServiceCluster(t *testing.T, n int) *svcCluster {
 	t.Helper()
-	c := startCluster(t, n)
+	return startServiceClusterWith(t, clusterSpec{nodes: n})
+}
+
+func startServiceClusterWith(t *testing.T, spec clusterSpec) *svcCluster {
+	t.Helper()
+	c := startClusterWith(t, spec)
 	c.cp.api.StartControllerManager(t)
 	nb := dial(t, nbdb.FullDatabaseModel, c.cp.central.NB())
 	t.Cleanup(nb.Close)
@@ -47,12 +52,16 @@ func startServiceCluster(t *testing.T, n int) *svcCluster {
 }
 
 // markReady sets what kubelet would once the pod's container runs: phase
-// Running, the pod IP from the CNI result and condition Ready (the
+// Running, the pod IPs from the CNI result and condition Ready (the
 // endpointslice controller reads exactly these).
 func (c *svcCluster) markReady(t testing.TB, p *clusterPod) {
 	t.Helper()
 	now := metav1.Now()
-	st := map[string]any{"status": corev1.PodStatus{Phase: corev1.PodRunning, PodIP: p.ip, PodIPs: []corev1.PodIP{{IP: p.ip}},
+	var ips []corev1.PodIP
+	for _, ip := range p.ips {
+		ips = append(ips, corev1.PodIP{IP: ip})
+	}
+	st := map[string]any{"status": corev1.PodStatus{Phase: corev1.PodRunning, PodIP: p.ip, PodIPs: ips,
 		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
 			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}}}
 	b, err := json.Marshal(st)

@@ -36,6 +36,8 @@ type Server struct {
 	Kubeconfig string       // path of a kubeconfig file with the same credentials
 	EtcdURL    string
 	procs      []*child
+	// serviceCIDRs: --service-cluster-ip-range of the apiserver and kcm.
+	serviceCIDRs string
 }
 
 type child struct {
@@ -45,10 +47,31 @@ type child struct {
 	log  string
 }
 
+// Options are what differs between the tests' API servers.
+type Options struct {
+	// ServiceCIDRs is --service-cluster-ip-range of kube-apiserver and
+	// kube-controller-manager, one range per family, comma-separated
+	// (default DefaultServiceCIDRs; "10.96.0.0/12,fd00:10:96::/112" makes
+	// a dual-stack cluster).
+	ServiceCIDRs string
+}
+
+// DefaultServiceCIDRs is Kube-OVN's (and the tests') IPv4 Service range.
+const DefaultServiceCIDRs = "10.96.0.0/12"
+
 // Start builds (if needed) and starts etcd and kube-apiserver on free loopback
 // ports, waits for /readyz, and registers their shutdown with t.Cleanup.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// StartWith is Start with options.
+func StartWith(t testing.TB, o Options) *Server {
+	t.Helper()
+	if o.ServiceCIDRs == "" {
+		o.ServiceCIDRs = DefaultServiceCIDRs
+	}
 	if testing.Short() && !testenv.Strict() { // make test-unit only; make test never passes -short
 		t.Skip("real daemons are not started under -short (make test-unit)")
 	}
@@ -57,7 +80,7 @@ func Start(t testing.TB) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{Dir: dir}
+	s := &Server{Dir: dir, serviceCIDRs: o.ServiceCIDRs}
 	t.Cleanup(s.Stop)
 	pki, err := genPKI(filepath.Join(dir, "pki"))
 	if err != nil {
@@ -195,7 +218,7 @@ func (s *Server) startAPIServer(bin string, p *pkiFiles) error {
 		"--authorization-mode=RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file="+p.saPub, "--service-account-signing-key-file="+p.saKey,
-		"--service-cluster-ip-range=10.96.0.0/12",
+		"--service-cluster-ip-range="+s.serviceCIDRs,
 		"--disable-admission-plugins=ServiceAccount",
 		"--allow-privileged=true", "--profiling=false",
 		"--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
@@ -355,7 +378,7 @@ func (s *Server) startKCM(bin string, extra []string) error {
 		"--use-service-account-credentials=false",
 		"--service-account-private-key-file=" + filepath.Join(s.Dir, "pki", "sa.key"),
 		"--root-ca-file=" + filepath.Join(s.Dir, "pki", "ca.crt"),
-		"--service-cluster-ip-range=10.96.0.0/12",
+		"--service-cluster-ip-range=" + s.serviceCIDRs,
 		// The endpointslice controller batches changes for this long: 0 =
 		// every pod change becomes a slice update at once, as tests expect.
 		"--endpointslice-updates-batch-period=0s",
