@@ -12,6 +12,10 @@
 //	from-lport 2001  inport == @pg && ip4 && ip4.dst == $pg_eg<i> ...    allow-related (apply-after-lb)
 //	from-lport 2000  inport == @pg && ip                               drop (apply-after-lb)
 //
+// In a dual-stack or IPv6 cluster (the host CIDRs say which families it
+// has) each allow ACL and address set exists once per family: the IPv6
+// ones match ip6 and their sets are named <set>_ip6.
+//
 // ACLs of all port groups are evaluated together by priority, so the allow
 // rules of several policies selecting one pod add up, as Kubernetes wants.
 // No match negates an address set (`!= $set` expands into many OpenFlow
@@ -153,7 +157,7 @@ type compiled struct {
 
 type rule struct {
 	peers  []peerSel
-	cidrs  []netip.Prefix // ipBlocks minus their excepts (IPv4)
+	cidrs  []netip.Prefix // ipBlocks minus their excepts (both families)
 	any    bool           // no peers: any source / destination
 	ports  []networkingv1.NetworkPolicyPort
 	noPort bool
@@ -260,8 +264,7 @@ func l4(p *corev1.Protocol) (string, error) {
 	return "", fmt.Errorf("protocol %q is not TCP, UDP or SCTP", *p)
 }
 
-// ipBlock is the block's CIDR minus its excepts, as plain IPv4 prefixes
-// (IPv6 blocks cannot match the IPv4 pods and yield none).
+// ipBlock is the block's CIDR minus its excepts, as plain prefixes.
 func ipBlock(b *networkingv1.IPBlock, at string) ([]netip.Prefix, error) {
 	cidr, err := netip.ParsePrefix(b.CIDR)
 	if err != nil {
@@ -279,9 +282,6 @@ func ipBlock(b *networkingv1.IPBlock, at string) ([]netip.Prefix, error) {
 			return nil, invalid("%s.ipBlock.except %s is not inside cidr %s", at, e, cidr)
 		}
 		ex = append(ex, p)
-	}
-	if !cidr.Addr().Is4() {
-		return nil, nil
 	}
 	return Subtract(cidr, ex), nil
 }
@@ -393,51 +393,56 @@ func Translate(np *networkingv1.NetworkPolicy, pods []Pod, namespaces []Namespac
 	}
 	sets := map[string][]string{}
 	ingress, egress := PolicyTypes(np)
+	fams := clusterFamilies(opt.HostCIDRs)
 	if ingress {
 		port := "outport == @" + pg
 		d.ACLs = append(d.ACLs, acl(ToLport, PriorityDrop, port+" && ip", ActionDrop))
-		var host []string
-		for _, h := range opt.HostCIDRs {
-			if h.Addr().Is4() {
-				host = append(host, h.Masked().String())
+		for _, f := range fams {
+			var host []string
+			for _, h := range opt.HostCIDRs {
+				if f.is(h.Addr()) {
+					host = append(host, h.Masked().String())
+				}
 			}
-		}
-		if len(host) > 0 {
-			d.ACLs = append(d.ACLs, acl(ToLport, PriorityHost, port+" && ip4.src == {"+strings.Join(host, ", ")+"}", ActionAllowRelated))
-		}
-		for i, r := range c.ingress {
-			src := ""
-			if !r.any {
-				as := fmt.Sprintf("%s_in%d", pg, i)
-				sets[as] = peerAddresses(c, r, pods, nsLabels)
-				src = " && ip4.src == $" + as
+			if len(host) > 0 {
+				d.ACLs = append(d.ACLs, acl(ToLport, PriorityHost, port+" && "+f.ip+".src == {"+strings.Join(host, ", ")+"}", ActionAllowRelated))
 			}
-			for _, m := range portMatches(r, pg, selected, sets) {
-				d.ACLs = append(d.ACLs, acl(ToLport, PriorityAllow, port+" && ip4"+src+m, ActionAllowRelated))
+			for i, r := range c.ingress {
+				src := ""
+				if !r.any {
+					as := fmt.Sprintf("%s_in%d%s", pg, i, f.suffix)
+					sets[as] = peerAddresses(c, r, pods, nsLabels, f)
+					src = " && " + f.ip + ".src == $" + as
+				}
+				for _, m := range portMatches(r, pg, selected, sets, f) {
+					d.ACLs = append(d.ACLs, acl(ToLport, PriorityAllow, port+" && "+f.ip+src+m, ActionAllowRelated))
+				}
 			}
 		}
 	}
 	if egress {
 		port := "inport == @" + pg
 		d.ACLs = append(d.ACLs, acl(FromLport, PriorityDrop, port+" && ip", ActionDrop))
-		for i, r := range c.egress {
-			dst := ""
-			if !r.any {
-				as := fmt.Sprintf("%s_eg%d", pg, i)
-				sets[as] = peerAddresses(c, r, pods, nsLabels)
-				dst = " && ip4.dst == $" + as
-			}
-			// Named egress ports resolve on the destination pods: the rule's
-			// pod peers, or every pod when it names no peer.
-			var dests []*Pod
-			for j := range pods {
-				p := &pods[j]
-				if r.any || r.selectsPeer(np.Namespace, p, nsLabels[p.Namespace]) {
-					dests = append(dests, p)
+		for _, f := range fams {
+			for i, r := range c.egress {
+				dst := ""
+				if !r.any {
+					as := fmt.Sprintf("%s_eg%d%s", pg, i, f.suffix)
+					sets[as] = peerAddresses(c, r, pods, nsLabels, f)
+					dst = " && " + f.ip + ".dst == $" + as
 				}
-			}
-			for _, m := range portMatches(r, fmt.Sprintf("%s_eg%d", pg, i), dests, sets) {
-				d.ACLs = append(d.ACLs, acl(FromLport, PriorityAllow, port+" && ip4"+dst+m, ActionAllowRelated))
+				// Named egress ports resolve on the destination pods: the rule's
+				// pod peers, or every pod when it names no peer.
+				var dests []*Pod
+				for j := range pods {
+					p := &pods[j]
+					if r.any || r.selectsPeer(np.Namespace, p, nsLabels[p.Namespace]) {
+						dests = append(dests, p)
+					}
+				}
+				for _, m := range portMatches(r, fmt.Sprintf("%s_eg%d", pg, i), dests, sets, f) {
+					d.ACLs = append(d.ACLs, acl(FromLport, PriorityAllow, port+" && "+f.ip+dst+m, ActionAllowRelated))
+				}
 			}
 		}
 	}
@@ -462,35 +467,67 @@ func sortACLs(a []ACL) {
 	})
 }
 
-// peerAddresses: the IPv4 addresses of the pods a rule's selectors pick,
-// plus its ipBlocks.
-func peerAddresses(c *compiled, r rule, pods []Pod, nsLabels map[string]map[string]string) []string {
-	out := []string{}
-	for i := range pods {
-		p := &pods[i]
-		if r.selectsPeer(c.np.Namespace, p, nsLabels[p.Namespace]) {
-			out = append(out, v4(p.IPs)...)
+// family is one IP version of the ACLs: the match prefix and the suffix of
+// its address sets' names (OVN matches compare one family; the IPv4 names
+// are those of an IPv4-only cluster).
+type family struct {
+	ip     string // "ip4" or "ip6"
+	suffix string // "" or "_ip6"
+	is     func(netip.Addr) bool
+}
+
+var (
+	ip4 = family{"ip4", "", netip.Addr.Is4}
+	ip6 = family{"ip6", "_ip6", func(a netip.Addr) bool { return a.Is6() && !a.Is4In6() }}
+)
+
+// clusterFamilies are the families of the cluster, read from its host
+// CIDRs (the join Subnet's, one per family): IPv4 when they say nothing.
+func clusterFamilies(host []netip.Prefix) []family {
+	var out []family
+	for _, f := range []family{ip4, ip6} {
+		if slices.ContainsFunc(host, func(p netip.Prefix) bool { return f.is(p.Addr()) }) {
+			out = append(out, f)
 		}
 	}
-	for _, b := range r.cidrs {
-		out = append(out, b.String())
+	if len(out) == 0 {
+		return []family{ip4}
 	}
 	return out
 }
 
-func v4(ips []netip.Addr) []string {
+// peerAddresses: the addresses of family f of the pods a rule's selectors
+// pick, plus its ipBlocks of that family.
+func peerAddresses(c *compiled, r rule, pods []Pod, nsLabels map[string]map[string]string, f family) []string {
+	out := []string{}
+	for i := range pods {
+		p := &pods[i]
+		if r.selectsPeer(c.np.Namespace, p, nsLabels[p.Namespace]) {
+			out = append(out, f.of(p.IPs)...)
+		}
+	}
+	for _, b := range r.cidrs {
+		if f.is(b.Addr()) {
+			out = append(out, b.String())
+		}
+	}
+	return out
+}
+
+// of keeps the addresses of family f.
+func (f family) of(ips []netip.Addr) []string {
 	var out []string
 	for _, ip := range ips {
-		if ip.Is4() {
+		if f.is(ip) {
 			out = append(out, ip.String())
 		}
 	}
 	return out
 }
 
-// resolve groups pods by the number their container port of that name and
-// protocol has.
-func resolve(pods []*Pod, name string, proto corev1.Protocol) map[int32][]string {
+// resolve groups pods (their addresses of family f) by the number their
+// container port of that name and protocol has.
+func resolve(pods []*Pod, name string, proto corev1.Protocol, f family) map[int32][]string {
 	out := map[int32][]string{}
 	for _, p := range pods {
 		for _, cp := range p.ContainerPorts {
@@ -499,7 +536,7 @@ func resolve(pods []*Pod, name string, proto corev1.Protocol) map[int32][]string
 				pp = corev1.ProtocolTCP
 			}
 			if cp.Name == name && pp == proto {
-				out[cp.ContainerPort] = append(out[cp.ContainerPort], v4(p.IPs)...)
+				out[cp.ContainerPort] = append(out[cp.ContainerPort], f.of(p.IPs)...)
 				break
 			}
 		}
@@ -528,8 +565,9 @@ func numericMatch(proto string, p networkingv1.NetworkPolicyPort) string {
 // portMatches are the port parts of a rule's ACLs ("" = all ports). A
 // named port resolves on the destination pods (an ingress rule's selected
 // pods, an egress rule's peers): one set of those pods per number the name
-// stands for, named <prefix>_<proto>_<name>_<number> and added to sets.
-func portMatches(r rule, prefix string, pods []*Pod, sets map[string][]string) []string {
+// stands for, named <prefix>_<proto>_<name>_<number> (plus the family's
+// suffix) and added to sets.
+func portMatches(r rule, prefix string, pods []*Pod, sets map[string][]string, f family) []string {
 	if r.noPort {
 		return []string{""}
 	}
@@ -540,11 +578,11 @@ func portMatches(r rule, prefix string, pods []*Pod, sets map[string][]string) [
 			out = append(out, numericMatch(proto, p))
 			continue
 		}
-		byNum := resolve(pods, p.Port.StrVal, protoOf(p.Protocol))
+		byNum := resolve(pods, p.Port.StrVal, protoOf(p.Protocol), f)
 		for _, n := range sortedKeys(byNum) {
-			as := fmt.Sprintf("%s_%s_%s_%d", prefix, proto, sanitize(p.Port.StrVal), n)
+			as := fmt.Sprintf("%s_%s_%s_%d%s", prefix, proto, sanitize(p.Port.StrVal), n, f.suffix)
 			sets[as] = append(sets[as], byNum[n]...)
-			out = append(out, fmt.Sprintf(" && ip4.dst == $%s && %s.dst == %d", as, proto, n))
+			out = append(out, fmt.Sprintf(" && %s.dst == $%s && %s.dst == %d", f.ip, as, proto, n))
 		}
 	}
 	return out

@@ -279,3 +279,77 @@ func TestPortGroupNamesAreValidAndDistinct(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// In a dual-stack cluster (its join CIDRs in both families) every allow ACL
+// and peer set exists per family: IPv6 ones match ip6 and their sets, named
+// <set>_ip6, hold the peers' IPv6 addresses and the IPv6 ipBlocks; the
+// IPv4 ones are unchanged; the drop ACLs match ip (both).
+func TestDualStackPolicyHasEachFamilysACLsAndSets(t *testing.T) {
+	dual := func(ns, name, v4, v6 string, labels map[string]string, ports ...corev1.ContainerPort) Pod {
+		p := pod(ns, name, v4, labels, ports...)
+		p.IPs = append(p.IPs, netip.MustParseAddr(v6))
+		return p
+	}
+	ps := []Pod{
+		dual("x", "a", "10.16.0.1", "fd00:10:16::1", map[string]string{"pod": "a"}, corev1.ContainerPort{Name: "http", ContainerPort: 80}),
+		dual("y", "a", "10.16.0.3", "fd00:10:16::3", map[string]string{"pod": "a"}),
+	}
+	opt := Options{HostCIDRs: []netip.Prefix{netip.MustParsePrefix("100.64.0.0/16"), netip.MustParsePrefix("fd00:100:64::/112")}}
+	np := policy("x", "web", networkingv1.NetworkPolicySpec{
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+		Ingress: []networkingv1.NetworkPolicyIngressRule{{
+			From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"ns": "y"}}},
+				{IPBlock: &networkingv1.IPBlock{CIDR: "fd00:99::/64", Except: []string{"fd00:99::/65"}}},
+				{IPBlock: &networkingv1.IPBlock{CIDR: "192.0.2.0/24"}}},
+			Ports: []networkingv1.NetworkPolicyPort{{Port: ptr(intstr.FromString("http"))}}}},
+		Egress: []networkingv1.NetworkPolicyEgressRule{{}},
+	})
+	d, err := Translate(np, ps, nss, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg := PortGroupName("x", "web")
+	in := matchesOf(d, ToLport)
+	for _, want := range []string{
+		"drop outport == @" + pg + " && ip",
+		"allow-related outport == @" + pg + " && ip4.src == {100.64.0.0/16}",
+		"allow-related outport == @" + pg + " && ip6.src == {fd00:100:64::/112}",
+		"allow-related outport == @" + pg + " && ip4 && ip4.src == $" + pg + "_in0 && ip4.dst == $" + pg + "_tcp_http_80 && tcp.dst == 80",
+		"allow-related outport == @" + pg + " && ip6 && ip6.src == $" + pg + "_in0_ip6 && ip6.dst == $" + pg + "_tcp_http_80_ip6 && tcp.dst == 80",
+	} {
+		if !slices.Contains(in, want) {
+			t.Errorf("ingress ACLs lack %q:\n%s", want, strings.Join(in, "\n"))
+		}
+	}
+	eg := matchesOf(d, FromLport)
+	for _, want := range []string{"allow-related inport == @" + pg + " && ip4", "allow-related inport == @" + pg + " && ip6"} {
+		if !slices.Contains(eg, want) {
+			t.Errorf("egress ACLs lack %q:\n%s", want, strings.Join(eg, "\n"))
+		}
+	}
+	for name, want := range map[string][]string{
+		pg + "_in0":             {"10.16.0.3", "192.0.2.0/24"},
+		pg + "_in0_ip6":         {"fd00:10:16::3", "fd00:99:0:0:8000::/65"},
+		pg + "_tcp_http_80":     {"10.16.0.1"},
+		pg + "_tcp_http_80_ip6": {"fd00:10:16::1"},
+	} {
+		if got := set(d, name); !slices.Equal(got, want) {
+			t.Errorf("set %s = %v, want %v", name, got, want)
+		}
+	}
+	// An IPv4 cluster's rows are those of before: no IPv6 ACL or set.
+	d4, err := Translate(np, ps, nss, hostOpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range d4.ACLs {
+		if strings.Contains(a.Match, "ip6") {
+			t.Errorf("IPv6 ACL in an IPv4 cluster: %s", a.Match)
+		}
+	}
+	for _, s := range d4.AddressSets {
+		if strings.HasSuffix(s.Name, "_ip6") {
+			t.Errorf("IPv6 set in an IPv4 cluster: %s", s.Name)
+		}
+	}
+}

@@ -111,9 +111,11 @@ func sel(s *metav1.LabelSelector) labels.Selector {
 	return x
 }
 
-func (m *npModel) peerMatches(np *networkingv1.NetworkPolicy, peer networkingv1.NetworkPolicyPeer, p *tpod) bool {
+// peerMatches: p, by its address of family fam (an index into its ips:
+// 0 IPv4, 1 IPv6 in a dual-stack cluster), is a peer of the policy.
+func (m *npModel) peerMatches(np *networkingv1.NetworkPolicy, peer networkingv1.NetworkPolicyPeer, p *tpod, fam int) bool {
 	if b := peer.IPBlock; b != nil {
-		ip := netip.MustParseAddr(p.ip)
+		ip := netip.MustParseAddr(p.ips[fam])
 		if !netip.MustParsePrefix(b.CIDR).Contains(ip) {
 			return false
 		}
@@ -182,7 +184,7 @@ func isolates(np *networkingv1.NetworkPolicy, t networkingv1.PolicyType) bool {
 	return false
 }
 
-func (m *npModel) allowed(from, to *tpod, pp probePort) bool {
+func (m *npModel) allowed(from, to *tpod, pp probePort, fam int) bool {
 	ingressIsolated, ingressOK := false, false
 	egressIsolated, egressOK := false, false
 	for _, np := range m.policies {
@@ -191,7 +193,7 @@ func (m *npModel) allowed(from, to *tpod, pp probePort) bool {
 			for _, r := range np.Spec.Ingress {
 				peerOK := len(r.From) == 0
 				for _, peer := range r.From {
-					peerOK = peerOK || m.peerMatches(np, peer, from)
+					peerOK = peerOK || m.peerMatches(np, peer, from, fam)
 				}
 				if peerOK && portMatches(r.Ports, pp, to) {
 					ingressOK = true
@@ -203,7 +205,7 @@ func (m *npModel) allowed(from, to *tpod, pp probePort) bool {
 			for _, r := range np.Spec.Egress {
 				peerOK := len(r.To) == 0
 				for _, peer := range r.To {
-					peerOK = peerOK || m.peerMatches(np, peer, to)
+					peerOK = peerOK || m.peerMatches(np, peer, to, fam)
 				}
 				if peerOK && portMatches(r.Ports, pp, to) {
 					egressOK = true
@@ -220,7 +222,10 @@ type truthTable struct {
 	c    *cluster
 	pods []*tpod
 	m    *npModel
-	nb   interface {
+	// families are the address families probed, as indexes into the
+	// pods' ips: {0} in an IPv4 cluster, {0, 1} in a dual-stack one.
+	families []int
+	nb       interface {
 		List(context.Context, any) error
 	}
 }
@@ -251,8 +256,8 @@ func (tt *truthTable) check(step string) {
 	}
 }
 
-func resKey(from, to *tpod, pp probePort) string {
-	return from.key() + ">" + to.key() + ">" + pp.String()
+func resKey(from, to *tpod, pp probePort, fam int) string {
+	return fmt.Sprintf("%s>%s>%s>%d", from.key(), to.key(), pp, fam)
 }
 
 func (tt *truthTable) probeAll() map[string]cell {
@@ -266,16 +271,18 @@ func (tt *truthTable) probeAll() map[string]cell {
 				continue // a pod's traffic to itself never leaves its namespace
 			}
 			for _, pp := range probePorts {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					sem <- struct{}{}
-					defer func() { <-sem }()
-					got := probe(from.netns, to.ip, pp, time.Second)
-					mu.Lock()
-					res[resKey(from, to, pp)] = cell{want: tt.m.allowed(from, to, pp), got: got}
-					mu.Unlock()
-				}()
+				for _, fam := range tt.families {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						sem <- struct{}{}
+						defer func() { <-sem }()
+						got := probe(from.netns, to.ips[fam], pp, time.Second)
+						mu.Lock()
+						res[resKey(from, to, pp, fam)] = cell{want: tt.m.allowed(from, to, pp, fam), got: got}
+						mu.Unlock()
+					}()
+				}
 			}
 		}
 	}
@@ -288,35 +295,42 @@ func (tt *truthTable) probeAll() map[string]cell {
 // should be allowed.
 func (tt *truthTable) matrix(res map[string]cell) string {
 	var b strings.Builder
-	for _, pp := range probePorts {
-		fmt.Fprintf(&b, "%s  (rows: from, columns: to)\n%-8s", pp, "")
-		for _, to := range tt.pods {
-			fmt.Fprintf(&b, " %-5s", to.key())
-		}
-		b.WriteString("\n")
-		for _, from := range tt.pods {
-			fmt.Fprintf(&b, "%-8s", from.key())
-			for _, to := range tt.pods {
-				c, ok := res[resKey(from, to, pp)]
-				s := " "
-				switch {
-				case !ok:
-				case c.want == c.got && c.got:
-					s = "."
-				case c.want == c.got:
-					s = "x"
-				case c.got:
-					s = "+"
-				default:
-					s = "-"
-				}
-				fmt.Fprintf(&b, " %-5s", s)
-			}
-			b.WriteString("\n")
+	for _, fam := range tt.families {
+		for _, pp := range probePorts {
+			tt.matrixOf(&b, res, pp, fam)
 		}
 	}
 	b.WriteString(`"." allowed, "x" blocked, as expected; "+" allowed but should be blocked; "-" blocked but should be allowed` + "\n")
 	return b.String()
+}
+
+func (tt *truthTable) matrixOf(b *strings.Builder, res map[string]cell, pp probePort, fam int) {
+	// One matrix: the probes of one port over one family.
+	fmt.Fprintf(b, "%s over IPv%d  (rows: from, columns: to)\n%-8s", pp, map[int]int{0: 4, 1: 6}[fam], "")
+	for _, to := range tt.pods {
+		fmt.Fprintf(b, " %-5s", to.key())
+	}
+	b.WriteString("\n")
+	for _, from := range tt.pods {
+		fmt.Fprintf(b, "%-8s", from.key())
+		for _, to := range tt.pods {
+			c, ok := res[resKey(from, to, pp, fam)]
+			s := " "
+			switch {
+			case !ok:
+			case c.want == c.got && c.got:
+				s = "."
+			case c.want == c.got:
+				s = "x"
+			case c.got:
+				s = "+"
+			default:
+				s = "-"
+			}
+			fmt.Fprintf(b, " %-5s", s)
+		}
+		b.WriteString("\n")
+	}
 }
 
 // podDump: where each pod runs, its address and its neighbour table.
@@ -324,7 +338,7 @@ func (tt *truthTable) podDump() string {
 	var b strings.Builder
 	for _, p := range tt.pods {
 		out, _ := exec.Command("ip", "-n", p.netns, "neigh", "show").CombinedOutput()
-		fmt.Fprintf(&b, "%s on %s ip %s; neighbours: %s\n", p.key(), p.nodeName, p.ip, strings.ReplaceAll(strings.TrimSpace(string(out)), "\n", "; "))
+		fmt.Fprintf(&b, "%s on %s ips %v; neighbours: %s\n", p.key(), p.nodeName, p.ips, strings.ReplaceAll(strings.TrimSpace(string(out)), "\n", "; "))
 	}
 	return b.String()
 }
@@ -393,8 +407,21 @@ func podSel(v string) *metav1.LabelSelector {
 }
 
 func TestNetworkPolicyTruthTable(t *testing.T) {
-	c := startCluster(t, 2)
-	tt := &truthTable{t: t, c: c, m: &npModel{policies: map[string]*networkingv1.NetworkPolicy{}, nsLabels: map[string]map[string]string{}}}
+	testTruthTable(t, clusterSpec{nodes: 2}, []int{0})
+}
+
+// TestDualStackNetworkPolicyTruthTable is the truth table of a dual-stack
+// cluster, every probe made over both families: each policy is enforced
+// in IPv6 as in IPv4 (its ipBlocks in each family), and an ipBlock of one
+// family admits nothing of the other.
+func TestDualStackNetworkPolicyTruthTable(t *testing.T) {
+	testTruthTable(t, clusterSpec{nodes: 2, dualStack: true}, []int{0, 1})
+}
+
+func testTruthTable(t *testing.T, spec clusterSpec, families []int) {
+	c := startClusterWith(t, spec)
+	dual := len(families) == 2
+	tt := &truthTable{t: t, c: c, families: families, m: &npModel{policies: map[string]*networkingv1.NetworkPolicy{}, nsLabels: map[string]map[string]string{}}}
 	nb := dial(t, nbdb.FullDatabaseModel, c.cp.central.NB())
 	tt.nb = nb
 	i := 0
@@ -419,8 +446,10 @@ func TestNetworkPolicyTruthTable(t *testing.T) {
 	// kubelet probes come from the node through ovn0: they still pass.
 	for _, k := range []string{"x/a", "x/b"} {
 		p := tt.pod(k)
-		if !probe(p.node.NS, p.ip, probePort{corev1.ProtocolTCP, 80}, 2*time.Second) {
-			t.Fatalf("node %s does not reach its pod %s under default deny", p.nodeName, k)
+		for _, fam := range families {
+			if !probe(p.node.NS, p.ips[fam], probePort{corev1.ProtocolTCP, 80}, 2*time.Second) {
+				t.Fatalf("node %s does not reach its pod %s (%s) under default deny", p.nodeName, k, p.ips[fam])
+			}
 		}
 	}
 
@@ -456,11 +485,22 @@ func TestNetworkPolicyTruthTable(t *testing.T) {
 	}
 
 	xa, xb := tt.pod("x/a"), tt.pod("x/b")
+	blocks := []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{
+		CIDR: "10.16.0.0/16", Except: []string{xa.ip + "/32", xb.ip + "/32"}}}}
+	if dual {
+		// Only the IPv6 block first: nothing of IPv4 is admitted.
+		tt.apply(netpolObj("y", "ipblock", networkingv1.NetworkPolicySpec{
+			PodSelector: *podSel("a"),
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{
+				CIDR: "fd00:10:16::/64", Except: []string{xa.ips[1] + "/128", xb.ips[1] + "/128"}}}}}}}))
+		tt.check("y/a allows fd00:10:16::/64 except x/a and x/b (IPv6 only)")
+		blocks = append(blocks, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{
+			CIDR: "fd00:10:16::/64", Except: []string{xa.ips[1] + "/128", xb.ips[1] + "/128"}}})
+	}
 	tt.apply(netpolObj("y", "ipblock", networkingv1.NetworkPolicySpec{
 		PodSelector: *podSel("a"),
-		Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{
-			CIDR: "10.16.0.0/16", Except: []string{xa.ip + "/32", xb.ip + "/32"}}}}}}}))
-	tt.check("y/a allows 10.16.0.0/16 except x/a and x/b")
+		Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: blocks}}}))
+	tt.check("y/a allows the pod CIDR of each family except x/a and x/b")
 
 	tt.apply(netpolObj("z", "named", networkingv1.NetworkPolicySpec{
 		Ingress: []networkingv1.NetworkPolicyIngressRule{{Ports: []networkingv1.NetworkPolicyPort{{Port: ptrTo(intstr.FromString("web"))}}}}}))
@@ -480,8 +520,10 @@ func TestNetworkPolicyTruthTable(t *testing.T) {
 		Egress:      []networkingv1.NetworkPolicyEgressRule{{Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: ptrTo(intstr.FromInt32(53))}}}}}))
 	tt.check("y denies egress but DNS (udp/53)")
 	// Replies to the node's probes are not egress: they still pass.
-	if p := tt.pod("y/b"); !probe(p.node.NS, p.ip, probePort{corev1.ProtocolTCP, 80}, 2*time.Second) {
-		t.Fatalf("node %s does not reach its pod y/b under egress deny", p.nodeName)
+	for _, fam := range families {
+		if p := tt.pod("y/b"); !probe(p.node.NS, p.ips[fam], probePort{corev1.ProtocolTCP, 80}, 2*time.Second) {
+			t.Fatalf("node %s does not reach its pod y/b (%s) under egress deny", p.nodeName, p.ips[fam])
+		}
 	}
 
 	// Logging, Kube-OVN's way: the policy's drop ACLs log under its name.
