@@ -37,28 +37,46 @@ type clusterSpec struct {
 	nodes int
 	// dualStack: ovn-default and join in both families, Service ranges
 	// in both (kube-apiserver's, the controller's and the nodes'
-	// SVC_CIDR), and the
-	// outside reachable over IPv6 too: node i's wan0 has
-	// fd00:<207+i>::2/64 with its default IPv6 route via fd00:<207+i>::1.
-	// The tunnel stays IPv4.
+	// SVC_CIDR), and the outside reachable over IPv6 too: node i's wan0
+	// has fd00:<207+i>::2/64 with its default IPv6 route via
+	// fd00:<207+i>::1. The tunnel stays IPv4.
 	dualStack bool
+	// ipv6Only: as dualStack but every cluster range IPv6 only, and the
+	// underlay too: node i's ul0 has fd00:192:168:100::<i+1>/64 (no IPv4
+	// address), its Node's InternalIP, so Geneve runs over IPv6.
+	ipv6Only bool
 }
 
-// Dual-stack address plan of startClusterWith.
+// Address plans of startClusterWith: dual-stack and IPv6-only.
 const (
 	dualStackDefaultCIDR = "10.16.0.0/16,fd00:10:16::/64"
 	dualStackJoinCIDR    = "100.64.0.0/16,fd00:100:64::/112"
 	dualStackServiceCIDR = "10.96.0.0/12,fd00:10:96::/112"
+	ipv6DefaultCIDR      = "fd00:10:16::/64"
+	ipv6JoinCIDR         = "fd00:100:64::/112"
+	ipv6ServiceCIDR      = "fd00:10:96::/112"
 )
+
+// ranges are the cluster's default, join and Service ranges ("": the
+// programs' IPv4 defaults).
+func (s clusterSpec) ranges() (def, join, svc string) {
+	switch {
+	case s.ipv6Only:
+		return ipv6DefaultCIDR, ipv6JoinCIDR, ipv6ServiceCIDR
+	case s.dualStack:
+		return dualStackDefaultCIDR, dualStackJoinCIDR, dualStackServiceCIDR
+	}
+	return "", "", ""
+}
 
 // startClusterWith starts the control plane and spec.nodes ready node daemons.
 func startClusterWith(t testing.TB, spec clusterSpec, extraArgs ...string) *cluster {
 	t.Helper()
 	var cps controlPlaneSpec
-	if spec.dualStack {
-		cps.api.ServiceCIDRs = dualStackServiceCIDR
-		cps.ctrlArgs = []string{"--default-cidr=" + dualStackDefaultCIDR, "--node-switch-cidr=" + dualStackJoinCIDR,
-			"--service-cluster-ip-range=" + dualStackServiceCIDR}
+	def, join, svc := spec.ranges()
+	if def != "" {
+		cps.api.ServiceCIDRs = svc
+		cps.ctrlArgs = []string{"--default-cidr=" + def, "--node-switch-cidr=" + join, "--service-cluster-ip-range=" + svc}
 	}
 	cp := startControlPlaneWith(t, cps)
 	n := spec.nodes
@@ -72,11 +90,18 @@ func startClusterWith(t testing.TB, spec clusterSpec, extraArgs ...string) *clus
 	for i := 0; i < n; i++ {
 		nd := newNode(t)
 		name := fmt.Sprintf("node-%c", 'a'+i)
-		ip := fmt.Sprintf("192.168.100.%d", i+1)
+		ip, ipNet := fmt.Sprintf("192.168.100.%d", i+1), "/24"
+		if spec.ipv6Only {
+			ip, ipNet = fmt.Sprintf("fd00:192:168:100::%d", i+1), "/64"
+		}
 		port := fmt.Sprintf("ul%c", 'a'+i)
 		run(t, "ip", "link", "add", "ul0", "netns", nd.NS, "type", "veth", "peer", "name", port, "netns", underlay)
 		run(t, "ip", "-n", underlay, "link", "set", port, "master", "br0", "up")
-		run(t, "ip", "-n", nd.NS, "addr", "add", ip+"/24", "dev", "ul0")
+		addr := []string{"-n", nd.NS, "addr", "add", ip + ipNet, "dev", "ul0"}
+		if spec.ipv6Only {
+			addr = append(addr, "nodad")
+		}
+		run(t, "ip", addr...)
 		run(t, "ip", "-n", nd.NS, "link", "set", "ul0", "up")
 		wan := fmt.Sprintf("wan%c", 'a'+i)
 		run(t, "ip", "link", "add", "wan0", "netns", nd.NS, "type", "veth", "peer", "name", wan, "netns", c.world.ns)
@@ -85,7 +110,7 @@ func startClusterWith(t testing.TB, spec clusterSpec, extraArgs ...string) *clus
 		run(t, "ip", "-n", nd.NS, "route", "add", "default", "via", fmt.Sprintf("192.168.%d.1", 207+i))
 		run(t, "ip", "-n", c.world.ns, "addr", "add", fmt.Sprintf("192.168.%d.1/24", 207+i), "dev", wan)
 		run(t, "ip", "-n", c.world.ns, "link", "set", wan, "up")
-		if spec.dualStack {
+		if def != "" {
 			// nodad: the addresses are usable at once (DAD would hold them
 			// tentative for a second or two).
 			run(t, "ip", "-n", nd.NS, "addr", "add", fmt.Sprintf("fd00:%d::2/64", 207+i), "dev", "wan0", "nodad")
@@ -98,8 +123,8 @@ func startClusterWith(t testing.TB, spec clusterSpec, extraArgs ...string) *clus
 		}
 		proxyAPIInto(t, nd.NS, apiAddr)
 		nd.Env = []string{"OVN_SB_ADDR=" + cp.central.SB(), "IFACE=ul0", "KUBECONFIG=" + cp.api.Kubeconfig}
-		if spec.dualStack {
-			nd.Env = append(nd.Env, "SVC_CIDR="+dualStackServiceCIDR)
+		if svc != "" {
+			nd.Env = append(nd.Env, "SVC_CIDR="+svc)
 		}
 		c.nodes, c.names = append(c.nodes, nd), append(c.names, name)
 	}
