@@ -73,13 +73,31 @@ type ControlPlane struct {
 	Central       *ovncentral.Central
 	Kube          kubernetes.Interface
 	ControllerLog string
+	// ServiceCIDRs is the cluster's Service range ("": kube-apiserver's
+	// default of the harness), given to the node as SVC_CIDR.
+	ServiceCIDRs string
 }
+
+// ControlPlaneOptions are the cluster's ranges ("": the IPv4 defaults).
+type ControlPlaneOptions struct {
+	DefaultCIDR, JoinCIDR, ServiceCIDRs string
+}
+
+// DualStack are the ranges of a dual-stack cluster.
+var DualStack = ControlPlaneOptions{DefaultCIDR: "10.16.0.0/16,fd00:10:16::/64", JoinCIDR: "100.64.0.0/16,fd00:100:64::/112",
+	ServiceCIDRs: "10.96.0.0/12,fd00:10:96::/112"}
 
 // StartControlPlane starts a kube-apiserver with the Subnet CRD, an OVN
 // central and ovnhost-controller (its log in dir), stopped at cleanup.
 func StartControlPlane(t testing.TB, dir string) *ControlPlane {
 	t.Helper()
-	api := kubeapi.Start(t)
+	return StartControlPlaneWith(t, dir, ControlPlaneOptions{})
+}
+
+// StartControlPlaneWith is StartControlPlane with the cluster's ranges.
+func StartControlPlaneWith(t testing.TB, dir string, o ControlPlaneOptions) *ControlPlane {
+	t.Helper()
+	api := kubeapi.StartWith(t, kubeapi.Options{ServiceCIDRs: o.ServiceCIDRs})
 	api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", "crd-subnets.yaml"))
 	central := ovncentral.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -87,9 +105,16 @@ func StartControlPlane(t testing.TB, dir string) *ControlPlane {
 	if err := central.WaitNorthd(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cp := &ControlPlane{API: api, Central: central, Kube: kubernetes.NewForConfigOrDie(api.Config), ControllerLog: filepath.Join(dir, "controller.log")}
+	cp := &ControlPlane{API: api, Central: central, Kube: kubernetes.NewForConfigOrDie(api.Config), ControllerLog: filepath.Join(dir, "controller.log"),
+		ServiceCIDRs: o.ServiceCIDRs}
+	args := []string{"--kubeconfig=" + api.Kubeconfig, "--ovn-nb-addr=" + central.NB(), "--health-addr=", "--leader-elect=false"}
+	for flag, v := range map[string]string{"--default-cidr=": o.DefaultCIDR, "--node-switch-cidr=": o.JoinCIDR, "--service-cluster-ip-range=": o.ServiceCIDRs} {
+		if v != "" {
+			args = append(args, flag+v)
+		}
+	}
 	ctrl := proc.MustStart(t, proc.Spec{Name: "ovnhost-controller", Path: testenv.Binary(t, "ovnhost-controller"),
-		Args: []string{"--kubeconfig=" + api.Kubeconfig, "--ovn-nb-addr=" + central.NB(), "--health-addr=", "--leader-elect=false"},
+		Args: args,
 		Env:  os.Environ(), Log: cp.ControllerLog, Pdeathsig: true})
 	t.Cleanup(func() { ctrl.Terminate(20 * time.Second) })
 	return cp
@@ -111,6 +136,9 @@ func (e *Env) StartKubeNode(cp *ControlPlane) {
 	netns.Run(t, "ip", "-n", e.LAN, "link", "set", "lan0", "up")
 	netns.ProxyInto(t, e.NS, strings.TrimPrefix(cp.API.URL, "https://"))
 	e.NodeEnv = []string{"KUBECONFIG=" + cp.API.Kubeconfig, "OVN_SB_ADDR=" + cp.Central.SB(), "IFACE=ul0"}
+	if cp.ServiceCIDRs != "" {
+		e.NodeEnv = append(e.NodeEnv, "SVC_CIDR="+cp.ServiceCIDRs)
+	}
 	e.NodeArgs = []string{"--node-name=" + KubeNodeName}
 	e.CentralNB = cp.Central.NB()
 	e.StartNode()
