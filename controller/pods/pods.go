@@ -119,6 +119,12 @@ type Reconciler struct {
 
 	mu      sync.Mutex
 	waiting map[string]map[string]ipam.Kind // subnet -> pod key -> why it waits
+	// wakes counts Wake calls, syncStart holds its value when each pod's
+	// sync began: a pod that starts waiting after a Wake ran during its
+	// sync is queued again, since that wake (its subnet programmed, an
+	// address freed) may have come before the pod was in waiting.
+	wakes     uint64
+	syncStart map[string]uint64
 }
 
 type metrics struct {
@@ -161,7 +167,7 @@ func New(cfg Config) (*Reconciler, error) {
 	nsInf := cfg.Informers.Core().V1().Namespaces()
 	r := &Reconciler{cfg: cfg, log: cfg.Log, pods: podInf.Lister(), nodes: nodeInf.Lister(), nss: nsInf.Lister(),
 		podQ: reconcile.NewDefaultQueue("pods"), nodeQ: reconcile.NewDefaultQueue("nodes"),
-		m: newMetrics(cfg.Registry), waiting: map[string]map[string]ipam.Kind{}}
+		m: newMetrics(cfg.Registry), waiting: map[string]map[string]ipam.Kind{}, syncStart: map[string]uint64{}}
 	enqueuePod, enqueueNode := reconcile.Enqueue(r.podQ), reconcile.Enqueue(r.nodeQ)
 	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: enqueuePod,
@@ -228,6 +234,7 @@ func (r *Reconciler) Start(ctx context.Context, wg *sync.WaitGroup) {
 // Wake requeues the pods waiting on a subnet (an address was freed, the subnet appeared).
 func (r *Reconciler) Wake(subnet string) {
 	r.mu.Lock()
+	r.wakes++
 	m := r.waiting[subnet]
 	delete(r.waiting, subnet)
 	r.mu.Unlock()
@@ -263,11 +270,29 @@ func (r *Reconciler) Exhausted(subnet string) int {
 
 func (r *Reconciler) wait(subnet, key string, k ipam.Kind) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.waiting[subnet] == nil {
 		r.waiting[subnet] = map[string]ipam.Kind{}
 	}
 	r.waiting[subnet][key] = k
+	start, syncing := r.syncStart[key]
+	missed := syncing && start != r.wakes
+	r.mu.Unlock()
+	if missed {
+		r.podQ.Add(key)
+	}
+}
+
+// beginSync records the wake count as key's sync starts (see wait); the
+// returned func forgets it when the sync ends.
+func (r *Reconciler) beginSync(key string) func() {
+	r.mu.Lock()
+	r.syncStart[key] = r.wakes
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		delete(r.syncStart, key)
+		r.mu.Unlock()
+	}
 }
 
 func (r *Reconciler) unwait(key string) {

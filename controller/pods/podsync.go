@@ -29,6 +29,7 @@ import (
 func (r *Reconciler) syncPod(ctx context.Context, key string) error {
 	t0 := time.Now()
 	defer func() { r.m.podSync.Observe(time.Since(t0).Seconds()) }()
+	defer r.beginSync(key)()
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return nil
