@@ -99,21 +99,29 @@ func subnetEgress(u *unstructured.Unstructured) (cidrs []netip.Prefix, natOutgoi
 // bridge), routes back to the subnet through it, and the masquerade (to
 // EgressIP when gatewayNode gives one for this node).
 type GatewayPlan struct {
-	Subnet      string
-	CIDRs       []netip.Prefix // IPv4
-	Transit     netip.Prefix   // the router side, ovnnet.TransitAnnotation
-	EgressIP    netip.Addr     // invalid: the node's own address
+	Subnet string
+	CIDRs  []netip.Prefix // those of a family Transit has
+	// Transit is the router side of each family's transit network
+	// (ovnnet.TransitAnnotation, TransitAnnotation6).
+	Transit     ovnnet.Transit
+	EgressIP    netip.Addr // invalid: the node's own address
 	NATOutgoing bool
 }
 
 // gatewayPlan: ok when the controller has programmed u as a centralized
-// subnet (its transit annotation) and its gatewayNode lists node.
+// subnet (its transit annotations) and its gatewayNode lists node.
 func gatewayPlan(u *unstructured.Unstructured, node string, cidrs []netip.Prefix, nat bool) (GatewayPlan, bool) {
 	typ, _, _ := unstructured.NestedString(u.Object, "spec", "gatewayType")
 	gw, _, _ := unstructured.NestedString(u.Object, "spec", "gatewayNode")
-	transit, err := netip.ParsePrefix(u.GetAnnotations()[ovnnet.TransitAnnotation])
-	if typ != "centralized" || err != nil || !transit.Addr().Is4() {
+	if typ != "centralized" {
 		return GatewayPlan{}, false
+	}
+	var transit ovnnet.Transit
+	if p, err := netip.ParsePrefix(u.GetAnnotations()[ovnnet.TransitAnnotation]); err == nil && p.Addr().Is4() {
+		transit.V4 = p
+	}
+	if p, err := netip.ParsePrefix(u.GetAnnotations()[ovnnet.TransitAnnotation6]); err == nil && p.Addr().Is6() && !p.Addr().Is4In6() {
+		transit.V6 = p
 	}
 	specs, err := ovnnet.ParseGatewayNode(gw)
 	if err != nil {
@@ -125,7 +133,7 @@ func gatewayPlan(u *unstructured.Unstructured, node string, cidrs []netip.Prefix
 		}
 		g := GatewayPlan{Subnet: u.GetName(), Transit: transit, EgressIP: s.EgressIP, NATOutgoing: nat}
 		for _, c := range cidrs {
-			if c.Addr().Is4() {
+			if (c.Addr().Is4() && transit.V4.IsValid()) || (c.Addr().Is6() && transit.V6.IsValid()) {
 				g.CIDRs = append(g.CIDRs, c)
 			}
 		}

@@ -64,9 +64,12 @@ func prefixes(ss ...string) []netip.Prefix {
 // The egress plan is read from validated Subnets only: their CIDRs are the
 // cluster's, the natOutgoing ones are masqueraded, and a centralized
 // subnet naming this node in gatewayNode (with the controller's transit
-// annotation) makes this node one of its gateways.
+// annotation) makes this node one of its gateways, in the families the
+// controller gave transit networks for.
 func TestEgressPlanFromValidatedSubnets(t *testing.T) {
 	transit := map[string]string{ovnnet.TransitAnnotation: "172.31.0.0/30"}
+	transit46 := map[string]string{ovnnet.TransitAnnotation: "169.254.64.5/30", ovnnet.TransitAnnotation6: "fd00:a9fe:4000::5/126"}
+	transit6 := map[string]string{ovnnet.TransitAnnotation6: "fd00:a9fe:4000::9/126"}
 	k := withSubnets(t, "n1",
 		subnet("ovn-default", true, map[string]any{"cidrBlock": "10.16.0.0/16", "natOutgoing": true}, nil),
 		subnet("join", true, map[string]any{"cidrBlock": "100.64.0.0/16"}, nil),
@@ -78,20 +81,31 @@ func TestEgressPlanFromValidatedSubnets(t *testing.T) {
 			"gatewayType": "centralized", "gatewayNode": "n0"}, transit),
 		subnet("central-unprogrammed", true, map[string]any{"cidrBlock": "10.42.0.0/24",
 			"gatewayType": "centralized", "gatewayNode": "n1"}, nil),
+		subnet("central-dual", true, map[string]any{"cidrBlock": "10.43.0.0/24,fd00:43::/64",
+			"gatewayType": "centralized", "gatewayNode": "n1"}, transit46),
+		subnet("central-v6", true, map[string]any{"cidrBlock": "fd00:44::/64",
+			"gatewayType": "centralized", "gatewayNode": "n1"}, transit6),
 	)
 	plan := k.egressPlan(prefixes("100.64.0.0/16"))
-	wantCluster := prefixes("10.16.0.0/16", "10.20.0.0/16", "10.40.0.0/24", "10.41.0.0/24", "10.42.0.0/24",
-		"10.96.0.0/12", "100.64.0.0/16", "100.64.0.0/16", "fd00:20::/64", "fd00:40::/64")
+	wantCluster := prefixes("10.16.0.0/16", "10.20.0.0/16", "10.40.0.0/24", "10.41.0.0/24", "10.42.0.0/24", "10.43.0.0/24",
+		"10.96.0.0/12", "100.64.0.0/16", "100.64.0.0/16", "fd00:20::/64", "fd00:40::/64", "fd00:43::/64", "fd00:44::/64")
 	if !slices.Equal(plan.Cluster, wantCluster) {
 		t.Errorf("cluster %v, want %v", plan.Cluster, wantCluster)
 	}
 	if want := prefixes("10.16.0.0/16", "10.40.0.0/24", "fd00:40::/64"); !slices.Equal(plan.NATOutgoing, want) {
 		t.Errorf("natOutgoing %v, want %v", plan.NATOutgoing, want)
 	}
-	want := GatewayPlan{Subnet: "central", CIDRs: prefixes("10.40.0.0/24"), Transit: netip.MustParsePrefix("172.31.0.0/30"),
-		EgressIP: netip.MustParseAddr("192.0.2.9"), NATOutgoing: true}
-	if len(plan.Gateways) != 1 || !gatewayEqual(plan.Gateways[0], want) {
-		t.Errorf("gateways %+v, want [%+v]", plan.Gateways, want)
+	// central's controller gave an IPv4 transit network only (as one
+	// before IPv6 gateways did): its IPv6 CIDR is not served by this node.
+	want := []GatewayPlan{
+		{Subnet: "central", CIDRs: prefixes("10.40.0.0/24"), Transit: ovnnet.Transit{V4: netip.MustParsePrefix("172.31.0.0/30")},
+			EgressIP: netip.MustParseAddr("192.0.2.9"), NATOutgoing: true},
+		{Subnet: "central-dual", CIDRs: prefixes("10.43.0.0/24", "fd00:43::/64"),
+			Transit: ovnnet.Transit{V4: netip.MustParsePrefix("169.254.64.5/30"), V6: netip.MustParsePrefix("fd00:a9fe:4000::5/126")}},
+		{Subnet: "central-v6", CIDRs: prefixes("fd00:44::/64"), Transit: ovnnet.Transit{V6: netip.MustParsePrefix("fd00:a9fe:4000::9/126")}},
+	}
+	if !slices.EqualFunc(plan.Gateways, want, gatewayEqual) {
+		t.Errorf("gateways %+v, want %+v", plan.Gateways, want)
 	}
 	// Without a Subnet informer the source does not say: the host's NAT is
 	// left alone.

@@ -42,7 +42,7 @@ import (
 
 // Network is the OVN work of centralized gateways (ovnnet.Network).
 type Network interface {
-	EnsureCentralizedGateway(ctx context.Context, subnet string, cidrs []netip.Prefix, nodes []ovnnet.GatewayNode) (netip.Prefix, error)
+	EnsureCentralizedGateway(ctx context.Context, subnet string, cidrs []netip.Prefix, nodes []ovnnet.GatewayNode) (ovnnet.Transit, error)
 	RemoveCentralizedGateway(ctx context.Context, subnet string) error
 	CentralizedSubnets(ctx context.Context) ([]string, error)
 }
@@ -284,8 +284,8 @@ func (r *Reconciler) syncGateway(ctx context.Context, u *unstructured.Unstructur
 	if err != nil {
 		return nil, err
 	}
-	if u.GetAnnotations()[ovnnet.TransitAnnotation] != transit.String() {
-		if err := r.annotateSubnet(ctx, name, transit.String()); err != nil {
+	if want := transitAnnotations(transit); !transitAnnotated(u, want) {
+		if err := r.annotateSubnet(ctx, name, want); err != nil {
 			return nil, err
 		}
 	}
@@ -310,7 +310,7 @@ func (r *Reconciler) removeGateway(ctx context.Context, name string, u *unstruct
 	if u == nil {
 		return nil
 	}
-	if err := r.annotateSubnet(ctx, name, ""); err != nil {
+	if err := r.annotateSubnet(ctx, name, transitAnnotations(ovnnet.Transit{})); err != nil {
 		return err
 	}
 	patch := []byte(`{"status":{"activateGateway":null}}`)
@@ -321,13 +321,41 @@ func (r *Reconciler) removeGateway(ctx context.Context, name string, u *unstruct
 	return err
 }
 
-// annotateSubnet records the transit network for the gateway nodes ("" removes it).
-func (r *Reconciler) annotateSubnet(ctx context.Context, name, transit string) error {
-	var v any = transit
-	if transit == "" {
-		v = nil
+// transitAnnotations are the Subnet annotations that record transit, one
+// per family ("" for a family it does not have).
+func transitAnnotations(t ovnnet.Transit) map[string]string {
+	str := func(p netip.Prefix) string {
+		if !p.IsValid() {
+			return ""
+		}
+		return p.String()
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{ovnnet.TransitAnnotation: v}}})
+	return map[string]string{ovnnet.TransitAnnotation: str(t.V4), ovnnet.TransitAnnotation6: str(t.V6)}
+}
+
+// transitAnnotated: u's annotations already say want.
+func transitAnnotated(u *unstructured.Unstructured, want map[string]string) bool {
+	have := u.GetAnnotations()
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// annotateSubnet records the transit networks for the gateway nodes (an
+// empty value removes that annotation).
+func (r *Reconciler) annotateSubnet(ctx context.Context, name string, transit map[string]string) error {
+	anns := map[string]any{}
+	for k, v := range transit {
+		if v == "" {
+			anns[k] = nil
+		} else {
+			anns[k] = v
+		}
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": anns}})
 	_, err := r.cfg.Dynamic.Resource(kubeovnv1.SubnetGVR).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil

@@ -21,11 +21,12 @@ import (
 // chassis that its BFD sessions see alive, without anyone writing the NB.
 type GatewayPort struct {
 	Router  string
-	Switch  string       // the small switch, also the HA group's name
-	Network string       // localnet network_name (ovn-bridge-mappings key)
-	Address netip.Prefix // the router port's address and prefix
-	Chassis []HAChassis  // highest priority first
-	IDs     map[string]string
+	Switch  string // the small switch, also the HA group's name
+	Network string // localnet network_name (ovn-bridge-mappings key)
+	// Addresses are the router port's networks, one per family at most.
+	Addresses []netip.Prefix
+	Chassis   []HAChassis // highest priority first
+	IDs       map[string]string
 }
 
 // HAChassis is one chassis of a gateway's HA group.
@@ -45,7 +46,15 @@ func (c *Client) EnsureGatewayPort(ctx context.Context, g GatewayPort) error {
 	if len(g.Chassis) == 0 {
 		return fmt.Errorf("ovnnb: gateway port on %q: no chassis; name at least one gateway node", g.Switch)
 	}
-	if err := c.EnsureSwitch(ctx, Switch{Name: g.Switch, Router: g.Router, CIDRs: []netip.Prefix{g.Address.Masked()}, Gateways: []netip.Addr{g.Address.Addr()},
+	if len(g.Addresses) == 0 {
+		return fmt.Errorf("ovnnb: gateway port on %q: no address", g.Switch)
+	}
+	var cidrs []netip.Prefix
+	var gws []netip.Addr
+	for _, a := range g.Addresses {
+		cidrs, gws = append(cidrs, a.Masked()), append(gws, a.Addr())
+	}
+	if err := c.EnsureSwitch(ctx, Switch{Name: g.Switch, Router: g.Router, CIDRs: cidrs, Gateways: gws,
 		Localnet: &Localnet{Port: LocalnetPortName(g.Switch), Network: g.Network}}); err != nil {
 		return err
 	}
@@ -173,20 +182,21 @@ func (c *Client) DeleteGatewayPort(ctx context.Context, router, sw string) error
 }
 
 // GatewayPorts lists the router's ovnhost router ports whose external IDs
-// contain match, by name, with their first network.
-func (c *Client) GatewayPorts(ctx context.Context, match map[string]string) (map[string]netip.Prefix, error) {
+// contain match, by name, with their networks.
+func (c *Client) GatewayPorts(ctx context.Context, match map[string]string) (map[string][]netip.Prefix, error) {
 	var lrps []nbdb.LogicalRouterPort
 	if err := c.cl.WhereCache(func(p *nbdb.LogicalRouterPort) bool { return owned(p.ExternalIDs, match) }).List(ctx, &lrps); err != nil {
 		return nil, err
 	}
-	out := map[string]netip.Prefix{}
+	out := map[string][]netip.Prefix{}
 	for _, p := range lrps {
-		if len(p.Networks) == 0 {
-			continue
+		var nets []netip.Prefix
+		for _, n := range p.Networks {
+			if pfx, err := netip.ParsePrefix(n); err == nil {
+				nets = append(nets, pfx)
+			}
 		}
-		if pfx, err := netip.ParsePrefix(p.Networks[0]); err == nil {
-			out[p.Name] = pfx
-		}
+		out[p.Name] = nets
 	}
 	return out, nil
 }
@@ -233,5 +243,41 @@ func (c *Client) SetBFDOptions(ctx context.Context, minRx, minTx, mult int) erro
 			Mutations: []ovsdb.Mutation{{Column: "options", Mutator: ovsdb.MutateOperationInsert, Value: ovsdb.OvsMap{GoMap: anyMap(want)}}}},
 	}
 	_, err = c.transact(ctx, "set NB_Global BFD options", ops)
+	return err
+}
+
+// SetStaticMACBindings makes port's Static_MAC_Binding rows exactly want
+// (IP -> MAC; nil removes them all). The table has no external IDs: the
+// router port, which ovnhost owns, says whose they are.
+func (c *Client) SetStaticMACBindings(ctx context.Context, port string, want map[netip.Addr]string) error {
+	res, err := c.transact(ctx, "read static MAC bindings of "+port, []ovsdb.Operation{{Op: ovsdb.OperationSelect, Table: nbdb.StaticMACBindingTable,
+		Where: []ovsdb.Condition{{Column: "logical_port", Function: ovsdb.ConditionEqual, Value: port}}, Columns: []string{"_uuid", "ip", "mac"}}})
+	if err != nil {
+		return err
+	}
+	have := map[netip.Addr]bool{}
+	var ops []ovsdb.Operation
+	if len(res) > 0 {
+		for _, row := range res[0].Rows {
+			ipStr, _ := row["ip"].(string)
+			mac, _ := row["mac"].(string)
+			ip, err := netip.ParseAddr(ipStr)
+			if err == nil && want[ip] == mac && !have[ip] {
+				have[ip] = true
+				continue
+			}
+			if u, ok := row["_uuid"].(ovsdb.UUID); ok {
+				ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationDelete, Table: nbdb.StaticMACBindingTable,
+					Where: []ovsdb.Condition{{Column: "_uuid", Function: ovsdb.ConditionEqual, Value: u}}})
+			}
+		}
+	}
+	for ip, mac := range want {
+		if !have[ip] {
+			ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationInsert, Table: nbdb.StaticMACBindingTable,
+				Row: ovsdb.Row{"logical_port": port, "ip": ip.String(), "mac": mac, "override_dynamic_mac": false}})
+		}
+	}
+	_, err = c.transact(ctx, "set static MAC bindings of "+port, ops)
 	return err
 }

@@ -2,6 +2,7 @@ package ovnnb_test
 
 import (
 	"context"
+	"net/netip"
 	"slices"
 	"testing"
 
@@ -37,7 +38,7 @@ func TestGatewayPortWithItsHAChassisGroup(t *testing.T) {
 	nb := s.Connect(t, ovnnb.Options{PortGroups: true})
 	topology(t, nb)
 	ctx := context.Background()
-	g := ovnnb.GatewayPort{Router: "ovn-cluster", Switch: "egw-a", Network: "external", Address: mustPrefix("100.65.0.1/30"),
+	g := ovnnb.GatewayPort{Router: "ovn-cluster", Switch: "egw-a", Network: "external", Addresses: []netip.Prefix{mustPrefix("100.65.0.1/30")},
 		Chassis: []ovnnb.HAChassis{{Name: "ch-1", Priority: 100}, {Name: "ch-2", Priority: 90}}, IDs: map[string]string{"egress": "gateway"}}
 	if err := nb.EnsureGatewayPort(ctx, g); err != nil {
 		t.Fatal(err)
@@ -60,8 +61,17 @@ func TestGatewayPortWithItsHAChassisGroup(t *testing.T) {
 		t.Fatalf("router port %+v, groups %+v", lrp, groups)
 	}
 	ports, err := nb.GatewayPorts(ctx, map[string]string{"egress": "gateway"})
-	if err != nil || ports[lrp.Name] != mustPrefix("100.65.0.1/30") {
+	if err != nil || !slices.Equal(ports[lrp.Name], []netip.Prefix{mustPrefix("100.65.0.1/30")}) {
 		t.Fatalf("GatewayPorts %v %v", ports, err)
+	}
+	// The subnet becomes dual-stack: the port gets the IPv6 network too.
+	g.Addresses = append(g.Addresses, mustPrefix("fd00:a9fe:4000::1/126"))
+	if err := nb.EnsureGatewayPort(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	ports, err = nb.GatewayPorts(ctx, map[string]string{"egress": "gateway"})
+	if err != nil || !slices.Equal(ports[lrp.Name], g.Addresses) {
+		t.Fatalf("GatewayPorts after adding IPv6: %v %v, want %v", ports, err, g.Addresses)
 	}
 
 	// The order changes: the group is replaced, the router port follows.

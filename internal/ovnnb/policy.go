@@ -221,11 +221,19 @@ func (c *Client) EnsurePolicy(ctx context.Context, p Policy) error {
 // DeletePolicies removes the ovnhost policies of a router whose external IDs
 // contain match.
 func (c *Client) DeletePolicies(ctx context.Context, router string, match map[string]string) error {
+	return c.DeletePoliciesExcept(ctx, router, match, nil)
+}
+
+// DeletePoliciesExcept removes the ovnhost policies of a router whose
+// external IDs contain match, except those whose match is in keep.
+func (c *Client) DeletePoliciesExcept(ctx context.Context, router string, match map[string]string, keep []string) error {
 	r, err := c.router(ctx, router)
 	if err != nil || r == nil {
 		return err
 	}
-	cur, err := c.policies(ctx, r, func(x *nbdb.LogicalRouterPolicy) bool { return owned(x.ExternalIDs, match) })
+	cur, err := c.policies(ctx, r, func(x *nbdb.LogicalRouterPolicy) bool {
+		return owned(x.ExternalIDs, match) && !slices.Contains(keep, x.Match)
+	})
 	if err != nil || len(cur) == 0 {
 		return err
 	}

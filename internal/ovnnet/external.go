@@ -347,7 +347,7 @@ func (n *Network) EnsureExternalGateway(ctx context.Context, cfg ExternalGateway
 		chassis = append(chassis, ovnnb.HAChassis{Name: g.Chassis, Priority: haPriority(i, len(nodes))})
 	}
 	if err := n.NB.EnsureGatewayPort(ctx, ovnnb.GatewayPort{Router: n.cfg.Router, Switch: ExternalSwitch, Network: ExternalNetwork,
-		Address: cfg.PortIP, Chassis: chassis, IDs: map[string]string{keyEgress: "external"}}); err != nil {
+		Addresses: []netip.Prefix{cfg.PortIP}, Chassis: chassis, IDs: map[string]string{keyEgress: "external"}}); err != nil {
 		return err
 	}
 	return n.NB.SetGatewayPortAddressing(ctx, n.cfg.Router, ExternalSwitch, cfg.PortMAC)

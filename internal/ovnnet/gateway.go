@@ -41,6 +41,61 @@ const GatewayMAC = "0a:58:a9:fe:40:01"
 // gateway port, .2 the gateway node's host.
 var TransitRange = netip.MustParsePrefix("169.254.64.0/18")
 
+// TransitRange6 holds the IPv6 transit networks, one /126 per subnet at the
+// same offset as its IPv4 /30 (169.254.64.4/30 <-> fd00:a9fe:4000::4/126),
+// so one allocation serves both families and an IPv6-only subnet still
+// takes its slot in TransitRange.
+var TransitRange6 = netip.MustParsePrefix("fd00:a9fe:4000::/114")
+
+// Transit is a centralized subnet's transit networks, router side, one per
+// family the subnet has (an invalid prefix: none of that family).
+type Transit struct {
+	V4, V6 netip.Prefix
+}
+
+// Prefixes lists the valid ones, IPv4 first.
+func (t Transit) Prefixes() []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range []netip.Prefix{t.V4, t.V6} {
+		if p.IsValid() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// transitSlot is the index of a transit network in its range (-1: in neither).
+func transitSlot(p netip.Prefix) int {
+	var base netip.Prefix
+	switch {
+	case p.Addr().Is4() && TransitRange.Contains(p.Addr()):
+		base = TransitRange
+	case p.Addr().Is6() && TransitRange6.Contains(p.Addr()):
+		base = TransitRange6
+	default:
+		return -1
+	}
+	a, b := p.Masked().Addr().As16(), base.Addr().As16()
+	// Both ranges are at most 16 bits wide, their base's low bits zero.
+	off := int(a[14]^b[14])<<8 | int(a[15]^b[15])
+	return off / 4
+}
+
+// transitOf is slot i's transit network (router side) in range r.
+func transitOf(r netip.Prefix, i int) netip.Prefix {
+	off := uint32(i * 4)
+	if r.Addr().Is4() {
+		b := r.Addr().As4()
+		v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) + off
+		a := netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+		return netip.PrefixFrom(a.Next(), 30)
+	}
+	b := r.Addr().As16()
+	b[14] |= byte(off >> 8)
+	b[15] |= byte(off)
+	return netip.PrefixFrom(netip.AddrFrom16(b).Next(), 126)
+}
+
 // BFD timers (ms) for the tunnels between HA chassis: a dead gateway is
 // noticed after mult*rx = 600 ms.
 const (
@@ -67,7 +122,8 @@ func SubnetOfRedirectPort(router, name string) (string, bool) {
 }
 
 // TransitHost is the gateway node's end of a transit network given as the
-// router port's address ("169.254.64.1/30" -> 169.254.64.2/30).
+// router port's address ("169.254.64.1/30" -> 169.254.64.2/30,
+// "fd00:a9fe:4000::1/126" -> fd00:a9fe:4000::2/126).
 func TransitHost(router netip.Prefix) netip.Prefix {
 	return netip.PrefixFrom(router.Addr().Next(), router.Bits())
 }
@@ -81,24 +137,34 @@ type GatewayNode struct {
 const keySubnet = "subnet"
 
 // EnsureCentralizedGateway programs subnet's gateway port, HA chassis group
-// (priorities in nodes' order) and the reroute of its IPv4 traffic to
-// outside the cluster. It returns the transit network (router side).
-func (n *Network) EnsureCentralizedGateway(ctx context.Context, subnet string, cidrs []netip.Prefix, nodes []GatewayNode) (netip.Prefix, error) {
-	var v4 []string
+// (priorities in nodes' order) and, per family of cidrs, the reroute of its
+// traffic to outside the cluster. It returns the transit networks (router
+// side).
+func (n *Network) EnsureCentralizedGateway(ctx context.Context, subnet string, cidrs []netip.Prefix, nodes []GatewayNode) (Transit, error) {
+	var v4, v6 []string
 	for _, p := range cidrs {
 		if p.Addr().Is4() {
 			v4 = append(v4, p.Masked().String())
+		} else {
+			v6 = append(v6, p.Masked().String())
 		}
 	}
-	if len(v4) == 0 {
-		return netip.Prefix{}, fmt.Errorf("centralized gateway for subnet %q: no IPv4 CIDR (only IPv4 is supported)", subnet)
+	if len(v4)+len(v6) == 0 {
+		return Transit{}, fmt.Errorf("centralized gateway for subnet %q: the subnet has no CIDR", subnet)
 	}
-	transit, err := n.transitFor(ctx, subnet)
+	slot, err := n.transitSlotFor(ctx, subnet)
 	if err != nil {
-		return netip.Prefix{}, err
+		return Transit{}, err
+	}
+	var transit Transit
+	if len(v4) > 0 {
+		transit.V4 = transitOf(TransitRange, slot)
+	}
+	if len(v6) > 0 {
+		transit.V6 = transitOf(TransitRange6, slot)
 	}
 	if err := n.NB.SetBFDOptions(ctx, BFDMinRx, BFDMinTx, BFDMult); err != nil {
-		return netip.Prefix{}, err
+		return Transit{}, err
 	}
 	var chassis []ovnnb.HAChassis
 	for i, g := range nodes {
@@ -107,52 +173,88 @@ func (n *Network) EnsureCentralizedGateway(ctx context.Context, subnet string, c
 	}
 	ids := map[string]string{keyEgress: "gateway", keySubnet: subnet}
 	if err := n.NB.EnsureGatewayPort(ctx, ovnnb.GatewayPort{Router: n.cfg.Router, Switch: GatewaySwitch(subnet), Network: GatewayNetwork,
-		Address: transit, Chassis: chassis, IDs: ids}); err != nil {
-		return netip.Prefix{}, err
+		Addresses: transit.Prefixes(), Chassis: chassis, IDs: ids}); err != nil {
+		return Transit{}, err
 	}
-	match := "ip4.src == " + v4[0]
-	if len(v4) > 1 {
-		match = "ip4.src == {" + strings.Join(v4, ", ") + "}"
+	// The router learns the gateway node's MAC statically: it is GatewayMAC
+	// on every gateway node, and OVN 23.03 cannot resolve an IPv6 next hop
+	// of a reroute policy by itself (its neighbour solicitation goes to the
+	// solicited-node group of the packet's destination, not of the next
+	// hop, so the gateway node never hears it).
+	hosts := map[netip.Addr]string{}
+	for _, t := range transit.Prefixes() {
+		hosts[TransitHost(t).Addr()] = GatewayMAC
 	}
-	if err := n.NB.EnsurePolicy(ctx, ovnnb.Policy{Router: n.cfg.Router, Priority: CentralizedPriority, Match: match,
-		Nexthop: TransitHost(transit).Addr(), ExternalIDs: map[string]string{keyEgress: "centralized", keySubnet: subnet}}); err != nil {
-		return netip.Prefix{}, err
+	if err := n.NB.SetStaticMACBindings(ctx, GatewayRouterPort(n.cfg.Router, subnet), hosts); err != nil {
+		return Transit{}, err
+	}
+	policyIDs := map[string]string{keyEgress: "centralized", keySubnet: subnet}
+	var want []string
+	for _, f := range []struct {
+		field   string
+		cidrs   []string
+		transit netip.Prefix
+	}{{"ip4.src", v4, transit.V4}, {"ip6.src", v6, transit.V6}} {
+		if len(f.cidrs) == 0 {
+			continue
+		}
+		match := f.field + " == " + f.cidrs[0]
+		if len(f.cidrs) > 1 {
+			match = f.field + " == {" + strings.Join(f.cidrs, ", ") + "}"
+		}
+		want = append(want, match)
+		if err := n.NB.EnsurePolicy(ctx, ovnnb.Policy{Router: n.cfg.Router, Priority: CentralizedPriority, Match: match,
+			Nexthop: TransitHost(f.transit).Addr(), ExternalIDs: policyIDs}); err != nil {
+			return Transit{}, err
+		}
+	}
+	// A family or CIDR the subnet no longer has keeps no reroute.
+	if err := n.NB.DeletePoliciesExcept(ctx, n.cfg.Router, policyIDs, want); err != nil {
+		return Transit{}, err
 	}
 	return transit, nil
 }
 
-// transitFor is the subnet's transit network: the one its gateway port has,
-// else the first free /30 of TransitRange.
-func (n *Network) transitFor(ctx context.Context, subnet string) (netip.Prefix, error) {
+// transitSlotFor is the subnet's transit slot: the one its gateway port
+// has, else the first free one of TransitRange.
+func (n *Network) transitSlotFor(ctx context.Context, subnet string) (int, error) {
 	ports, err := n.NB.GatewayPorts(ctx, map[string]string{keyEgress: "gateway"})
 	if err != nil {
-		return netip.Prefix{}, err
+		return 0, err
 	}
-	if p, ok := ports[GatewayRouterPort(n.cfg.Router, subnet)]; ok {
-		return p, nil
+	slotOf := func(networks []netip.Prefix) int {
+		for _, p := range networks {
+			if i := transitSlot(p); i >= 0 {
+				return i
+			}
+		}
+		return -1
 	}
-	used := map[netip.Addr]bool{}
-	for _, p := range ports {
-		used[p.Masked().Addr()] = true
-	}
-	base := TransitRange.Addr().As4()
-	size := 1 << (32 - TransitRange.Bits())
-	for off := 0; off+4 <= size; off += 4 {
-		b := base
-		v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
-		v += uint32(off)
-		a := netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
-		if !used[a] {
-			return netip.PrefixFrom(a.Next(), 30), nil
+	if nets, ok := ports[GatewayRouterPort(n.cfg.Router, subnet)]; ok {
+		if i := slotOf(nets); i >= 0 {
+			return i, nil
 		}
 	}
-	return netip.Prefix{}, fmt.Errorf("centralized gateway for subnet %q: all %d transit networks of %s are in use; remove centralized subnets", subnet, size/4, TransitRange)
+	used := map[int]bool{}
+	for _, nets := range ports {
+		used[slotOf(nets)] = true
+	}
+	slots := (1 << (32 - TransitRange.Bits())) / 4
+	for i := 0; i < slots; i++ {
+		if !used[i] {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("centralized gateway for subnet %q: all %d transit networks of %s are in use; remove centralized subnets", subnet, slots, TransitRange)
 }
 
 // RemoveCentralizedGateway removes what EnsureCentralizedGateway made for
 // subnet; absent parts are fine.
 func (n *Network) RemoveCentralizedGateway(ctx context.Context, subnet string) error {
 	if err := n.NB.DeletePolicies(ctx, n.cfg.Router, map[string]string{keyEgress: "centralized", keySubnet: subnet}); err != nil {
+		return err
+	}
+	if err := n.NB.SetStaticMACBindings(ctx, GatewayRouterPort(n.cfg.Router, subnet), nil); err != nil {
 		return err
 	}
 	return n.NB.DeleteGatewayPort(ctx, n.cfg.Router, GatewaySwitch(subnet))
@@ -218,10 +320,16 @@ func GatewayHardwareAddr() net.HardwareAddr {
 	return m
 }
 
-// TransitAnnotation on a Subnet records its transit network (router side,
-// "169.254.64.1/30"): the controller writes it once the gateway port
+// TransitAnnotation on a Subnet records its IPv4 transit network (router
+// side, "169.254.64.1/30"): the controller writes it once the gateway port
 // exists, and gateway nodes configure the host end from it.
 const TransitAnnotation = "ovnhost.io/gateway-transit"
+
+// TransitAnnotation6 is the same for the IPv6 transit network
+// ("fd00:a9fe:4000::1/126"), in an annotation of its own so that a node of
+// an older version, which parses TransitAnnotation as one IPv4 prefix,
+// keeps serving the IPv4 side of a dual-stack subnet during an upgrade.
+const TransitAnnotation6 = "ovnhost.io/gateway-transit-ip6"
 
 // GatewayFailbackAnnotation on a centralized Subnet, "true", keeps its
 // traffic on the first ready node of gatewayNode: a gateway node that comes

@@ -55,9 +55,9 @@ type Plan struct {
 // Gateway is one centralized subnet this node is a gateway of.
 type Gateway struct {
 	Subnet string
-	CIDRs  []netip.Prefix // IPv4
-	// Transit is the router's side of the transit link.
-	Transit netip.Prefix
+	CIDRs  []netip.Prefix // of the families Transit has
+	// Transit is the router's side of the transit link, per family.
+	Transit ovnnet.Transit
 }
 
 // Options are the unit's configuration and collaborators.

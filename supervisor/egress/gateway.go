@@ -60,10 +60,17 @@ func (u *Unit) applyGateways(ctx context.Context, plan Plan) error {
 	}
 	var addrs []netip.Prefix
 	var back []GatewayReturn
+	ipv6 := false
 	for _, g := range plan.Gateways {
-		addrs = append(addrs, ovnnet.TransitHost(g.Transit))
+		for _, t := range g.Transit.Prefixes() {
+			addrs = append(addrs, ovnnet.TransitHost(t))
+		}
 		for _, c := range g.CIDRs {
-			back = append(back, GatewayReturn{CIDR: c, Transit: g.Transit.Addr()})
+			t := g.Transit.V4
+			if c.Addr().Is6() {
+				t, ipv6 = g.Transit.V6, true
+			}
+			back = append(back, GatewayReturn{CIDR: c, Transit: t.Addr()})
 		}
 	}
 	if err := podnet.ConfigureHostPort(podnet.HostPort{Name: GatewayBridge, MAC: ovnnet.GatewayHardwareAddr(), Addrs: addrs}); err != nil {
@@ -76,6 +83,11 @@ func (u *Unit) applyGateways(ctx context.Context, plan Plan) error {
 	}
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
 		return fmt.Errorf("centralized gateway: enable IPv4 forwarding: %w", err)
+	}
+	if ipv6 {
+		if err := os.WriteFile("/proc/sys/net/ipv6/conf/all/forwarding", []byte("1"), 0o644); err != nil {
+			return fmt.Errorf("centralized gateway: enable IPv6 forwarding (net.ipv6.conf.all.forwarding) for the IPv6 side of %v: %w", back, err)
+		}
 	}
 	if err := SetGatewayReturnRoutes(GatewayBridge, back); err != nil {
 		return err

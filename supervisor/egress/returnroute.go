@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"syscall"
 
 	"github.com/vishvananda/netlink"
@@ -47,10 +48,11 @@ func SetGatewayReturnRoutes(bridge string, want []GatewayReturn) error {
 	var routes []netlink.Route
 	for _, g := range want {
 		dst := prefixNet(g.CIDR)
+		fam := familyOf(g.CIDR.Addr())
 		local := netlink.NewRule()
-		local.Priority, local.IifName, local.Dst, local.Table, local.Family = gatewayRuleLocal, "lo", dst, unix.RT_TABLE_MAIN, unix.AF_INET
+		local.Priority, local.IifName, local.Dst, local.Table, local.Family = gatewayRuleLocal, "lo", dst, unix.RT_TABLE_MAIN, fam
 		fwd := netlink.NewRule()
-		fwd.Priority, fwd.Dst, fwd.Table, fwd.Family = gatewayRuleForward, dst, GatewayRouteTable, unix.AF_INET
+		fwd.Priority, fwd.Dst, fwd.Table, fwd.Family = gatewayRuleForward, dst, GatewayRouteTable, fam
 		rules = append(rules, *local, *fwd)
 		routes = append(routes, netlink.Route{LinkIndex: l.Attrs().Index, Dst: dst, Gw: net.IP(g.Transit.AsSlice()), Table: GatewayRouteTable})
 	}
@@ -77,9 +79,7 @@ func SetGatewayReturnRoutes(bridge string, want []GatewayReturn) error {
 			errs = append(errs, ruleDel(&have[i]))
 		}
 	}
-	stale, err := nldump.Retry(func() ([]netlink.Route, error) {
-		return netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Table: GatewayRouteTable}, netlink.RT_FILTER_TABLE)
-	})
+	stale, err := gatewayTableRoutes()
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
@@ -107,9 +107,7 @@ func RemoveGatewayReturnRoutes() ([]string, error) {
 		}
 		removed = append(removed, fmt.Sprintf("rule %d to %s", have[i].Priority, have[i].Dst))
 	}
-	routes, err := nldump.Retry(func() ([]netlink.Route, error) {
-		return netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Table: GatewayRouteTable}, netlink.RT_FILTER_TABLE)
-	})
+	routes, err := gatewayTableRoutes()
 	if err != nil {
 		return removed, errors.Join(append(errs, err)...)
 	}
@@ -123,18 +121,57 @@ func RemoveGatewayReturnRoutes() ([]string, error) {
 	return removed, errors.Join(errs...)
 }
 
+// ourGatewayRules lists the return-path rules of both families.
 func ourGatewayRules() ([]netlink.Rule, error) {
-	all, err := nldump.Retry(func() ([]netlink.Rule, error) { return netlink.RuleList(unix.AF_INET) })
-	if err != nil {
-		return nil, fmt.Errorf("listing policy rules: %w", err)
-	}
 	var ours []netlink.Rule
-	for _, r := range all {
-		if r.Priority == gatewayRuleLocal || r.Priority == gatewayRuleForward {
-			ours = append(ours, r)
+	for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
+		all, err := nldump.Retry(func() ([]netlink.Rule, error) { return netlink.RuleList(fam) })
+		if err != nil {
+			if fam == unix.AF_INET6 && ipv6Off() {
+				continue
+			}
+			return nil, fmt.Errorf("listing policy rules: %w", err)
+		}
+		for _, r := range all {
+			if r.Priority == gatewayRuleLocal || r.Priority == gatewayRuleForward {
+				r.Family = fam // RuleDel needs it; the dump leaves it unset
+				ours = append(ours, r)
+			}
 		}
 	}
 	return ours, nil
+}
+
+// gatewayTableRoutes lists GatewayRouteTable in both families.
+func gatewayTableRoutes() ([]netlink.Route, error) {
+	var out []netlink.Route
+	for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
+		rs, err := nldump.Retry(func() ([]netlink.Route, error) {
+			return netlink.RouteListFiltered(fam, &netlink.Route{Table: GatewayRouteTable}, netlink.RT_FILTER_TABLE)
+		})
+		if err != nil {
+			if fam == unix.AF_INET6 && ipv6Off() {
+				continue
+			}
+			return nil, err
+		}
+		out = append(out, rs...)
+	}
+	return out, nil
+}
+
+// ipv6Off: the kernel was booted with ipv6.disable=1 (no IPv6 rules or
+// routes to list).
+func ipv6Off() bool {
+	_, err := os.Stat("/proc/sys/net/ipv6")
+	return errors.Is(err, os.ErrNotExist)
+}
+
+func familyOf(a netip.Addr) int {
+	if a.Is4() {
+		return unix.AF_INET
+	}
+	return unix.AF_INET6
 }
 
 func ruleDel(r *netlink.Rule) error {

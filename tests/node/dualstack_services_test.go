@@ -92,6 +92,27 @@ func TestDualStackServices(t *testing.T) {
 			t.Errorf("UDP from %s to %s: %q %v", cl.name, dnsAddr, got, err)
 		}
 	}
+	// externalIPs in both families are VIPs with that family's backends;
+	// an IPv6 externalIP inside the pod subnet is refused (only that one:
+	// a tenant must not take over pod addresses in either family).
+	ext := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web-ext"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, IPFamilyPolicy: &require,
+			ExternalIPs: []string{"192.0.2.80", "2001:db8::80", "fd00:10:16::99"},
+			Ports:       []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}}}}
+	if _, err := c.cp.kc.CoreV1().Services(ns).Create(context.Background(), ext, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitBackends(t, ns, "web-ext", corev1.ProtocolTCP, "192.0.2.80:80", v4...)
+	c.waitBackends(t, ns, "web-ext", corev1.ProtocolTCP, "[2001:db8::80]:80", v6...)
+	if got, ok := c.backendsInNB(ns, "web-ext", corev1.ProtocolTCP, "[fd00:10:16::99]:80"); ok {
+		t.Errorf("the externalIP fd00:10:16::99 inside the pod subnet fd00:10:16::/64 is a VIP (backends %v)", got)
+	}
+	c.waitChassisCaughtUp(t)
+	for _, addr := range []string{"192.0.2.80:80", "[2001:db8::80]:80"} {
+		if got, err := ask(clients[0].netns, addr, 3*time.Second); err != nil || (got != "web-0" && got != "web-1") {
+			t.Errorf("%s to externalIP %s: %q %v", clients[0].name, addr, got, err)
+		}
+	}
 	// The node itself (host network, routed into OVN by ovn0's IPv6 route
 	// to the Service range).
 	addr := net.JoinHostPort(web[1], "80")

@@ -173,11 +173,17 @@ func (c *cluster) waitGatewayRank(t testing.TB, subnet string, nodes []string, l
 // sourceUntil connects from p to the outside until the outside sees want as
 // the source, or the deadline passes (returns the last source seen).
 func (c *cluster) sourceUntil(p *clusterPod, want string, limit time.Duration) (string, error) {
+	return c.world.sourceUntil(p, want, limit)
+}
+
+// sourceUntil connects from p to o until o sees want as the source, or the
+// deadline passes (returns the last source seen).
+func (o *outside) sourceUntil(p *clusterPod, want string, limit time.Duration) (string, error) {
 	deadline := time.Now().Add(limit)
 	var last string
 	var err error
 	for time.Now().Before(deadline) {
-		last, err = c.world.sourceSeen(p.netns, 500*time.Millisecond)
+		last, err = o.sourceSeen(p.netns, 500*time.Millisecond)
 		if err == nil && last == want {
 			return last, nil
 		}
