@@ -56,9 +56,25 @@ func BenchmarkKernelEgressThroughput(b *testing.B) {
 // received, in Mbit/s.
 func iperf3Mbps(b testing.TB, vm *qemuvm.VM, argv []string, server string) float64 {
 	b.Helper()
+	return iperf3TCP(b, vm, argv, server).mbps
+}
+
+// iperf3Result is one iperf3 TCP test: what the server received, and the
+// sender's retransmitted segments (loss or reordering on the way).
+type iperf3Result struct {
+	mbps        float64
+	retransmits int
+}
+
+// iperf3TCP is iperf3Mbps with the sender's retransmits.
+func iperf3TCP(b testing.TB, vm *qemuvm.VM, argv []string, server string) iperf3Result {
+	b.Helper()
 	r := vm.MustExec(b, qemuvm.Cmd{Argv: append(slices.Clone(argv), "iperf3", "-c", server, "-t", "5", "-J"), Timeout: 2 * time.Minute})
 	var res struct {
 		End struct {
+			SumSent struct {
+				Retransmits int `json:"retransmits"`
+			} `json:"sum_sent"`
 			SumReceived struct {
 				BitsPerSecond float64 `json:"bits_per_second"`
 			} `json:"sum_received"`
@@ -67,5 +83,5 @@ func iperf3Mbps(b testing.TB, vm *qemuvm.VM, argv []string, server string) float
 	if err := json.Unmarshal([]byte(r), &res); err != nil || res.End.SumReceived.BitsPerSecond == 0 {
 		b.Fatalf("iperf3 %v to %s: %v\n%s", argv, server, err, r)
 	}
-	return res.End.SumReceived.BitsPerSecond / 1e6
+	return iperf3Result{mbps: res.End.SumReceived.BitsPerSecond / 1e6, retransmits: res.End.SumSent.Retransmits}
 }

@@ -89,7 +89,7 @@ type Config struct {
 type NIC struct {
 	Name    string // interface name inside; default eth<N>
 	MAC     string // default 52:54:00:00:<vm>:<N>
-	Addr    string // CIDR given to it inside, optional
+	Addr    string // CIDR given to it inside, optional (IPv6: without DAD)
 	Gateway string // default route through it, optional
 	MTU     int    // optional
 	user    bool
@@ -768,7 +768,15 @@ func (vm *VM) setupNet() error {
 		}
 		fmt.Fprintf(&sb, "ip link set %s up\n", n.Name)
 		if n.Addr != "" {
-			fmt.Fprintf(&sb, "ip addr add %s dev %s\n", n.Addr, n.Name)
+			// An IPv6 address skips duplicate address detection: it is
+			// usable at once instead of tentative for a second or more
+			// (a daemon binding to it would fail), and a VM link has no
+			// other host that could hold it.
+			nodad := ""
+			if strings.Contains(n.Addr, ":") {
+				nodad = " nodad"
+			}
+			fmt.Fprintf(&sb, "ip addr add %s dev %s%s\n", n.Addr, n.Name, nodad)
 		}
 		if n.Gateway != "" {
 			fmt.Fprintf(&sb, "ip route add default via %s dev %s\n", n.Gateway, n.Name)
