@@ -24,15 +24,27 @@ type Standalone struct {
 	nbRemote nodeconfig.Remote
 	node     string
 	log      *slog.Logger
+	// cidrs and joinCIDRs are ovn-default's and join's cidrBlocks ("": the defaults).
+	cidrs, joinCIDRs string
 
 	nb  *ovnnb.Client
 	net *ovnnet.Network
 }
 
 // NewStandalone allocates pods' addresses on node from the NB database at
-// nbRemote.
-func NewStandalone(nbRemote nodeconfig.Remote, node string, log *slog.Logger) *Standalone {
-	return &Standalone{nbRemote: nbRemote, node: node, log: log}
+// nbRemote, in ovn-default's cidrs and join's joinCIDRs (nil: the defaults,
+// 10.16.0.0/16 and 100.64.0.0/16).
+func NewStandalone(nbRemote nodeconfig.Remote, node string, cidrs, joinCIDRs []netip.Prefix, log *slog.Logger) *Standalone {
+	return &Standalone{nbRemote: nbRemote, node: node, cidrs: joinPrefixes(cidrs), joinCIDRs: joinPrefixes(joinCIDRs), log: log}
+}
+
+// joinPrefixes writes prefixes as a cidrBlock ("" for none).
+func joinPrefixes(ps []netip.Prefix) string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.String())
+	}
+	return strings.Join(out, ",")
 }
 
 // Kubernetes is false: the CNI arguments are the pods' annotations.
@@ -47,7 +59,7 @@ func (s *Standalone) Start(ctx context.Context) error {
 	}
 	s.nb = nb
 	s.net = ovnnet.New(nb, ovnnet.Config{})
-	if err := s.net.EnsureDefaultTopology(ctx, "", ""); err != nil {
+	if err := s.net.EnsureDefaultTopology(ctx, s.cidrs, s.joinCIDRs); err != nil {
 		return fmt.Errorf("%s: default topology: %w", standaloneNote, err)
 	}
 	// Rebuild the allocations from the ports already in NB, so that no

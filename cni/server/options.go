@@ -185,5 +185,5 @@ func newSource(o Options, st settings, log *slog.Logger) (podsource.Source, erro
 			return podsource.NewKubeFromConfig(rc, ko)
 		}
 	}
-	return podsource.NewStandalone(o.Node.NB, o.Node.Name, log), nil
+	return podsource.NewStandalone(o.Node.NB, o.Node.Name, o.Node.StandaloneCIDRs, o.Node.StandaloneJoinCIDRs, log), nil
 }

@@ -64,6 +64,10 @@ type Config struct {
 	// ServiceCIDRs are the cluster's Service ranges (SVC_CIDR), routed
 	// through ovn0 so the node reaches ClusterIPs.
 	ServiceCIDRs []netip.Prefix
+	// StandaloneCIDRs and StandaloneJoinCIDRs are ovn-default's and join's
+	// ranges on a standalone node (one per IP family; nil: the defaults).
+	// A Kubernetes node takes them from the controller's Subnets.
+	StandaloneCIDRs, StandaloneJoinCIDRs []netip.Prefix
 	// NATBackend is how pod egress is masqueraded: auto, nft or iptables-legacy.
 	NATBackend string
 	// HostGuard is "required" or "off" (the host firewall guard).
@@ -225,6 +229,7 @@ func (c *Config) finish() Errors {
 	}
 	errs = append(errs, c.finishCentral()...)
 	errs = append(errs, c.checkProviderNetworks()...)
+	errs = append(errs, c.checkStandaloneCIDRs()...)
 	if c.TunnelType == "stt" && c.Datapath == nodeconfig.ChooseUserspace {
 		errs = append(errs, &Error{Key: "tunnel-type", Value: c.TunnelType, Reason: "STT is not supported by the userspace (netdev) datapath", Fix: "use TUNNEL_TYPE=geneve or vxlan"})
 	}
@@ -233,3 +238,27 @@ func (c *Config) finish() Errors {
 
 // Remote reports whether the OVN databases are elsewhere.
 func (c *Config) Remote() bool { return c.Mode == Remote }
+
+// checkStandaloneCIDRs: the join subnet must have each IP family of
+// ovn-default (ovn0 routes each family's pods through its join address),
+// and the pod subnets are only the node's own to set when it is alone.
+func (c *Config) checkStandaloneCIDRs() Errors {
+	families := func(ps []netip.Prefix, def string) (v4, v6 bool) {
+		if len(ps) == 0 {
+			ps = []netip.Prefix{netip.MustParsePrefix(def)}
+		}
+		for _, p := range ps {
+			v4, v6 = v4 || p.Addr().Is4(), v6 || p.Addr().Is6()
+		}
+		return v4, v6
+	}
+	d4, d6 := families(c.StandaloneCIDRs, "10.16.0.0/16")
+	j4, j6 := families(c.StandaloneJoinCIDRs, "100.64.0.0/16")
+	var errs Errors
+	if (d4 && !j4) || (d6 && !j6) {
+		errs = append(errs, &Error{Key: "node-switch-cidr", Value: fmt.Sprint(c.StandaloneJoinCIDRs),
+			Reason: fmt.Sprintf("the join subnet lacks an IP family of --default-cidr %v", c.StandaloneCIDRs),
+			Fix:    "give one join CIDR per family of --default-cidr, e.g. --node-switch-cidr=100.64.0.0/16,fd00:100:64::/112 with --default-cidr=10.16.0.0/16,fd00:10:16::/64"})
+	}
+	return errs
+}

@@ -194,3 +194,26 @@ func TestServiceLinkVariablesAreIgnored(t *testing.T) {
 		}
 	}
 }
+
+// A standalone node's pod and join ranges: one CIDR per family, the join
+// range covering each family of the pod range; a dual-stack pair loads.
+func TestStandaloneCIDRs(t *testing.T) {
+	c, err := load(t, []string{"--default-cidr=10.16.0.0/16,fd00:10:16::/64"}, []string{"NODE_NAME=n", "JOIN_CIDR=100.64.0.0/16,fd00:100:64::/112"})
+	if err != nil || len(c.StandaloneCIDRs) != 2 || len(c.StandaloneJoinCIDRs) != 2 {
+		t.Fatalf("dual-stack ranges: %+v, %v", c, err)
+	}
+	for _, tc := range []struct {
+		args, env []string
+		key, sub  string
+	}{
+		{[]string{"--default-cidr=10.16.0.0/16,10.17.0.0/16"}, nil, "--default-cidr", "same IP family"},
+		{nil, []string{"POD_CIDR=10.16.0.1/16"}, "POD_CIDR", "use 10.16.0.0/16"},
+		{[]string{"--default-cidr=10.16.0.0/16,fd00:10:16::/64"}, nil, "node-switch-cidr", "fd00:100:64::/112"},
+		{[]string{"--default-cidr=fd00:10:16::/64", "--node-switch-cidr=100.64.0.0/16"}, nil, "node-switch-cidr", "lacks an IP family"},
+	} {
+		_, err := load(t, tc.args, append([]string{"NODE_NAME=n"}, tc.env...))
+		if err == nil || !strings.Contains(err.Error(), tc.key) || !strings.Contains(err.Error(), tc.sub) {
+			t.Errorf("%v %v: %v, want an error naming %s with %q", tc.args, tc.env, err, tc.key, tc.sub)
+		}
+	}
+}

@@ -103,6 +103,28 @@ func oneOf(dst *string, choices ...string) func(*Config, string) error {
 	}
 }
 
+// familyCIDRs parses a comma-separated list of at most one CIDR per IP
+// family ("" is none); fix says how to write it.
+func familyCIDRs(v, fix string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	fams := map[bool]netip.Prefix{}
+	for _, f := range splitList(v) {
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			return nil, bad(fmt.Sprintf("%q is not a CIDR", f), fix)
+		}
+		if p != p.Masked() {
+			return nil, bad(fmt.Sprintf("%q has host bits set", f), "use "+p.Masked().String())
+		}
+		if o, dup := fams[p.Addr().Is4()]; dup {
+			return nil, bad(fmt.Sprintf("%s and %s are of the same IP family", o, p), "give at most one IPv4 and one IPv6 CIDR")
+		}
+		fams[p.Addr().Is4()] = p
+		out = append(out, p)
+	}
+	return out, nil
+}
+
 func splitList(v string) []string {
 	var out []string
 	for _, f := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' }) {
@@ -212,27 +234,22 @@ func baseSettings() []setting {
 				return nil
 			}},
 		{Name: "service-cluster-ip-range", Env: []string{"SVC_CIDR"}, Default: "10.96.0.0/12", Help: "the cluster's Service CIDR(s), comma-separated, one per IP family (Kube-OVN's SVC_CIDR): routed via ovn0 so the node reaches ClusterIPs",
-			Set: func(c *Config, v string) error {
-				c.ServiceCIDRs = nil
-				fams := map[bool]netip.Prefix{}
-				for _, f := range splitList(v) {
-					p, err := netip.ParsePrefix(f)
-					if err != nil {
-						return bad(fmt.Sprintf("%q is not a CIDR", f), "give the apiserver's --service-cluster-ip-range, e.g. 10.96.0.0/12 or 10.96.0.0/12,fd00:10:96::/112")
-					}
-					if p != p.Masked() {
-						return bad(fmt.Sprintf("%q has host bits set", f), "use "+p.Masked().String())
-					}
-					if o, dup := fams[p.Addr().Is4()]; dup {
-						return bad(fmt.Sprintf("%s and %s are of the same IP family", o, p), "give at most one IPv4 and one IPv6 range, as the apiserver does")
-					}
-					fams[p.Addr().Is4()] = p
-					c.ServiceCIDRs = append(c.ServiceCIDRs, p)
-				}
-				if len(c.ServiceCIDRs) == 0 {
+			Set: func(c *Config, v string) (err error) {
+				c.ServiceCIDRs, err = familyCIDRs(v, "give the apiserver's --service-cluster-ip-range, e.g. 10.96.0.0/12 or 10.96.0.0/12,fd00:10:96::/112")
+				if err == nil && len(c.ServiceCIDRs) == 0 {
 					return bad("empty", "give the cluster's Service CIDR, e.g. 10.96.0.0/12 (Kube-OVN's default)")
 				}
-				return nil
+				return err
+			}},
+		{Name: "default-cidr", Env: []string{"POD_CIDR"}, Help: "standalone nodes: ovn-default's CIDR(s), one per IP family, e.g. 10.16.0.0/16,fd00:10:16::/64 for dual-stack pods (default 10.16.0.0/16; Kubernetes nodes take Subnets from the controller)",
+			Set: func(c *Config, v string) (err error) {
+				c.StandaloneCIDRs, err = familyCIDRs(v, "give one CIDR per IP family, e.g. 10.16.0.0/16 or 10.16.0.0/16,fd00:10:16::/64")
+				return err
+			}},
+		{Name: "node-switch-cidr", Env: []string{"JOIN_CIDR"}, Help: "standalone nodes: the join subnet's CIDR(s) (ovn0), one per IP family of --default-cidr, e.g. 100.64.0.0/16,fd00:100:64::/112 (default 100.64.0.0/16)",
+			Set: func(c *Config, v string) (err error) {
+				c.StandaloneJoinCIDRs, err = familyCIDRs(v, "give one CIDR per IP family, e.g. 100.64.0.0/16 or 100.64.0.0/16,fd00:100:64::/112")
+				return err
 			}},
 		{Name: "disable-modules-management", Bool: true, Env: []string{"DISABLE_MODULES_MANAGEMENT"}, Default: "false", Help: "never try to load kernel modules (Talos)", Set: func(c *Config, v string) error { return parseBool(&c.DisableMod)(c, v) }},
 		{Name: "userspace-tunnel", Bool: true, Env: nil, Default: "false", Help: "with the userspace (netdev) datapath, attach the tunnel interface to OVS bridge br-phy and move its addresses and routes there, so Geneve/VXLAN reach other nodes; restored on stop",

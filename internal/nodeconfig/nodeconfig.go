@@ -127,6 +127,9 @@ type NodeConfig struct {
 	PodMTU int
 	// ServiceCIDRs are the cluster's Service ranges, routed via ovn0.
 	ServiceCIDRs []netip.Prefix
+	// StandaloneCIDRs and StandaloneJoinCIDRs: ovn-default's and join's
+	// ranges on a standalone node (nil: 10.16.0.0/16 and 100.64.0.0/16).
+	StandaloneCIDRs, StandaloneJoinCIDRs []netip.Prefix
 	// UserspaceTunnel: TunnelIface is attached to PhysBridge and its
 	// addresses live there while the node runs.
 	UserspaceTunnel bool

@@ -3,6 +3,7 @@ package cni_test
 import (
 	"encoding/json"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/ovnhost/ovnhost/cni/server"
 	"github.com/ovnhost/ovnhost/controller/kube"
 )
 
@@ -91,5 +93,43 @@ func TestKubeDualStackNodePort(t *testing.T) {
 	transfer(t, "", ln, addr, 256<<10)
 	if out := k.del(t, p); out.Code != 0 {
 		t.Fatal(out.Err.Msg)
+	}
+}
+
+// A standalone node (no Kubernetes: podman, nerdctl) with dual-stack
+// ranges (--default-cidr 10.16.0.0/16,fd00:10:16::/64, --node-switch-cidr
+// with an IPv6 join range): each pod gets an address of each family, pods
+// reach each other over IPv6, and the node reaches a pod's IPv6 address
+// through ovn0. Without the settings every pod is IPv4 only (the other
+// standalone tests).
+func TestStandaloneDualStackPods(t *testing.T) {
+	n := startNode(t, nodeOpts{beforeServer: func(cfg *server.Options) {
+		cfg.Node.StandaloneCIDRs = []netip.Prefix{netip.MustParsePrefix("10.16.0.0/16"), netip.MustParsePrefix("fd00:10:16::/64")}
+		cfg.Node.StandaloneJoinCIDRs = []netip.Prefix{netip.MustParsePrefix("100.64.0.0/16"), netip.MustParsePrefix("fd00:100:64::/112")}
+	}})
+	var v6 []string
+	var pods []*pod
+	for _, name := range []string{"a6", "b6"} {
+		p := n.add(t, name, "")
+		var r addResult
+		if err := json.Unmarshal(p.raw, &r); err != nil || len(r.IPs) != 2 {
+			t.Fatalf("pod %s's result %s: want two addresses (%v)", name, p.raw, err)
+		}
+		a := strings.Split(r.IPs[1].Address, "/")[0]
+		if !strings.HasPrefix(a, "fd00:10:16::") || !strings.HasPrefix(p.ip, "10.16.") {
+			t.Fatalf("pod %s's addresses %s and %s: want one of 10.16.0.0/16 and one of fd00:10:16::/64", name, p.ip, a)
+		}
+		v6, pods = append(v6, a), append(pods, p)
+	}
+	if err := ping(t, pods[0].netns, v6[1]); err != nil {
+		t.Errorf("pod a6 to pod b6 over IPv6: %v", err)
+	}
+	waitOVN0Route(t, "fd00:10:16::/64")
+	ln := listen(t, pods[1].netns, net.JoinHostPort(v6[1], "80"))
+	transfer(t, "", ln, net.JoinHostPort(v6[1], "80"), 64<<10)
+	for _, p := range pods {
+		if out := n.del(t, p); out.Code != 0 {
+			t.Fatal(out.Err.Msg)
+		}
 	}
 }
