@@ -40,6 +40,9 @@ func TestValidate(t *testing.T) {
 		{map[string]any{"cidrBlock": "192.168.50.0/24,fd00:50::/64", "gateway": "fd00:50::1", "vlan": "vlan50"}, "InvalidField",
 			`gateway "fd00:50::1" has no IPv4 address`},
 		{map[string]any{"cidrBlock": "10.1.0.0/16,fd00::/64", "gateway": "10.1.0.1"}, "InvalidField", "its pods would get no IPv6 default route"},
+		// Two IPv4 gateways pass the CRD's count rule; the first is kept in the fix.
+		{map[string]any{"cidrBlock": "10.1.0.0/16,fd00::/64", "gateway": "10.1.0.1,10.1.0.2", "vlan": "v1"}, "InvalidField",
+			`gateway: "10.1.0.1,<the IPv6 gateway in fd00::/64>"`},
 	}
 	for _, c := range cases {
 		_, _, p := Validate(obj(c.spec))

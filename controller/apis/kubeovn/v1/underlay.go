@@ -216,7 +216,7 @@ func gatewayByFamily(name string, spec SubnetSpec) (string, *Problem) {
 	var missing *netip.Prefix
 	for i, c := range cidrs {
 		for _, g := range gws {
-			if g.Is4() == c.Addr().Is4() {
+			if g.Is4() == c.Addr().Is4() && ordered[i] == "" {
 				ordered[i] = g.String()
 			}
 		}
