@@ -170,10 +170,15 @@ func configurePodEnd(cfg Config) (int, error) {
 		return 0, stepErr("look up pod end "+cfg.IfName, err)
 	}
 	// DAD off before any address or link-up: a pod's address is allocated
-	// by IPAM, and DAD would delay it by a second or more.
-	for _, k := range []string{"accept_dad", "dad_transmits"} {
+	// by IPAM, and DAD would delay it by a second or more. Router
+	// advertisements off too (Kube-OVN's CNI sets accept_ra=0 in every
+	// pod): the addresses and routes are IPAM's, and on an underlay
+	// subnet the physical router's advertisements would add a default
+	// route past the interconnection gateway and SLAAC addresses IPAM
+	// does not know.
+	for _, k := range []string{"accept_dad", "dad_transmits", "accept_ra"} {
 		if err := writeSysctl(filepath.Join("/proc/sys/net/ipv6/conf", cfg.IfName, k), "0"); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return 0, stepErr("disable IPv6 DAD on "+cfg.IfName, err)
+			return 0, stepErr("turn off IPv6 DAD and router advertisements on "+cfg.IfName, err)
 		}
 	}
 	if cfg.TxChecksumOff {

@@ -67,12 +67,14 @@ func TestSetupPingCheckTeardown(t *testing.T) {
 		if on {
 			t.Errorf("tx checksum offload still on in the pod")
 		}
-		b, err := os.ReadFile("/proc/sys/net/ipv6/conf/eth0/accept_dad")
-		if err != nil {
-			return err
-		}
-		if strings.TrimSpace(string(b)) != "0" {
-			t.Errorf("accept_dad = %s, want 0", b)
+		for _, k := range []string{"accept_dad", "accept_ra"} {
+			b, err := os.ReadFile("/proc/sys/net/ipv6/conf/eth0/" + k)
+			if err != nil {
+				return err
+			}
+			if strings.TrimSpace(string(b)) != "0" {
+				t.Errorf("%s = %s, want 0", k, b)
+			}
 		}
 		l, err := netlink.LinkByName("eth0")
 		if err != nil {

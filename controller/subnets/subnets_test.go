@@ -2,6 +2,7 @@ package subnets
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -446,5 +447,64 @@ func TestUnderlaySubnetOnAConflictingVlanIsRefused(t *testing.T) {
 	}
 	if ls := f.switchNamed(t, "u100b"); ls != nil {
 		t.Fatal("a Subnet on a conflicting Vlan got a switch")
+	}
+}
+
+// A dual-stack interconnected underlay subnet: the router's port gets an
+// address of each family (the IPv4 one asked for, the IPv6 one allocated),
+// both in the status in cidrBlock's order; each family's traffic is sent on
+// to that family's physical gateway. A dual-stack underlay Subnet naming
+// only its IPv4 gateway is refused, with the fix, and only that one.
+func TestDualStackInterconnectedUnderlaySubnet(t *testing.T) {
+	f := start(t, ctltest.Subnet("u50", map[string]any{"cidrBlock": "192.168.50.0/24,fd00:50::/64", "gateway": "192.168.50.254,fd00:50::fe",
+		"vlan": "v50", "u2oInterconnection": true, "u2oInterconnectionIP": "192.168.50.253"}),
+		ctltest.Subnet("u60", map[string]any{"cidrBlock": "192.168.60.0/24,fd00:60::/64", "gateway": "192.168.60.254", "vlan": "v50"}),
+		underlayObject("Vlan", "v50", map[string]any{"id": int64(50), "provider": "physnet1"}))
+	if _, err := f.Dynamic.Resource(kubeovnv1.ProviderNetworkGVR).Create(f.Ctx, underlayObject("ProviderNetwork", "physnet1",
+		map[string]any{"defaultInterface": "eth1"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctltest.Await(t, f.r.providers, "physnet1", func(obj any) bool { return obj != nil })
+	f.r.started.Store(true)
+	f.programAll(t)
+	if err := f.r.syncStatus(f.Ctx, "u50"); err != nil {
+		t.Fatal(err)
+	}
+	st := f.GetSubnet("u50").Status
+	ips := strings.Split(st.U2OInterconnectionIP, ",")
+	if len(ips) != 2 || ips[0] != "192.168.50.253" || !strings.HasPrefix(ips[1], "fd00:50::") || ips[1] == "fd00:50::fe" {
+		t.Fatalf("status.u2oInterconnectionIP %q, want 192.168.50.253 and an IPv6 address of its own", st.U2OInterconnectionIP)
+	}
+	var lrp *nbdb.LogicalRouterPort
+	for _, p := range nbtest.Rows[*nbdb.LogicalRouterPort](t, f.NBServer, f.NB, nbdb.LogicalRouterPortTable) {
+		if p.Name == "ovn-cluster-u50" {
+			lrp = p
+		}
+	}
+	if lrp == nil || !slices.Equal(lrp.Networks, []string{"192.168.50.253/24", ips[1] + "/64"}) {
+		t.Fatalf("router port on u50 %+v, want networks 192.168.50.253/24 and %s/64", lrp, ips[1])
+	}
+	policies := map[string][]string{}
+	for _, pol := range nbtest.Rows[*nbdb.LogicalRouterPolicy](t, f.NBServer, f.NB, nbdb.LogicalRouterPolicyTable) {
+		if pol.ExternalIDs["egress"] == "u2o" {
+			policies[pol.Match] = pol.Nexthops
+		}
+	}
+	want := map[string][]string{
+		"ip4.src == 192.168.50.0/24 && ip4.dst == $ovnhost.nodes.ip4": {"192.168.50.254"}, "ip4.src == 192.168.50.0/24": {"192.168.50.254"},
+		"ip6.src == fd00:50::/64 && ip6.dst == $ovnhost.nodes.ip6": {"fd00:50::fe"}, "ip6.src == fd00:50::/64": {"fd00:50::fe"},
+	}
+	if !maps.EqualFunc(policies, want, slices.Equal) {
+		t.Errorf("u2o policies %v, want %v", policies, want)
+	}
+	if p := f.r.Problem("u60"); p == nil || p.Reason != "InvalidField" ||
+		!strings.Contains(p.Message, `gateway "192.168.60.254" has no IPv6 address`) || !strings.Contains(p.Message, `gateway: "192.168.60.254,<the IPv6 gateway in fd00:60::/64>"`) {
+		t.Errorf("u60 (dual-stack, IPv4 gateway only): problem %+v, want InvalidField naming the missing IPv6 gateway and the fix", p)
+	}
+	if f.switchNamed(t, "u60") != nil {
+		t.Error("u60 got a switch")
+	}
+	if p := f.r.Problem("u50"); p != nil {
+		t.Errorf("u50 refused along with u60: %+v", p)
 	}
 }

@@ -128,18 +128,19 @@ func (n *Network) syncClusterSet(ctx context.Context) error {
 		for _, ip := range f.of(nodes) {
 			nodeAddrs = append(nodeAddrs, ip.String())
 		}
-		if f.ip == "ip4" {
-			// The u2o policies' set of node addresses (IPv4 only, as u2o).
-			if err := n.NB.EnsureAddressSet(ctx, ovnnb.AddressSet{Name: NodeAddressesSet, Addresses: nodeAddrs, ExternalIDs: map[string]string{keyEgress: "nodes"}}); err != nil {
-				return err
-			}
-		}
 		addrs = append(addrs, nodeAddrs...)
 		if f.ip == "ip6" && len(addrs) == 0 {
-			if err := n.NB.DeleteAddressSet(ctx, f.clusterSet()); err != nil {
-				return err
+			for _, set := range []string{f.clusterSet(), f.nodesSet()} {
+				if err := n.NB.DeleteAddressSet(ctx, set); err != nil {
+					return err
+				}
 			}
 			continue
+		}
+		// The nodes' addresses of this family, which the u2o policies of
+		// the family name (the IPv4 set always exists, as before IPv6).
+		if err := n.NB.EnsureAddressSet(ctx, ovnnb.AddressSet{Name: f.nodesSet(), Addresses: nodeAddrs, ExternalIDs: map[string]string{keyEgress: "nodes"}}); err != nil {
+			return err
 		}
 		if err := n.NB.EnsureAddressSet(ctx, ovnnb.AddressSet{Name: f.clusterSet(), Addresses: addrs, ExternalIDs: map[string]string{keyEgress: "cluster"}}); err != nil {
 			return err

@@ -28,34 +28,60 @@ const (
 	U2OOtherPriority = EgressPriority + 100
 )
 
-// NodeAddressesSet holds the nodes' IPv4 addresses (Node InternalIPs).
-const NodeAddressesSet = "ovnhost.nodes.ip4"
+// NodeAddressesSet holds the nodes' IPv4 addresses (Node InternalIPs),
+// NodeAddressesSet6 their IPv6 ones (present while the cluster has IPv6
+// addresses, as ovnhost.cluster.ip6).
+const (
+	NodeAddressesSet  = "ovnhost.nodes.ip4"
+	NodeAddressesSet6 = "ovnhost.nodes.ip6"
+)
+
+func (f ipFamily) nodesSet() string { return "ovnhost.nodes." + f.ip }
 
 func u2oIDs(subnet string) map[string]string {
 	return map[string]string{keyEgress: "u2o", ovnnb.KeySwitch: subnet}
 }
 
-// syncU2OPolicies adds or removes a subnet's interconnection policies.
+// u2oPolicies are an interconnected subnet's policies: per family of its
+// CIDRs, its traffic to the nodes' addresses and everywhere outside the
+// cluster goes on to its physical gateway of that family (none for a
+// family without one).
+func (n *Network) u2oPolicies(cfg ipam.SubnetConfig) []ovnnb.Policy {
+	var out []ovnnb.Policy
+	for _, c := range cfg.CIDRs {
+		f := ip4Family
+		if !c.Addr().Is4() {
+			f = ip6Family
+		}
+		gw := f.of(cfg.Gateways)
+		if len(gw) == 0 {
+			continue
+		}
+		for _, p := range []ovnnb.Policy{
+			{Priority: U2ONodePriority, Match: fmt.Sprintf("%s.src == %s && %s.dst == $%s", f.ip, c, f.ip, f.nodesSet())},
+			{Priority: U2OOtherPriority, Match: fmt.Sprintf("%s.src == %s", f.ip, c)},
+		} {
+			p.Router, p.Nexthop, p.ExternalIDs = n.cfg.Router, gw[0], u2oIDs(cfg.Name)
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// syncU2OPolicies adds or removes a subnet's interconnection policies,
+// and those of a CIDR it no longer has.
 func (n *Network) syncU2OPolicies(ctx context.Context, cfg ipam.SubnetConfig, on bool) error {
 	if !on {
 		return n.NB.DeletePolicies(ctx, n.cfg.Router, u2oIDs(cfg.Name))
 	}
-	for i, c := range cfg.CIDRs {
-		if !c.Addr().Is4() || i >= len(cfg.Gateways) {
-			continue // IPv4 only, as the rest of egress for now
+	var keep []string
+	for _, p := range n.u2oPolicies(cfg) {
+		if err := n.NB.EnsurePolicy(ctx, p); err != nil {
+			return err
 		}
-		gw := cfg.Gateways[i]
-		for _, p := range []ovnnb.Policy{
-			{Priority: U2ONodePriority, Match: fmt.Sprintf("ip4.src == %s && ip4.dst == $%s", c, NodeAddressesSet)},
-			{Priority: U2OOtherPriority, Match: fmt.Sprintf("ip4.src == %s", c)},
-		} {
-			p.Router, p.Nexthop, p.ExternalIDs = n.cfg.Router, gw, u2oIDs(cfg.Name)
-			if err := n.NB.EnsurePolicy(ctx, p); err != nil {
-				return err
-			}
-		}
+		keep = append(keep, p.Match)
 	}
-	return nil
+	return n.NB.DeletePoliciesExcept(ctx, n.cfg.Router, u2oIDs(cfg.Name), keep)
 }
 
 // U2O is the interconnection address(es) and router port MAC of an

@@ -224,7 +224,11 @@ func Validate(u *unstructured.Unstructured) (ipam.SubnetConfig, *Subnet, *Proble
 	if unsupported := Unsupported(s.Spec); len(unsupported) > 0 {
 		return ipam.SubnetConfig{}, s, &Problem{"UnsupportedField", "ovnhost does not implement " + strings.Join(unsupported, "; ") + "; remove the field(s) to use this subnet"}
 	}
-	cfg, err := ipam.ParseSubnet(u.GetName(), s.Spec.CIDRBlock, s.Spec.Gateway, s.Spec.ExcludeIps)
+	gateway, p := gatewayByFamily(u.GetName(), s.Spec)
+	if p != nil {
+		return ipam.SubnetConfig{}, s, p
+	}
+	cfg, err := ipam.ParseSubnet(u.GetName(), s.Spec.CIDRBlock, gateway, s.Spec.ExcludeIps)
 	if err != nil {
 		msg := err.Error()
 		if ie, ok := err.(*ipam.Error); ok {

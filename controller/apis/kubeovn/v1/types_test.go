@@ -1,6 +1,7 @@
 package v1
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -32,6 +33,16 @@ func TestValidate(t *testing.T) {
 		{map[string]any{"cidrBlock": "10.1.0.0/16", "protocol": "Dual"}, "ProtocolMismatch", "set protocol to IPv4"},
 		{map[string]any{"cidrBlock": "10.1.0.0/16", "gateway": "10.2.0.1"}, "InvalidField", "outside cidrBlock"},
 		{map[string]any{"cidrBlock": "10.1.0.0/16", "mtu": "big"}, "InvalidField", ""},
+		// A dual-stack underlay subnet with only its IPv4 gateway: the
+		// physical router's IPv6 address is not guessed.
+		{map[string]any{"cidrBlock": "192.168.50.0/24,fd00:50::/64", "gateway": "192.168.50.254", "vlan": "vlan50"}, "InvalidField",
+			`subnet "s": gateway "192.168.50.254" has no IPv6 address but cidrBlock "192.168.50.0/24,fd00:50::/64" is dual-stack; the subnet is underlay (spec.vlan "vlan50"): its pods' IPv6 default route goes to the physical router of fd00:50::/64, whose address ovnhost does not guess; give one gateway per family: gateway: "192.168.50.254,<the IPv6 gateway in fd00:50::/64>"`},
+		{map[string]any{"cidrBlock": "192.168.50.0/24,fd00:50::/64", "gateway": "fd00:50::1", "vlan": "vlan50"}, "InvalidField",
+			`gateway "fd00:50::1" has no IPv4 address`},
+		{map[string]any{"cidrBlock": "10.1.0.0/16,fd00::/64", "gateway": "10.1.0.1"}, "InvalidField", "its pods would get no IPv6 default route"},
+		// Two IPv4 gateways pass the CRD's count rule; the first is kept in the fix.
+		{map[string]any{"cidrBlock": "10.1.0.0/16,fd00::/64", "gateway": "10.1.0.1,10.1.0.2", "vlan": "v1"}, "InvalidField",
+			`gateway: "10.1.0.1,<the IPv6 gateway in fd00::/64>"`},
 	}
 	for _, c := range cases {
 		_, _, p := Validate(obj(c.spec))
@@ -43,6 +54,11 @@ func TestValidate(t *testing.T) {
 		"gatewayType": "centralized", "gatewayNode": "n1", "natOutgoing": true, "namespaces": []any{"a"}, "mtu": int64(1400)}))
 	if p != nil || len(cfg.CIDRs) != 2 || s.Spec.GatewayNode != "n1" || s.Spec.MTU != 1400 {
 		t.Fatalf("valid subnet: %+v %+v %+v", cfg, s, p)
+	}
+	// Kube-OVN takes a dual-stack gateway in either order.
+	cfg, _, p = Validate(obj(map[string]any{"cidrBlock": "192.168.50.0/24,fd00:50::/64", "gateway": "fd00:50::fe, 192.168.50.254", "vlan": "vlan50"}))
+	if p != nil || fmt.Sprint(cfg.Gateways) != "[192.168.50.254 fd00:50::fe]" {
+		t.Errorf("dual-stack gateway in the other order: gateways %v, problem %+v", cfg.Gateways, p)
 	}
 }
 

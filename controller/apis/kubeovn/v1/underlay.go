@@ -2,6 +2,8 @@ package v1
 
 import (
 	"fmt"
+	"net/netip"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -171,4 +173,68 @@ func ValidateVlan(u *unstructured.Unstructured) (*Vlan, *Problem) {
 		return &v, &Problem{"InvalidField", "spec.provider is empty; name the ProviderNetwork this VLAN is on"}
 	}
 	return &v, nil
+}
+
+// gatewayByFamily checks spec.gateway, when given, against cidrBlock's
+// families and returns it in cidrBlock's order (Kube-OVN accepts a
+// dual-stack gateway in either order). A dual-stack subnet's gateway must
+// have an address of each family: for an underlay subnet the missing one
+// is not guessed (Kube-OVN takes the first address of the CIDR), since
+// its pods' default route of that family goes to the physical router and
+// the CIDR's first address may be nobody's. Unparsable input is returned
+// as it is, for ipam.ParseSubnet to name.
+func gatewayByFamily(name string, spec SubnetSpec) (string, *Problem) {
+	if strings.TrimSpace(spec.Gateway) == "" {
+		return spec.Gateway, nil
+	}
+	var cidrs []netip.Prefix
+	for _, c := range strings.Split(spec.CIDRBlock, ",") {
+		p, err := netip.ParsePrefix(strings.TrimSpace(c))
+		if err != nil {
+			return spec.Gateway, nil
+		}
+		cidrs = append(cidrs, p.Masked())
+	}
+	var gws []netip.Addr
+	for _, g := range strings.Split(spec.Gateway, ",") {
+		a, err := netip.ParseAddr(strings.TrimSpace(g))
+		if err != nil {
+			return spec.Gateway, nil
+		}
+		gws = append(gws, a.Unmap())
+	}
+	if len(cidrs) < 2 || len(gws) > len(cidrs) {
+		return spec.Gateway, nil
+	}
+	family := func(is4 bool) string {
+		if is4 {
+			return "IPv4"
+		}
+		return "IPv6"
+	}
+	ordered := make([]string, len(cidrs))
+	var missing *netip.Prefix
+	for i, c := range cidrs {
+		for _, g := range gws {
+			if g.Is4() == c.Addr().Is4() && ordered[i] == "" {
+				ordered[i] = g.String()
+			}
+		}
+		if ordered[i] == "" {
+			ordered[i] = "<the " + family(c.Addr().Is4()) + " gateway in " + c.String() + ">"
+			if missing == nil {
+				missing = &cidrs[i]
+			}
+		}
+	}
+	if missing == nil {
+		return strings.Join(ordered, ","), nil
+	}
+	fam := family(missing.Addr().Is4())
+	why := fmt.Sprintf("its pods would get no %s default route", fam)
+	if spec.Vlan != "" && !spec.LogicalGateway {
+		why = fmt.Sprintf("the subnet is underlay (spec.vlan %q): its pods' %s default route goes to the physical router of %s, whose address ovnhost does not guess", spec.Vlan, fam, missing)
+	}
+	return "", &Problem{Reason: "InvalidField", Message: fmt.Sprintf("subnet %q: gateway %q has no %s address but cidrBlock %q is dual-stack; %s; give one gateway per family: gateway: %q",
+		name, spec.Gateway, fam, spec.CIDRBlock, why, strings.Join(ordered, ","))}
 }
