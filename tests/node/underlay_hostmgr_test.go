@@ -84,10 +84,12 @@ method=disabled
 	// netctl doctor on the node sees eth1 bridged and left alone.
 	cmd := exec.Command("ip", append([]string{"netns", "exec", n.NS, testenv.Binary(t, "netctl"), "doctor", "--output=json"}, n.Args...)...)
 	cmd.Env = append(os.Environ(), "DBUS_SYSTEM_BUS_ADDRESS="+nm.Bus)
-	out, _ := cmd.Output()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, runErr := cmd.Output()
 	var rep struct{ Checks []hostcheck.Check }
 	if err := json.Unmarshal(out, &rep); err != nil {
-		t.Fatalf("netctl doctor: %v\n%s", err, out)
+		t.Fatalf("netctl doctor: %v (exit: %v)\n%s\n%s", err, runErr, out, stderr.String())
 	}
 	found := false
 	for _, c := range rep.Checks {
