@@ -92,7 +92,8 @@ func TestDualStackServices(t *testing.T) {
 			t.Errorf("UDP from %s to %s: %q %v", cl.name, dnsAddr, got, err)
 		}
 	}
-	// externalIPs in both families are VIPs with that family's backends;
+	// externalIPs and LoadBalancer ingress addresses in both families are
+	// VIPs with that family's backends;
 	// an IPv6 externalIP inside the pod subnet is refused (only that one:
 	// a tenant must not take over pod addresses in either family).
 	ext := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web-ext"},
@@ -107,10 +108,25 @@ func TestDualStackServices(t *testing.T) {
 	if got, ok := c.backendsInNB(ns, "web-ext", corev1.ProtocolTCP, "[fd00:10:16::99]:80"); ok {
 		t.Errorf("the externalIP fd00:10:16::99 inside the pod subnet fd00:10:16::/64 is a VIP (backends %v)", got)
 	}
+	// A LoadBalancer Service's ingress addresses (as a load balancer
+	// implementation writes them in its status) in both families.
+	lb := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web-lb"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "web"}, IPFamilyPolicy: &require,
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}}}}
+	lb, err := c.cp.kc.CoreV1().Services(ns).Create(context.Background(), lb, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.81"}, {IP: "2001:db8::81"}}
+	if _, err := c.cp.kc.CoreV1().Services(ns).UpdateStatus(context.Background(), lb, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitBackends(t, ns, "web-lb", corev1.ProtocolTCP, "192.0.2.81:80", v4...)
+	c.waitBackends(t, ns, "web-lb", corev1.ProtocolTCP, "[2001:db8::81]:80", v6...)
 	c.waitChassisCaughtUp(t)
-	for _, addr := range []string{"192.0.2.80:80", "[2001:db8::80]:80"} {
+	for _, addr := range []string{"192.0.2.80:80", "[2001:db8::80]:80", "192.0.2.81:80", "[2001:db8::81]:80"} {
 		if got, err := ask(clients[0].netns, addr, 3*time.Second); err != nil || (got != "web-0" && got != "web-1") {
-			t.Errorf("%s to externalIP %s: %q %v", clients[0].name, addr, got, err)
+			t.Errorf("%s to external address %s: %q %v", clients[0].name, addr, got, err)
 		}
 	}
 	// The node itself (host network, routed into OVN by ovn0's IPv6 route
