@@ -248,6 +248,9 @@ func (n *Network) RemoveSubnet(ctx context.Context, name string) error {
 	if err := n.NB.DeletePolicies(ctx, n.cfg.Router, u2oIDs(name)); err != nil {
 		return err
 	}
+	if err := n.NB.DeleteRoutes(ctx, n.cfg.Router, u2oIDs(name)); err != nil {
+		return err
+	}
 	n.IPAM.RemoveSubnet(name)
 	n.mu.Lock()
 	delete(n.physicalGW, name)

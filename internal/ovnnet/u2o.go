@@ -3,6 +3,8 @@ package ovnnet
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"slices"
 
 	"github.com/ovnhost/ovnhost/internal/ipam"
 	"github.com/ovnhost/ovnhost/internal/ovnnb"
@@ -68,20 +70,60 @@ func (n *Network) u2oPolicies(cfg ipam.SubnetConfig) []ovnnb.Policy {
 	return out
 }
 
-// syncU2OPolicies adds or removes a subnet's interconnection policies,
-// and those of a CIDR it no longer has.
+// syncU2OPolicies adds or removes a subnet's interconnection policies
+// (and their next hops' routes), and those of a CIDR it no longer has.
 func (n *Network) syncU2OPolicies(ctx context.Context, cfg ipam.SubnetConfig, on bool) error {
 	if !on {
-		return n.NB.DeletePolicies(ctx, n.cfg.Router, u2oIDs(cfg.Name))
+		if err := n.NB.DeletePolicies(ctx, n.cfg.Router, u2oIDs(cfg.Name)); err != nil {
+			return err
+		}
+		return n.NB.DeleteRoutes(ctx, n.cfg.Router, u2oIDs(cfg.Name))
 	}
 	var keep []string
+	var nexthops []netip.Addr
 	for _, p := range n.u2oPolicies(cfg) {
 		if err := n.NB.EnsurePolicy(ctx, p); err != nil {
 			return err
 		}
 		keep = append(keep, p.Match)
+		if p.Nexthop.Is6() && !slices.Contains(nexthops, p.Nexthop) {
+			nexthops = append(nexthops, p.Nexthop)
+		}
 	}
-	return n.NB.DeletePoliciesExcept(ctx, n.cfg.Router, u2oIDs(cfg.Name), keep)
+	if err := n.NB.DeletePoliciesExcept(ctx, n.cfg.Router, u2oIDs(cfg.Name), keep); err != nil {
+		return err
+	}
+	return n.syncU2ONexthopRoutes(ctx, cfg.Name, nexthops)
+}
+
+// syncU2ONexthopRoutes gives each IPv6 next hop of the subnet's policies
+// (its physical gateway) a static route to itself through itself. OVN
+// 23.03 solicits a reroute policy's IPv6 next hop at the solicited-node
+// group of the packet's destination, not of the next hop, so the physical
+// router never hears the solicitation and nothing beyond it is reached;
+// for a static route's next hop northd adds the solicitation at the next
+// hop's own group. The route sends the gateway's address where the
+// subnet's connected route already does.
+func (n *Network) syncU2ONexthopRoutes(ctx context.Context, subnet string, nexthops []netip.Addr) error {
+	have, err := n.NB.Routes(ctx, n.cfg.Router, u2oIDs(subnet))
+	if err != nil {
+		return err
+	}
+	for _, h := range have {
+		if !slices.Contains(nexthops, h.Prefix.Addr()) {
+			// A gateway the subnet no longer has: start over.
+			if err := n.NB.DeleteRoutes(ctx, n.cfg.Router, u2oIDs(subnet)); err != nil {
+				return err
+			}
+			break
+		}
+	}
+	for _, gw := range nexthops {
+		if err := n.NB.EnsureRoute(ctx, ovnnb.Route{Router: n.cfg.Router, Prefix: netip.PrefixFrom(gw, gw.BitLen()), Nexthop: gw, ExternalIDs: u2oIDs(subnet)}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // U2O is the interconnection address(es) and router port MAC of an

@@ -18,7 +18,9 @@ import (
 // each of the subnet's families and sends no router advertisement (the
 // physical router is the subnet's IPv6 router); per family, the subnet's
 // traffic to the nodes' addresses (ovnhost.nodes.ip4/.ip6) and everywhere
-// outside the cluster is rerouted to the physical gateway of that family.
+// outside the cluster is rerouted to the physical gateway of that family;
+// an IPv6 gateway also has a static route to itself (through which OVN
+// 23.03 learns to solicit it).
 // The IPv4 rows are those of before IPv6 (same match strings); an
 // IPv4-only cluster has no IPv6 row. The subnet losing its IPv6 CIDR loses
 // its IPv6 policies; switched off, it has none.
@@ -110,6 +112,14 @@ func TestU2ORowsPerFamily(t *testing.T) {
 					t.Errorf("the router port holds the physical gateway %s: %v", gw, lrp.Networks)
 				}
 			}
+			// Each IPv6 next hop has its static route (OVN 23.03 solicits
+			// a policy's IPv6 next hop only through one); IPv4 has none.
+			for _, gw := range strings.Split(tc.gateway, ",") {
+				via, has := r.routes[gw]
+				if want := strings.Contains(gw, ":"); has != want || (want && via != gw) {
+					t.Errorf("route to the gateway %s: %q (present %v), want present %v via itself; routes %v", gw, via, has, want, r.routes)
+				}
+			}
 			if len(lrp.Ipv6RaConfigs) != 0 {
 				t.Errorf("the router port on an underlay subnet sends router advertisements onto the physical network: %v", lrp.Ipv6RaConfigs)
 			}
@@ -124,15 +134,23 @@ func TestU2ORowsPerFamily(t *testing.T) {
 					t.Fatal(err)
 				}
 				want := map[string][]string{"31100 " + v4Nodes: {"192.168.50.254"}, "29100 " + v4Policy: {"192.168.50.254"}}
-				if got := u2oPolicies(readEgressRows(t, s, n)); !maps.EqualFunc(got, want, slices.Equal) {
+				r := readEgressRows(t, s, n)
+				if got := u2oPolicies(r); !maps.EqualFunc(got, want, slices.Equal) {
 					t.Errorf("after sub50 became IPv4-only, u2o policies %v, want %v", got, want)
+				}
+				if via, ok := r.routes["fd00:50::fe"]; ok {
+					t.Errorf("after sub50 became IPv4-only, the route to its former IPv6 gateway stays (via %s)", via)
 				}
 			}
 			if err := n.AddSubnet(ctx, cfg, &Underlay{Provider: "physnet1", VlanID: 50}); err != nil {
 				t.Fatal(err)
 			}
-			if got := u2oPolicies(readEgressRows(t, s, n)); len(got) != 0 {
+			r = readEgressRows(t, s, n)
+			if got := u2oPolicies(r); len(got) != 0 {
 				t.Errorf("u2o policies left after the interconnection was switched off: %v", got)
+			}
+			if via, ok := r.routes["fd00:50::fe"]; ok {
+				t.Errorf("the route to the IPv6 gateway stays after the interconnection was switched off (via %s)", via)
 			}
 		})
 	}

@@ -33,16 +33,20 @@ type underlayFamily struct {
 	gateways map[int][]string
 }
 
+// VLAN 200's IPv6 gateway (the address "beyond" VLAN 100's gateway) differs
+// from VLAN 100's in its last 24 bits: the two share no solicited-node
+// group, so reaching it through the interconnection needs the cluster
+// router to solicit VLAN 100's gateway at that gateway's own group.
 var underlayFamilies = []underlayFamily{
 	{name: "ipv4", cluster: clusterSpec{nodes: 2}, protocol: "IPv4",
 		cidrs:    map[int][]string{100: {"10.100.0.0/24"}, 200: {"10.200.0.0/24"}},
 		gateways: map[int][]string{100: {"10.100.0.254"}, 200: {"10.200.0.254"}}},
 	{name: "dual-stack", cluster: clusterSpec{nodes: 2, dualStack: true}, protocol: "Dual",
 		cidrs:    map[int][]string{100: {"10.100.0.0/24", "fd00:a100::/64"}, 200: {"10.200.0.0/24", "fd00:a200::/64"}},
-		gateways: map[int][]string{100: {"10.100.0.254", "fd00:a100::fe"}, 200: {"10.200.0.254", "fd00:a200::fe"}}},
+		gateways: map[int][]string{100: {"10.100.0.254", "fd00:a100::fe"}, 200: {"10.200.0.254", "fd00:a200::c8"}}},
 	{name: "ipv6-only", cluster: clusterSpec{nodes: 2, ipv6Only: true}, protocol: "IPv6",
 		cidrs:    map[int][]string{100: {"fd00:a100::/64"}, 200: {"fd00:a200::/64"}},
-		gateways: map[int][]string{100: {"fd00:a100::fe"}, 200: {"fd00:a200::fe"}}},
+		gateways: map[int][]string{100: {"fd00:a100::fe"}, 200: {"fd00:a200::c8"}}},
 }
 
 // TestUnderlayVLANFamilies: underlay VLAN Subnets in each IP family
