@@ -135,7 +135,8 @@ func moduleLoaded(t testing.TB, vm *qemuvm.VM, name string) bool {
 // pod is a network namespace wired by the installed CNI plugin.
 type pod struct {
 	name string
-	ip   netip.Addr
+	ip   netip.Addr // its IPv4 address, or its IPv6 one if it has none
+	ip6  netip.Addr // its IPv6 address, if it has one
 }
 
 // cniConf turns the installed conflist into the network configuration
@@ -177,11 +178,22 @@ func addPod(t testing.TB, vm *qemuvm.VM, conf []byte, name string) pod {
 	if err := json.Unmarshal([]byte(r.Stdout), &res); err != nil || len(res.IPs) == 0 {
 		t.Fatalf("CNI ADD %s: result without an address: %v\n%s", name, err, r.Stdout)
 	}
-	pfx, err := netip.ParsePrefix(res.IPs[0].Address)
-	if err != nil {
-		t.Fatalf("CNI ADD %s: address %q: %v", name, res.IPs[0].Address, err)
+	p := pod{name: name}
+	for _, a := range res.IPs {
+		pfx, err := netip.ParsePrefix(a.Address)
+		if err != nil {
+			t.Fatalf("CNI ADD %s: address %q: %v", name, a.Address, err)
+		}
+		if ip := pfx.Addr(); ip.Is4() && !p.ip.IsValid() {
+			p.ip = ip
+		} else if ip.Is6() && !p.ip6.IsValid() {
+			p.ip6 = ip
+		}
 	}
-	return pod{name: name, ip: pfx.Addr()}
+	if !p.ip.IsValid() {
+		p.ip = p.ip6
+	}
+	return p
 }
 
 // delPod runs the plugin's DEL and removes the namespace.

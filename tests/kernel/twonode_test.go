@@ -34,10 +34,9 @@ var (
 // device genev_sys_6081; pods on each node ping and carry TCP across; and
 // node-b's kernel datapath has a flow matching on a tunnel from node-a's
 // address to its own, in the underlay's family. The pods are IPv4 in both
-// cases: a standalone node's pod subnet is Kube-OVN's IPv4 default
-// (10.16.0.0/16) and has no setting for an IPv6 range; IPv6 pods over
-// Geneve-over-IPv6 are tests/node's TestIPv6OnlyCluster (userspace
-// datapath, Kubernetes).
+// cases (the standalone default range); dual-stack pods across this
+// tunnel are BenchmarkKernelGeneveIPv6Throughput's, IPv6 pods over
+// Geneve-over-IPv6 with Kubernetes tests/node's TestIPv6OnlyCluster.
 func TestTwoNodesKernelGeneve(t *testing.T) {
 	bn := programs(t)
 	for _, u := range []underlay{underlay4, underlay6} {
@@ -97,8 +96,10 @@ type geneveNodes struct {
 // startGeneveNodes boots two VMs (<prefix>-a, <prefix>-b) on a new link
 // with u's addresses, starts ovnhost on both, waits until node-b's chassis
 // is in node-a's SB, wires a pod on each with the installed plugin and
-// warms the tunnel up with a ping from pod-a to pod-b.
-func startGeneveNodes(t testing.TB, bn bins, u underlay, prefix string) *geneveNodes {
+// warms the tunnel up with a ping from pod-a to pod-b. env is given to
+// both nodes besides IFACE (e.g. POD_CIDR/JOIN_CIDR, which must be the
+// same on both).
+func startGeneveNodes(t testing.TB, bn bins, u underlay, prefix string, env ...string) *geneveNodes {
 	t.Helper()
 	link := qemuvm.NewLink(t)
 	vms := qemuvm.BootAll(t,
@@ -107,7 +108,7 @@ func startGeneveNodes(t testing.TB, bn bins, u underlay, prefix string) *geneveN
 	c := &geneveNodes{a: vms[0], b: vms[1]}
 	c.a.MustExec(t, qemuvm.Cmd{Argv: []string{"ping", "-c", "1", "-W", "10", u.b.Addr().String()}, Timeout: time.Minute})
 
-	startNode(t, c.a, bn, []string{"IFACE=eth0"})
+	startNode(t, c.a, bn, append([]string{"IFACE=eth0"}, env...))
 	// The product has no setting for an all-in-one node to serve its
 	// databases on the network: added to its ovsdb-servers at run time
 	// (an IPv6 address in brackets, ovsdb's syntax).
@@ -125,16 +126,19 @@ func startGeneveNodes(t testing.TB, bn bins, u underlay, prefix string) *geneveN
 	// from the NB when it starts: pod-a exists before node-b starts, so
 	// node-b does not hand out its address again.
 	c.pa = addPod(t, c.a, cniConf(t, c.a), "pod-a")
-	startNode(t, c.b, bn, []string{"IFACE=eth0", "OVN_DB_IPS=" + u.a.Addr().String()})
+	startNode(t, c.b, bn, append([]string{"IFACE=eth0", "OVN_DB_IPS=" + u.a.Addr().String()}, env...))
 	sysB := strings.TrimSpace(c.b.Run(t, "cat", "/var/lib/openvswitch/system-id.conf"))
 	c.a.MustExec(t, qemuvm.Cmd{Argv: []string{"ovn-sbctl", "--db=unix:/run/ovn/ovnsb_db.sock", "--timeout=120",
 		"wait-until", "chassis", sysB}, Timeout: 3 * time.Minute})
 	c.pb = addPod(t, c.b, cniConf(t, c.b), "pod-b")
-	t.Logf("%s underlay: pod-a %s on %s, pod-b %s on %s", u.family, c.pa.ip, c.a.Name, c.pb.ip, c.b.Name)
+	t.Logf("%s underlay: pod-a %s %s on %s, pod-b %s %s on %s", u.family, c.pa.ip, c.pa.ip6, c.a.Name, c.pb.ip, c.pb.ip6, c.b.Name)
 	if c.pa.ip == c.pb.ip {
 		t.Fatalf("both pods got %s", c.pa.ip)
 	}
 	_, _ = c.a.Exec(qemuvm.Cmd{Argv: inPod(c.pa, "ping", "-c", "5", "-i", "0.5", "-W", "5", c.pb.ip.String()), Timeout: time.Minute})
+	if c.pb.ip6.IsValid() && c.pb.ip6 != c.pb.ip {
+		_, _ = c.a.Exec(qemuvm.Cmd{Argv: inPod(c.pa, "ping", "-c", "5", "-i", "0.5", "-W", "5", c.pb.ip6.String()), Timeout: time.Minute})
+	}
 	return c
 }
 
