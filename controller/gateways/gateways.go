@@ -280,7 +280,12 @@ func (r *Reconciler) syncGateway(ctx context.Context, u *unstructured.Unstructur
 	for _, g := range nodes {
 		used = append(used, g.Node)
 	}
-	transit, err := r.cfg.Net.EnsureCentralizedGateway(ctx, name, cfg.CIDRs, nodes)
+	cidrs, noIPv6 := r.gatewayFamilies(cfg.CIDRs, used)
+	if len(cidrs) == 0 {
+		return bad("GatewayNodesWithoutIPv6", fmt.Sprintf("the subnet is IPv6 only and gateway node(s) %s run an ovnhost without IPv6 gateways (node annotation %s without %s); upgrade ovnhost on them",
+			strings.Join(noIPv6, ", "), annotations.NodeFeatures, annotations.FeatureGatewayIPv6))
+	}
+	transit, err := r.cfg.Net.EnsureCentralizedGateway(ctx, name, cidrs, nodes)
 	if err != nil {
 		return nil, err
 	}
@@ -293,7 +298,37 @@ func (r *Reconciler) syncGateway(ctx context.Context, u *unstructured.Unstructur
 	if len(noChassis)+len(notReady) > 0 {
 		msg += "; left out: " + strings.Join(append(noChassis, notReady...), ", ") + " (no chassis or NotReady)"
 	}
+	if len(noIPv6) > 0 {
+		msg += fmt.Sprintf("; IPv6 traffic leaves through each pod's own node until %s run(s) an ovnhost with IPv6 gateways (node annotation %s without %s): upgrade them",
+			strings.Join(noIPv6, ", "), annotations.NodeFeatures, annotations.FeatureGatewayIPv6)
+	}
 	return &kubeovnv1.Condition{Type: GatewayReady, Status: "True", Reason: "GatewayProgrammed", Message: msg}, nil
+}
+
+// gatewayFamilies are the CIDRs the gateway takes: the IPv6 ones only once
+// every gateway node announces IPv6 gateways. A node daemon older than
+// that ignores the IPv6 transit network, so during a rolling upgrade that
+// starts with the controller an IPv6 reroute to it would be a black hole;
+// until then IPv6 leaves through each pod's node, as it did before.
+// noIPv6 names the nodes waited for (none when the subnet has no IPv6).
+func (r *Reconciler) gatewayFamilies(cidrs []netip.Prefix, nodes []string) (out []netip.Prefix, noIPv6 []string) {
+	if !slices.ContainsFunc(cidrs, func(p netip.Prefix) bool { return p.Addr().Is6() }) {
+		return cidrs, nil
+	}
+	for _, name := range nodes {
+		if nd, err := r.nodes.Get(name); err != nil || !annotations.HasFeature(nd.Annotations[annotations.NodeFeatures], annotations.FeatureGatewayIPv6) {
+			noIPv6 = append(noIPv6, name)
+		}
+	}
+	if len(noIPv6) == 0 {
+		return cidrs, nil
+	}
+	for _, p := range cidrs {
+		if p.Addr().Is4() {
+			out = append(out, p)
+		}
+	}
+	return out, noIPv6
 }
 
 // removeGateway removes a subnet's gateway if it has one (subnet deleted or

@@ -226,3 +226,57 @@ func TestGatewayOfADeletedSubnetIsCollectedAtStart(t *testing.T) {
 		t.Fatalf("centralized subnets left: %v", subs)
 	}
 }
+
+// A node daemon older than IPv6 gateways ignores the IPv6 transit network:
+// during a rolling upgrade that starts with the controller, the subnet's
+// IPv6 keeps leaving through each pod's node until every gateway node
+// announces the feature, and an IPv6-only subnet waits with a reason.
+func TestIPv6GatewayWaitsForEveryGatewayNode(t *testing.T) {
+	n1 := gatewayNode("n1", "ch1", corev1.ConditionTrue)
+	n1.Annotations[annotations.NodeFeatures] = annotations.FeatureGatewayIPv6
+	n2 := gatewayNode("n2", "ch2", corev1.ConditionTrue) // not upgraded yet
+	f := start(t, []runtime.Object{n1, n2},
+		central("dual", "10.71.0.0/24,fd00:71::/64", "n1,n2"), central("six", "fd00:72::/64", "n1,n2"))
+	policies := func() []string {
+		var out []string
+		for _, p := range nbtest.Rows[*nbdb.LogicalRouterPolicy](t, f.NBServer, f.NB, nbdb.LogicalRouterPolicyTable) {
+			if p.Priority == ovnnet.CentralizedPriority {
+				out = append(out, p.Match)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	f.awaitStatus(t, "dual", func(c *kubeovnv1.Condition) bool {
+		return c != nil && c.Status == "True" && strings.Contains(c.Message, "IPv6 traffic leaves through each pod's own node until n2 run(s)")
+	})
+	f.awaitStatus(t, "six", func(c *kubeovnv1.Condition) bool {
+		return c != nil && c.Status == "False" && c.Reason == "GatewayNodesWithoutIPv6" && strings.Contains(c.Message, "n2")
+	})
+	if got := policies(); !slices.Equal(got, []string{"ip4.src == 10.71.0.0/24"}) {
+		t.Fatalf("reroutes %v while n2 cannot take IPv6, want the IPv4 one only", got)
+	}
+	if s := f.GetSubnet("dual"); s.Annotations[ovnnet.TransitAnnotation6] != "" {
+		t.Fatalf("IPv6 transit announced before n2 can take it: %v", s.Annotations)
+	}
+
+	// n2 is upgraded: its daemon announces the feature with its chassis.
+	nd, err := f.Kube.CoreV1().Nodes().Get(f.Ctx, "n2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd.Annotations[annotations.NodeFeatures] = annotations.FeatureGatewayIPv6
+	if _, err := f.Kube.CoreV1().Nodes().Update(f.Ctx, nd, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.awaitStatus(t, "dual", func(c *kubeovnv1.Condition) bool {
+		return c != nil && c.Status == "True" && c.Message == "gateway nodes in priority order: n1, n2"
+	})
+	f.awaitStatus(t, "six", func(c *kubeovnv1.Condition) bool { return c != nil && c.Status == "True" })
+	if got := policies(); !slices.Equal(got, []string{"ip4.src == 10.71.0.0/24", "ip6.src == fd00:71::/64", "ip6.src == fd00:72::/64"}) {
+		t.Fatalf("reroutes %v once every gateway node takes IPv6", got)
+	}
+	if s := f.GetSubnet("dual"); s.Annotations[ovnnet.TransitAnnotation6] == "" {
+		t.Fatalf("no IPv6 transit annotation once n2 takes IPv6: %v", s.Annotations)
+	}
+}

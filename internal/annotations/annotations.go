@@ -78,6 +78,27 @@ func OwnedAnnotations(fieldsV1 []byte, keyPrefix string) map[string]bool {
 // Prefix is what every key of this package starts with.
 const Prefix = prefix
 
+// NodeFeatures is written by the node daemon on its own Node, with its
+// chassis: the comma-separated features of the node side that the controller
+// must not rely on before every node involved has them (an older node
+// ignores what it does not know, so the controller keeps the old behaviour
+// for it during a rolling upgrade).
+const NodeFeatures = "ovnhost.io/node-features"
+
+// FeatureGatewayIPv6: the node takes a centralized subnet's IPv6 traffic
+// through the transit network of ovnhost.io/gateway-transit-ip6.
+const FeatureGatewayIPv6 = "gateway-ipv6"
+
+// HasFeature: a NodeFeatures value lists feature.
+func HasFeature(value, feature string) bool {
+	for _, f := range strings.Split(value, ",") {
+		if strings.TrimSpace(f) == feature {
+			return true
+		}
+	}
+	return false
+}
+
 // NotImplemented is written by the controller on a pod: the sorted,
 // comma-separated Kube-OVN annotations of the pod that ovnhost does not
 // implement and already named in a Warning event (so the event is sent once

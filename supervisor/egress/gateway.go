@@ -258,10 +258,15 @@ func (u *Unit) runGatewayAgent(ctx context.Context) {
 // after 3), so a claim made while the sessions start is not reported.
 const claimSettle = 5 * time.Second
 
+// nodeFeatures is what this node daemon announces in annotations.NodeFeatures.
+const nodeFeatures = annotations.FeatureGatewayIPv6
+
 // announceChassis writes ovn.kubernetes.io/chassis=<system-id> on the
-// node's own Node, the one key of admission-node.yaml's policy.
+// node's own Node, and the node features the controller waits for
+// (annotations.NodeFeatures): keys admission-node.yaml's policy allows.
 func announceChassis(ctx context.Context, kc kubernetes.Interface, nodeName, systemID string) error {
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{annotations.Chassis: systemID}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		annotations.Chassis: systemID, annotations.NodeFeatures: nodeFeatures}}})
 	_, err := kc.CoreV1().Nodes().Patch(ctx, nodeName, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "ovnhost-node"})
 	return err
 }

@@ -307,7 +307,8 @@ func checkOwnNodePolicy(t *testing.T, srv *kubeapi.Server) {
 			_, err := c.cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(body), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 			return err
 		}
-		const own = `{"metadata":{"annotations":{"ovn.kubernetes.io/chassis":"c1"}}}`
+		// What the node daemon writes once its chassis exists (supervisor/egress).
+		const own = `{"metadata":{"annotations":{"ovn.kubernetes.io/chassis":"c1","ovnhost.io/node-features":"gateway-ipv6"}}}`
 		// The API server loads a new policy asynchronously: retry the request
 		// that the policy must deny until it is denied (each try is a real
 		// request; the deadline bounds it).
