@@ -42,7 +42,9 @@ func Translate(v *kubeovnv1.Vpc, subnets map[string][]netip.Prefix, exists func(
 		reach = append(reach, link.Masked())
 	}
 	where := fmt.Sprintf("VPC %q (its Subnets %s and peering links)", v.Name, describe(names, subnets))
-	inside := func(a netip.Addr) bool { return slices.ContainsFunc(reach, func(p netip.Prefix) bool { return p.Contains(a) }) }
+	inside := func(a netip.Addr) bool {
+		return slices.ContainsFunc(reach, func(p netip.Prefix) bool { return p.Contains(a) })
+	}
 	for i, rt := range v.Spec.StaticRoutes {
 		if kubeovnv1.StaticRouteProblem(rt) != "" {
 			continue

@@ -72,7 +72,7 @@ type Config struct {
 
 // Condition reasons of a Vpc.
 const (
-	ReasonInvalidEntries = "InvalidEntries"  // some entries were not programmed
+	ReasonInvalidEntries = "InvalidEntries" // some entries were not programmed
 	ReasonNotApplied     = "AcceptedNotApplied"
 	ReasonSucceeded      = "ValidationSucceeded"
 	ReasonProgrammed     = "Programmed"
