@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
 
 	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
 	"github.com/ovnhost/ovnhost/internal/ovnnet"
@@ -104,3 +105,6 @@ func (r *Reconciler) SubnetVpc(name string) (string, bool) {
 	}
 	return kubeovnv1.DefaultVpc, true
 }
+
+// Informer is the Subnet informer (tests await Subnet status on it).
+func (r *Reconciler) Informer() cache.SharedIndexInformer { return r.inf }

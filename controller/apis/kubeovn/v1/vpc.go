@@ -141,7 +141,7 @@ func IsCustomVpc(name string) bool { return name != "" && name != DefaultVpc }
 // What depends on other objects (a next hop outside the VPC's Subnets, a
 // peering to a missing VPC) is the reconciler's to judge.
 func ValidateVpc(u *unstructured.Unstructured) (*Vpc, []string) {
-	spec, _, _ := unstructured.NestedMap(u.Object, "spec")
+	spec, _ := u.Object["spec"].(map[string]any) // read only: no deep copy
 	var probs []string
 	var unknown []string
 	for k := range spec {
