@@ -42,3 +42,15 @@ func (n *Network) RemoveVPC(ctx context.Context, name string) error {
 
 // VPCRouters are the custom VPCs' routers in the NB.
 func (n *Network) VPCRouters(ctx context.Context) ([]string, error) { return n.NB.VPCRouters(ctx) }
+
+// PodVPC is the custom VPC of the pod's address (owner "ns/name"), ""
+// for the default VPC or no address.
+func (n *Network) PodVPC(owner string) string {
+	a, ok := n.IPAM.Lookup(owner)
+	if !ok {
+		return ""
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.vpcOf[a.Subnet]
+}
