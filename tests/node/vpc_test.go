@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os/exec"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,10 +30,10 @@ import (
 //     default pod does;
 //   - a Vpc bound to namespaces refuses a pod of another namespace
 //     (SubnetNotAllowed naming the Vpc);
-//   - a policy route with action drop stops pings to one destination, a
-//     static route sends them to a "router" pod that counts them;
-//   - peering vpc-c and vpc-d (with their static routes) opens exactly
-//     the peered prefix.
+//   - a policy route with action drop stops pings to one destination;
+//   - peering vpc-c and vpc-d opens exactly the prefix their routes send
+//     over it: a reroute policy one way, a static route back (removing
+//     it stops the pings), a bad route failing that entry only.
 func TestVPCIsolationRoutesAndPeering(t *testing.T) {
 	c := startServiceCluster(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -75,7 +74,8 @@ func TestVPCIsolationRoutesAndPeering(t *testing.T) {
 	waitSubnetCondition(t, c, "sa", "False", "VpcNotFound")
 	createVpc("vpc-a", map[string]any{"namespaces": []string{"ns-a"}})
 	createVpc("vpc-b", map[string]any{"namespaces": []string{"ns-b"}})
-	createSubnet("sa2", "vpc-a", "10.201.0.0/24", "ns-a")
+	// sa2 binds no namespace itself: vpc-a's namespaces do.
+	createSubnet("sa2", "vpc-a", "10.201.0.0/24")
 	createSubnet("sb", "vpc-b", "10.200.0.0/24", "ns-b")
 	for _, s := range []string{"sa", "sa2", "sb"} {
 		waitSubnetCondition(t, c, s, "True", "")
@@ -92,7 +92,6 @@ func TestVPCIsolationRoutesAndPeering(t *testing.T) {
 	a0 := pod(0, "ns-a", "a0", "sa", "10.200.0.10")
 	a1 := pod(1, "ns-a", "a1", "sa", "10.200.0.11")
 	a2 := pod(1, "ns-a", "a2", "sa2", "10.201.0.12")
-	router := pod(0, "ns-a", "router", "sa", "10.200.0.20")
 	b0 := pod(0, "ns-b", "b0", "sb", "10.200.0.10")
 	b1 := pod(1, "ns-b", "b1", "sb", "10.200.0.12")
 	web := c.addPod(t, 0, "default", "web", map[string]string{"app": "web"}, nil)
@@ -148,20 +147,6 @@ func TestVPCIsolationRoutesAndPeering(t *testing.T) {
 	patchVpc("vpc-a", map[string]any{"policyRoutes": nil})
 	waitPing(t, a0.netns, a2.ip, "a0 to a2 once the drop policy is removed")
 
-	// A static route: a2's address via the router pod, which counts what
-	// it gets (it does not forward): the pings stop and the router pod
-	// saw them; removed, they pass again.
-	nftIn(t, router.netns, "add table ip obs")
-	nftIn(t, router.netns, "add chain ip obs pre { type filter hook prerouting priority -300 ; }")
-	nftIn(t, router.netns, "add rule ip obs pre ip daddr "+a2.ip+" icmp type echo-request counter")
-	patchVpc("vpc-a", map[string]any{"staticRoutes": []any{map[string]any{"cidr": a2.ip + "/32", "nextHopIP": router.ip, "policy": "policyDst"}}})
-	waitNoPing(t, a0.netns, a2.ip, "a0 to a2 with vpc-a's static route "+a2.ip+"/32 via the router pod "+router.ip)
-	if n := nftCount(t, router.netns); n == 0 {
-		t.Fatalf("the router pod %s counted no echo request to %s: the static route did not send them there", router.ip, a2.ip)
-	}
-	patchVpc("vpc-a", map[string]any{"staticRoutes": nil})
-	waitPing(t, a0.netns, a2.ip, "a0 to a2 once the static route is removed")
-
 	// The Vpc's status as Kube-OVN users read it.
 	waitFor(t, "vpc-a's status: standby, router vpc-a, subnets [sa sa2]", func() bool {
 		u, err := vpcClient.Get(ctx, "vpc-a", metav1.GetOptions{})
@@ -173,7 +158,9 @@ func TestVPCIsolationRoutesAndPeering(t *testing.T) {
 	})
 
 	// Peering: vpc-c (10.230.0.0/24) and vpc-d (10.240.0.0/24 and
-	// 10.241.0.0/24); each side routes only 10.240/24 and 10.230/24.
+	// 10.241.0.0/24). vpc-c sends 10.240/24 over the link with a policy
+	// route (reroute), vpc-d sends 10.230/24 back with a static route; a
+	// peering alone routes nothing, and 10.241/24 is not peered.
 	createVpc("vpc-c", map[string]any{})
 	createVpc("vpc-d", map[string]any{})
 	createSubnet("sc", "vpc-c", "10.230.0.0/24")
@@ -187,16 +174,40 @@ func TestVPCIsolationRoutesAndPeering(t *testing.T) {
 	pd2 := pod(1, "default", "pd2", "sd2", "")
 	mustNotPing(t, pc.netns, pd.ip, "vpc-c pod to vpc-d pod before the peering")
 	patchVpc("vpc-c", map[string]any{
-		"vpcPeerings":  []any{map[string]any{"remoteVpc": "vpc-d", "localConnectIP": "169.254.10.1/30"}},
-		"staticRoutes": []any{map[string]any{"cidr": "10.240.0.0/24", "nextHopIP": "169.254.10.2", "policy": "policyDst"}},
+		"vpcPeerings": []any{map[string]any{"remoteVpc": "vpc-d", "localConnectIP": "169.254.10.1/30"}},
 	})
 	patchVpc("vpc-d", map[string]any{
 		"vpcPeerings":  []any{map[string]any{"remoteVpc": "vpc-c", "localConnectIP": "169.254.10.2/30"}},
 		"staticRoutes": []any{map[string]any{"cidr": "10.230.0.0/24", "nextHopIP": "169.254.10.1", "policy": "policyDst"}},
 	})
-	waitPing(t, pc.netns, pd.ip, "vpc-c pod to vpc-d pod over the peering")
-	mustNotPing(t, pc.netns, pd2.ip, "vpc-c pod to vpc-d's 10.241.0.0/24 (not peered: vpc-c has no route to it)")
+	waitFor(t, "the peering ports vpc-c-vpc-d and vpc-d-vpc-c in the NB", func() bool {
+		out, _ := exec.Command("ovn-nbctl", "--db="+c.cp.central.NB(), "--bare", "--columns=peer", "find", "Logical_Router_Port", "name=vpc-c-vpc-d").CombinedOutput()
+		return strings.TrimSpace(string(out)) == "vpc-d-vpc-c"
+	})
+	mustNotPing(t, pc.netns, pd.ip, "vpc-c pod to vpc-d pod with the peering but no route in vpc-c")
+	patchVpc("vpc-c", map[string]any{"policyRoutes": []any{map[string]any{"priority": 31000, "match": "ip4.dst == 10.240.0.0/24", "action": "reroute", "nextHopIP": "169.254.10.2"}}})
+	waitPing(t, pc.netns, pd.ip, "vpc-c pod to vpc-d pod over the peering (vpc-c's reroute policy, vpc-d's static route)")
+	mustNotPing(t, pc.netns, pd2.ip, "vpc-c pod to vpc-d's 10.241.0.0/24 (not peered: vpc-c routes only 10.240.0.0/24 over the link)")
 	mustNotPing(t, pc.netns, a1.ip, "vpc-c pod to vpc-a")
+	// vpc-d's static route is the way back: without it the pings stop.
+	patchVpc("vpc-d", map[string]any{"staticRoutes": nil})
+	waitNoPing(t, pc.netns, pd.ip, "vpc-c pod to vpc-d pod once vpc-d's static route back to 10.230.0.0/24 is removed")
+	// A route whose next hop is outside the VPC: that entry only is left
+	// out, named in the Vpc's condition.
+	patchVpc("vpc-d", map[string]any{"staticRoutes": []any{
+		map[string]any{"cidr": "10.230.0.0/24", "nextHopIP": "169.254.10.1", "policy": "policyDst"},
+		map[string]any{"cidr": "192.0.2.0/24", "nextHopIP": "198.51.100.1", "policy": "policyDst"},
+	}})
+	waitPing(t, pc.netns, pd.ip, "vpc-c pod to vpc-d pod once vpc-d's route back is there again (beside a bad one)")
+	waitFor(t, "vpc-d's Validated=False naming the next hop 198.51.100.1", func() bool {
+		u, err := vpcClient.Get(ctx, "vpc-d", metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		v, err := kubeovnv1.VpcFromUnstructured(u)
+		cond := v.Condition(kubeovnv1.Validated)
+		return err == nil && cond != nil && cond.Status == "False" && strings.Contains(cond.Message, "nextHopIP 198.51.100.1 is outside every Subnet")
+	})
 }
 
 // waitSubnetCondition waits for the Subnet's Validated condition (reason
@@ -305,26 +316,4 @@ func ifaceMAC(t *testing.T, ns string) string {
 		t.Fatalf("eth0 MAC in %s: %v %s", ns, err, out)
 	}
 	return strings.TrimSpace(string(out))
-}
-
-func nftIn(t *testing.T, ns, cmd string) {
-	t.Helper()
-	if out, err := exec.Command("ip", append([]string{"netns", "exec", ns, "nft", "--"}, strings.Fields(cmd)...)...).CombinedOutput(); err != nil {
-		t.Fatalf("nft %s in %s: %v\n%s", cmd, ns, err, out)
-	}
-}
-
-// nftCount is the packet count of the obs table's counter.
-func nftCount(t *testing.T, ns string) int {
-	t.Helper()
-	out, err := exec.Command("ip", "netns", "exec", ns, "nft", "list", "table", "ip", "obs").CombinedOutput()
-	if err != nil {
-		t.Fatalf("nft list in %s: %v\n%s", ns, err, out)
-	}
-	m := regexp.MustCompile(`counter packets (\d+)`).FindStringSubmatch(string(out))
-	if m == nil {
-		t.Fatalf("no counter in %s", out)
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
 }
