@@ -234,6 +234,9 @@ func TestVpcsRoutersAndWaitingSubnets(t *testing.T) {
 		}
 	}
 	ctltest.Await(t, f.sr.Informer(), "late", func(obj any) bool {
+		if obj == nil {
+			return false
+		}
 		s, _ := kubeovnv1.FromUnstructured(obj.(*unstructured.Unstructured))
 		c := s.Condition(kubeovnv1.Validated)
 		return c != nil && c.Status == "False" && c.Reason == subnets.VpcNotFound && strings.Contains(c.Message, `create the Vpc "vpc-late"`)
@@ -246,6 +249,9 @@ func TestVpcsRoutersAndWaitingSubnets(t *testing.T) {
 		return r != nil && len(r.Ports) == 1
 	})
 	ctltest.Await(t, f.r.inf, "vpc-a", func(obj any) bool {
+		if obj == nil {
+			return false
+		}
 		v, _ := kubeovnv1.VpcFromUnstructured(obj.(*unstructured.Unstructured))
 		return v.Status.Standby && v.Status.Router == "vpc-a" && slices.Equal(v.Status.Subnets, []string{"a1"})
 	})
@@ -254,6 +260,9 @@ func TestVpcsRoutersAndWaitingSubnets(t *testing.T) {
 	}
 	f.AwaitNB("router vpc-b removed with its Vpc", func() bool { return f.routers(t)["vpc-b"] == nil })
 	ctltest.Await(t, f.sr.Informer(), "b1", func(obj any) bool {
+		if obj == nil {
+			return false
+		}
 		s, _ := kubeovnv1.FromUnstructured(obj.(*unstructured.Unstructured))
 		c := s.Condition(kubeovnv1.Validated)
 		return c != nil && c.Reason == subnets.VpcNotFound
@@ -279,8 +288,53 @@ func TestVpcBadRouteFailsThatEntryOnly(t *testing.T) {
 		t.Errorf("event %q", ev)
 	}
 	ctltest.Await(t, f.r.inf, "vpc-a", func(obj any) bool {
+		if obj == nil {
+			return false
+		}
 		v, _ := kubeovnv1.VpcFromUnstructured(obj.(*unstructured.Unstructured))
 		c := v.Condition(kubeovnv1.Validated)
 		return c != nil && c.Status == "False" && strings.Contains(c.Message, "198.51.100.1") && v.Status.Standby
 	})
+}
+
+// A Vpc's namespaces bind its Subnets (an unbound Subnet of the VPC
+// included), and its defaultSubnet is a listed namespace's Subnet after
+// the Subnet bindings, before the default Subnet (Kube-OVN's order).
+func TestVpcNamespacesAndDefaultSubnet(t *testing.T) {
+	f := start(t,
+		vpcObj("vpc-t", map[string]any{"namespaces": []any{"team"}, "defaultSubnet": "t1"}),
+		ctltest.Subnet("t1", map[string]any{"cidrBlock": "10.210.0.0/24", "vpc": "vpc-t"}),
+	)
+	f.AwaitNB("router vpc-t with t1's port", func() bool {
+		r := f.routers(t)["vpc-t"]
+		return r != nil && len(r.Ports) == 1
+	})
+	if got := f.sr.SubnetFor("team", nil); got != "t1" {
+		t.Errorf("SubnetFor(team) = %q, want vpc-t's defaultSubnet t1", got)
+	}
+	if got := f.sr.SubnetFor("elsewhere", nil); got != "ovn-default" {
+		t.Errorf("SubnetFor(elsewhere) = %q, want ovn-default", got)
+	}
+	if ok, rule := f.sr.Admits("t1", "team", nil); !ok {
+		t.Errorf("t1 refuses namespace team: %s", rule)
+	}
+	ok, rule := f.sr.Admits("t1", "elsewhere", nil)
+	if ok || !strings.Contains(rule, `VPC "vpc-t"`) || !strings.Contains(rule, "spec.namespaces [team]") || !strings.Contains(rule, `adds "elsewhere" there`) {
+		t.Errorf("t1 for namespace elsewhere: ok=%v rule %q; want a refusal naming the Vpc, its namespaces and the fix", ok, rule)
+	}
+	// A Subnet binding the namespace comes first.
+	if _, err := f.Dynamic.Resource(kubeovnv1.SubnetGVR).Create(f.Ctx, ctltest.Subnet("bound", map[string]any{"cidrBlock": "10.211.0.0/24", "namespaces": []any{"team"}}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctltest.Await(t, f.sr.Informer(), "bound", func(obj any) bool {
+		if obj == nil {
+			return false
+		}
+		s, _ := kubeovnv1.FromUnstructured(obj.(*unstructured.Unstructured))
+		c := s.Condition(kubeovnv1.Validated)
+		return c != nil && c.Status == "True"
+	})
+	if got := f.sr.SubnetFor("team", nil); got != "bound" {
+		t.Errorf("SubnetFor(team) = %q, want the Subnet binding it (bound) before the Vpc's defaultSubnet", got)
+	}
 }
