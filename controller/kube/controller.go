@@ -184,7 +184,7 @@ func (c *Controller) wire(rec record.EventRecorder, nb *ovnnb.Client) error {
 		// The Subnets, the Service CIDRs and the join CIDR: no Service's
 		// external address may fall in them (controller/README.md).
 		a, err := services.New(services.Config{Log: log, Recorder: rec, Informers: c.factory, NB: nb, Router: n.Config().Router,
-			DInformers: c.dfactory, ServiceCIDRs: cfg.ServiceCIDRs, JoinCIDR: cfg.JoinCIDR})
+			DInformers: c.dfactory, ServiceCIDRs: cfg.ServiceCIDRs, JoinCIDR: cfg.JoinCIDR, PodVPC: n.PodVPC})
 		if err != nil {
 			return fmt.Errorf("kube: services: %w", err)
 		}
