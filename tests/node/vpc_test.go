@@ -61,7 +61,11 @@ func TestVPCIsolationRoutesAndPeering(t *testing.T) {
 		t.Helper()
 		spec := map[string]any{"cidrBlock": cidr, "vpc": vpc, "protocol": "IPv4"}
 		if len(namespaces) > 0 {
-			spec["namespaces"] = namespaces
+			var nss []any // unstructured content holds []any, not []string
+			for _, n := range namespaces {
+				nss = append(nss, n)
+			}
+			spec["namespaces"] = nss
 		}
 		if _, err := c.cp.dc.Resource(subnetsGVR).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": map[string]any{"name": name}, "spec": spec}}, metav1.CreateOptions{}); err != nil {
@@ -72,8 +76,8 @@ func TestVPCIsolationRoutesAndPeering(t *testing.T) {
 	// programmed once the Vpc exists.
 	createSubnet("sa", "vpc-a", "10.200.0.0/24", "ns-a")
 	waitSubnetCondition(t, c, "sa", "False", "VpcNotFound")
-	createVpc("vpc-a", map[string]any{"namespaces": []string{"ns-a"}})
-	createVpc("vpc-b", map[string]any{"namespaces": []string{"ns-b"}})
+	createVpc("vpc-a", map[string]any{"namespaces": []any{"ns-a"}})
+	createVpc("vpc-b", map[string]any{"namespaces": []any{"ns-b"}})
 	// sa2 binds no namespace itself: vpc-a's namespaces do.
 	createSubnet("sa2", "vpc-a", "10.201.0.0/24")
 	createSubnet("sb", "vpc-b", "10.200.0.0/24", "ns-b")
