@@ -99,6 +99,7 @@ func TestVPCIsolationRoutesAndPeering(t *testing.T) {
 	b0 := pod(0, "ns-b", "b0", "sb", "10.200.0.10")
 	b1 := pod(1, "ns-b", "b1", "sb", "10.200.0.12")
 	web := c.addPod(t, 0, "default", "web", map[string]string{"app": "web"}, nil)
+	client := c.addPod(t, 1, "default", "client", nil, nil)
 
 	// The controller wrote the pod's VPC as Kube-OVN does.
 	if p, err := c.cp.kc.CoreV1().Pods("ns-b").Get(ctx, "b0", metav1.GetOptions{}); err != nil || p.Annotations["ovn.kubernetes.io/logical_router"] != "vpc-b" {
@@ -125,8 +126,8 @@ func TestVPCIsolationRoutesAndPeering(t *testing.T) {
 	c.markReady(t, web)
 	vip := c.createService(t, "default", "web", map[string]string{"app": "web"}, corev1.ProtocolTCP, 80, 8080, false)
 	c.waitBackends(t, "default", "web", corev1.ProtocolTCP, vip+":80", web.ip)
-	if got, err := ask(web.netns, vip+":80", 5*time.Second); err != nil || got != "web" {
-		t.Fatalf("default pod to Service %s: %q %v", vip, got, err)
+	if got, err := ask(client.netns, vip+":80", 5*time.Second); err != nil || got != "web" {
+		t.Fatalf("default pod (node-b) to Service %s: %q %v", vip, got, err)
 	}
 	if got, err := ask(a0.netns, vip+":80", 3*time.Second); err == nil {
 		t.Fatalf("vpc-a pod a0 reached the default VPC's Service %s (answer %q): isolation broken", vip, got)
