@@ -126,6 +126,7 @@ func TestVPCIsolationRoutesAndPeering(t *testing.T) {
 	c.markReady(t, web)
 	vip := c.createService(t, "default", "web", map[string]string{"app": "web"}, corev1.ProtocolTCP, 80, 8080, false)
 	c.waitBackends(t, "default", "web", corev1.ProtocolTCP, vip+":80", web.ip)
+	c.waitChassisCaughtUp(t) // every chassis has the backends in its flows
 	if got, err := ask(client.netns, vip+":80", 5*time.Second); err != nil || got != "web" {
 		t.Fatalf("default pod (node-b) to Service %s: %q %v", vip, got, err)
 	}
