@@ -191,6 +191,15 @@ func TestVPCIsolationRoutesAndPeering(t *testing.T) {
 		return strings.TrimSpace(string(out)) == "vpc-d-vpc-c"
 	})
 	mustNotPing(t, pc.netns, pd.ip, "vpc-c pod to vpc-d pod with the peering but no route in vpc-c")
+	// OVN applies router policies to routed packets only: vpc-c's static
+	// route sends 10.240/24 to an address nobody holds (a black hole),
+	// then a reroute policy sends it over the link instead.
+	patchVpc("vpc-c", map[string]any{"staticRoutes": []any{map[string]any{"cidr": "10.240.0.0/24", "nextHopIP": "10.230.0.254", "policy": "policyDst"}}})
+	waitFor(t, "vpc-c's static route 10.240.0.0/24 via 10.230.0.254 in the NB", func() bool {
+		out, _ := exec.Command("ovn-nbctl", "--db="+c.cp.central.NB(), "lr-route-list", "vpc-c").CombinedOutput()
+		return strings.Contains(string(out), "10.230.0.254")
+	})
+	mustNotPing(t, pc.netns, pd.ip, "vpc-c pod to vpc-d pod with vpc-c's route to 10.240.0.0/24 leading nowhere")
 	patchVpc("vpc-c", map[string]any{"policyRoutes": []any{map[string]any{"priority": 31000, "match": "ip4.dst == 10.240.0.0/24", "action": "reroute", "nextHopIP": "169.254.10.2"}}})
 	waitPing(t, pc.netns, pd.ip, "vpc-c pod to vpc-d pod over the peering (vpc-c's reroute policy, vpc-d's static route)")
 	mustNotPing(t, pc.netns, pd2.ip, "vpc-c pod to vpc-d's 10.241.0.0/24 (not peered: vpc-c routes only 10.240.0.0/24 over the link)")
