@@ -32,8 +32,9 @@ import (
 //     (SubnetNotAllowed naming the Vpc);
 //   - a policy route with action drop stops pings to one destination;
 //   - peering vpc-c and vpc-d opens exactly the prefix their routes send
-//     over it: a reroute policy one way, a static route back (removing
-//     it stops the pings), a bad route failing that entry only.
+//     over it: a reroute policy one way (overriding a static route into
+//     a black hole), a static route back (removing it stops the pings),
+//     a bad route failing that entry only.
 func TestVPCIsolationRoutesAndPeering(t *testing.T) {
 	c := startServiceCluster(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
