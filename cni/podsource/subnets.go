@@ -87,6 +87,12 @@ func subnetEgress(u *unstructured.Unstructured) (cidrs []netip.Prefix, natOutgoi
 		// address outside the cluster (masqueraded by their node).
 		return nil, false, false
 	}
+	if customVpc(u) {
+		// Another VPC's address space (it may overlap the default VPC's):
+		// its pods never leave through the host, and for the default
+		// VPC's pods it is not the cluster's.
+		return nil, false, false
+	}
 	cidrs = subnetCIDRs(u)
 	// An interconnected underlay subnet's traffic out of the cluster
 	// leaves on its physical network, never through the host.
@@ -183,16 +189,21 @@ func routedThroughJoin(u *unstructured.Unstructured) bool {
 	if u.GetName() == ovnnet.JoinSubnet {
 		return false
 	}
-	vpc, _, _ := unstructured.NestedString(u.Object, "spec", "vpc")
 	vlan, _, _ := unstructured.NestedString(u.Object, "spec", "vlan")
 	provider, _, _ := unstructured.NestedString(u.Object, "spec", "provider")
-	if vpc != "" && vpc != ovnnet.DefaultRouter {
+	if customVpc(u) {
 		return false
 	}
 	if provider != "" && provider != "ovn" && !strings.HasSuffix(provider, ".ovn") {
 		return false
 	}
 	return vlan == ""
+}
+
+// customVpc: a Subnet of a VPC other than the default one.
+func customVpc(u *unstructured.Unstructured) bool {
+	vpc, _, _ := unstructured.NestedString(u.Object, "spec", "vpc")
+	return vpc != "" && vpc != ovnnet.DefaultRouter
 }
 
 // physicalGateway: an underlay (vlan) Subnet whose gateway is a router of

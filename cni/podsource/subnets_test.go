@@ -286,3 +286,25 @@ func TestEgressPlanUsesTheClustersServiceCIDRs(t *testing.T) {
 		t.Errorf("natOutgoing %v, want %v", plan.NATOutgoing, want)
 	}
 }
+
+// A custom VPC's Subnets are another address space: not the cluster's,
+// never masqueraded by the host, not routed through ovn0 (even when they
+// overlap the default VPC's and ask for natOutgoing).
+func TestEgressPlanLeavesCustomVpcSubnetsOut(t *testing.T) {
+	k := withSubnets(t, "n1",
+		subnet("ovn-default", true, map[string]any{"cidrBlock": "10.16.0.0/16", "natOutgoing": true}, nil),
+		subnet("named-default", true, map[string]any{"cidrBlock": "10.17.0.0/16", "vpc": "ovn-cluster"}, nil),
+		subnet("vpc-a-net", true, map[string]any{"cidrBlock": "10.16.0.0/24", "vpc": "vpc-a", "natOutgoing": true}, nil),
+		subnet("vpc-b-net", true, map[string]any{"cidrBlock": "10.200.0.0/24", "vpc": "vpc-b"}, nil),
+	)
+	plan := k.egressPlan(prefixes("100.64.0.0/16"))
+	if want := prefixes("10.16.0.0/16", "10.17.0.0/16", "10.96.0.0/12", "100.64.0.0/16"); !slices.Equal(plan.Cluster, want) {
+		t.Errorf("cluster %v, want %v", plan.Cluster, want)
+	}
+	if want := prefixes("10.16.0.0/16"); !slices.Equal(plan.NATOutgoing, want) {
+		t.Errorf("natOutgoing %v, want %v", plan.NATOutgoing, want)
+	}
+	if got, want := k.routedCIDRs(prefixes("100.64.0.0/16")), prefixes("10.16.0.0/16", "10.17.0.0/16"); !slices.Equal(got, want) {
+		t.Errorf("routed through ovn0 %v, want %v", got, want)
+	}
+}

@@ -39,6 +39,10 @@ type Network interface {
 	RemoveExternalGateway(ctx context.Context) error
 	EnsurePodNAT(ctx context.Context, cfg ovnnet.ExternalGatewayConfig, p ovnnet.PodNAT) error
 	RemovePodNAT(ctx context.Context, pod string) error
+	// PodVPC is the custom VPC the pod's address is in ("" the default
+	// VPC): its address may be another VPC's too, NAT on the cluster
+	// router would give that pod's traffic.
+	PodVPC(owner string) string
 }
 
 // Config is what the reconciler needs.

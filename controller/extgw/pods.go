@@ -173,6 +173,10 @@ func (x *Reconciler) wanted(pod *corev1.Pod, ref string, cfg *ovnnet.ExternalGat
 		x.report(pod, ref, corev1.EventTypeWarning, "InvalidEIP", "EIP/SNAT needs an IPv4 pod address; this pod has "+pod.Annotations[annotations.IPAddress])
 		return want, false, true
 	}
+	if vpc := x.deps.Net.PodVPC(want.Pod); vpc != "" {
+		x.report(pod, ref, corev1.EventTypeWarning, "InvalidEIP", fmt.Sprintf("EIP/SNAT of the ovn-external-gw-config ConfigMap is the default VPC's; this pod is in VPC %q (its address may be another VPC's too): remove the %s/%s annotations, custom VPCs have no external gateway yet", vpc, annotations.EIP, annotations.SNAT))
+		return want, false, true
+	}
 	return want, true, false
 }
 

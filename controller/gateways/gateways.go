@@ -219,9 +219,10 @@ const GatewayReady = "GatewayReady"
 // controller's: the controller only ranks the nodes, leaving out NotReady ones.
 func (r *Reconciler) syncGateway(ctx context.Context, u *unstructured.Unstructured, s *kubeovnv1.Subnet, cfg ipam.SubnetConfig) (*kubeovnv1.Condition, error) {
 	name := u.GetName()
-	if s == nil || s.Spec.GatewayType != "centralized" || s.Spec.Vlan != "" {
+	if s == nil || s.Spec.GatewayType != "centralized" || s.Spec.Vlan != "" || kubeovnv1.IsCustomVpc(s.Spec.Vpc) {
 		// An underlay subnet leaves through its physical network: its
-		// gatewayType is not applied (fields.go), as in Kube-OVN.
+		// gatewayType is not applied (fields.go), as in Kube-OVN; a
+		// custom VPC's subnet does not leave through gateway nodes.
 		return nil, r.removeGateway(ctx, name, u)
 	}
 	bad := func(reason, msg string) (*kubeovnv1.Condition, error) {

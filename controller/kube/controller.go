@@ -44,6 +44,7 @@ import (
 	"github.com/ovnhost/ovnhost/controller/services"
 	"github.com/ovnhost/ovnhost/controller/subnets"
 	"github.com/ovnhost/ovnhost/controller/underlay"
+	"github.com/ovnhost/ovnhost/controller/vpcs"
 	"github.com/ovnhost/ovnhost/internal/ovnnb"
 	"github.com/ovnhost/ovnhost/internal/ovnnet"
 )
@@ -97,6 +98,7 @@ type Controller struct {
 	pods     *pods.Reconciler
 	gateways *gateways.Reconciler
 	ips      *ips.Reconciler
+	vpcs     *vpcs.Reconciler
 	addons   []addon
 
 	ready  atomic.Bool
@@ -173,11 +175,16 @@ func (c *Controller) wire(rec record.EventRecorder, nb *ovnnb.Client) error {
 		return err
 	}
 	c.subnets.Use(c.pods, c.gateways)
+	// Custom VPCs (idle without the Vpc CRD: their Subnets wait).
+	c.vpcs = vpcs.New(vpcs.Config{Log: log, Recorder: rec, Discovery: c.kc.Discovery(), Dynamic: c.dc, DInformers: c.dfactory,
+		Net: n, Subnets: c.subnets})
+	c.subnets.UseVpcs(c.vpcs)
+	c.addons = append(c.addons, c.vpcs)
 	if cfg.EnableLB {
 		// The Subnets, the Service CIDRs and the join CIDR: no Service's
 		// external address may fall in them (controller/README.md).
 		a, err := services.New(services.Config{Log: log, Recorder: rec, Informers: c.factory, NB: nb, Router: n.Config().Router,
-			DInformers: c.dfactory, ServiceCIDRs: cfg.ServiceCIDRs, JoinCIDR: cfg.JoinCIDR})
+			DInformers: c.dfactory, ServiceCIDRs: cfg.ServiceCIDRs, JoinCIDR: cfg.JoinCIDR, PodVPC: n.PodVPC})
 		if err != nil {
 			return fmt.Errorf("kube: services: %w", err)
 		}
@@ -269,6 +276,9 @@ func (c *Controller) startUp(ctx context.Context) ([]string, error) {
 	if err := subnets.EnsureDefaults(ctx, c.dc, subnets.Defaults{CIDR: c.cfg.DefaultCIDR, Gateway: c.cfg.DefaultGW, Exclude: c.cfg.DefaultExcl, JoinCIDR: c.cfg.JoinCIDR}); err != nil {
 		return nil, err
 	}
+	if err := vpcs.EnsureDefault(ctx, c.kc.Discovery(), c.dc); err != nil {
+		return nil, err
+	}
 	c.factory.Start(ctx.Done())
 	c.dfactory.Start(ctx.Done())
 	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {
@@ -284,6 +294,10 @@ func (c *Controller) startUp(ctx context.Context) ([]string, error) {
 	tSynced := time.Now()
 	if err := c.net.EnsureRouter(ctx); err != nil {
 		return nil, err
+	}
+	// The VPCs' routers first: their Subnets attach to them.
+	if err := c.vpcs.ProgramAll(ctx); err != nil {
+		return nil, fmt.Errorf("kube: %w", err)
 	}
 	// Program subnets synchronously: pods need them.
 	names, err := c.subnets.ProgramAll(ctx)

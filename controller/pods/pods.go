@@ -78,6 +78,8 @@ type Subnets interface {
 	MTU(name string) int
 	// Underlay is the physical network of an underlay Subnet (false: overlay).
 	Underlay(name string) (ovnnet.Underlay, bool)
+	// SubnetVpc is the VPC of a programmed subnet (ovn-cluster: the default one).
+	SubnetVpc(name string) (string, bool)
 	// AddressesChanged: an address of the subnet was taken or freed (status).
 	AddressesChanged(name string)
 	// Released: a pod or node let its address in the subnet go (deletion may finish).

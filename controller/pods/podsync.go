@@ -206,6 +206,10 @@ func (r *Reconciler) annotate(ctx context.Context, pod *corev1.Pod, a ipam.Alloc
 		annotations.Allocated: "true", annotations.IPAddress: a.IPString(), annotations.MACAddress: a.MAC,
 		annotations.CIDR: a.CIDR, annotations.Gateway: a.Gateway, annotations.LogicalSwitch: a.Subnet, annotations.Routed: "true",
 	}
+	if vpc, ok := r.cfg.Subnets.SubnetVpc(a.Subnet); ok {
+		// As Kube-OVN writes it: the router of the pod's VPC.
+		want[annotations.LogicalRouter] = vpc
+	}
 	if mtu := r.cfg.Subnets.MTU(a.Subnet); mtu > 0 {
 		want[annotations.MTU] = strconv.Itoa(mtu)
 	}

@@ -45,6 +45,31 @@ type Config struct {
 	// JoinCIDR is the nodes' join subnet ("" = 100.64.0.0/16; comma-separated
 	// for dual stack): no external address may fall inside.
 	JoinCIDR string
+	// PodVPC is the custom VPC of a pod ("ns/name"), "" for the default
+	// VPC (nil: every endpoint counts). A custom VPC's pod is no backend
+	// of the cluster's load balancers: its address is another VPC's.
+	PodVPC func(owner string) string
+}
+
+// defaultVPCEndpoints drops the endpoints of pods in custom VPCs.
+func defaultVPCEndpoints(eps []*discoveryv1.EndpointSlice, podVPC func(string) string) []*discoveryv1.EndpointSlice {
+	if podVPC == nil {
+		return eps
+	}
+	inVPC := func(e discoveryv1.Endpoint) bool {
+		return e.TargetRef != nil && e.TargetRef.Kind == "Pod" && podVPC(e.TargetRef.Namespace+"/"+e.TargetRef.Name) != ""
+	}
+	out := make([]*discoveryv1.EndpointSlice, 0, len(eps))
+	for _, es := range eps {
+		if !slices.ContainsFunc(es.Endpoints, inVPC) {
+			out = append(out, es)
+			continue
+		}
+		c := es.DeepCopy()
+		c.Endpoints = slices.DeleteFunc(c.Endpoints, inVPC)
+		out = append(out, c)
+	}
+	return out
 }
 
 // joinSubnet is the name of the nodes' Subnet.
@@ -306,7 +331,7 @@ func (s *Reconciler) sync(ctx context.Context, key string) error {
 			eps = append(eps, es)
 		}
 	}
-	want, err := Translate(svc, eps)
+	want, err := Translate(svc, defaultVPCEndpoints(eps, s.cfg.PodVPC))
 	var bad *InputError
 	if errors.As(err, &bad) {
 		// Nothing changes in OVN: the Service keeps what it had.

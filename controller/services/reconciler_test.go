@@ -139,3 +139,28 @@ func TestInternalTrafficPolicyLocalUsesEachNodesEndpoints(t *testing.T) {
 		t.Fatalf("template variables %v: want n1's endpoint on ch1, none on ch2", vars)
 	}
 }
+
+// A custom VPC's pod is no backend of the cluster's load balancers (its
+// address may be a default VPC pod's); the other endpoints stay, and the
+// cached slice is not changed.
+func TestCustomVPCPodsAreNoBackends(t *testing.T) {
+	pod := func(ns, name, ip string) discoveryv1.Endpoint {
+		return discoveryv1.Endpoint{Addresses: []string{ip}, TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: name}}
+	}
+	es := &discoveryv1.EndpointSlice{Endpoints: []discoveryv1.Endpoint{pod("ns-a", "in-vpc", "10.200.0.10"), pod("default", "web", "10.16.0.5")}}
+	got := defaultVPCEndpoints([]*discoveryv1.EndpointSlice{es}, func(owner string) string {
+		if owner == "ns-a/in-vpc" {
+			return "vpc-a"
+		}
+		return ""
+	})
+	if len(got) != 1 || len(got[0].Endpoints) != 1 || got[0].Endpoints[0].Addresses[0] != "10.16.0.5" {
+		t.Fatalf("endpoints %+v, want only the default VPC pod's 10.16.0.5", got)
+	}
+	if len(es.Endpoints) != 2 {
+		t.Fatalf("the informer's slice was changed: %+v", es.Endpoints)
+	}
+	if got := defaultVPCEndpoints([]*discoveryv1.EndpointSlice{es}, nil); len(got[0].Endpoints) != 2 {
+		t.Fatalf("without PodVPC every endpoint counts: %+v", got)
+	}
+}

@@ -74,6 +74,22 @@ type Gateways interface {
 	Remove(ctx context.Context, subnet string) error
 }
 
+// Vpcs is the VPC reconciler as subnets see it.
+type Vpcs interface {
+	// Ready says whether the custom VPC's router is programmed; if not,
+	// why (the Subnet's condition message, with the fix).
+	Ready(vpc string) (ok bool, why string)
+	// Admits says whether pods of namespace may use the VPC's subnets
+	// (its spec.namespaces; empty admits all); rule says why not.
+	Admits(vpc, namespace string) (ok bool, rule string)
+	// DefaultSubnetFor is the defaultSubnet of the VPC whose spec.namespaces
+	// lists namespace ("" for none).
+	DefaultSubnetFor(namespace string) string
+	// Queue asks for the VPC's status and routes to be looked at again
+	// (one of its Subnets changed).
+	Queue(vpc string)
+}
+
 // Config is what the reconciler needs.
 type Config struct {
 	Log      *slog.Logger
@@ -112,6 +128,7 @@ type Reconciler struct {
 	ipsGauge         *prometheus.GaugeVec
 	pods             Pods
 	gateways         Gateways
+	vpcs             Vpcs
 	// started: the IPAM holds every recorded address (a deletion may be decided).
 	started atomic.Bool
 
@@ -173,6 +190,9 @@ func New(cfg Config) (*Reconciler, error) {
 
 // Use wires the reconcilers subnets depend on (they depend on subnets too).
 func (r *Reconciler) Use(pods Pods, gateways Gateways) { r.pods, r.gateways = pods, gateways }
+
+// UseVpcs wires the VPC reconciler (nil: a Subnet of a custom VPC waits).
+func (r *Reconciler) UseVpcs(v Vpcs) { r.vpcs = v }
 
 // ShutDown stops the queues (their workers return).
 func (r *Reconciler) ShutDown() {
@@ -245,6 +265,9 @@ func (r *Reconciler) sync(ctx context.Context, name string) error {
 	if prob == nil {
 		ul, prob = r.underlay(s)
 	}
+	if prob == nil && kubeovnv1.IsCustomVpc(s.Spec.Vpc) {
+		prob = r.vpcProblem(s.Spec.Vpc)
+	}
 	if prob == nil {
 		if err := r.cfg.Net.AddSubnet(ctx, cfg, ul); err != nil {
 			if ipam.KindOf(err) == "" {
@@ -258,7 +281,9 @@ func (r *Reconciler) sync(ctx context.Context, name string) error {
 			return fmt.Errorf("subnet %s: isolation ACLs: %w", name, err)
 		}
 	}
+	oldVpc := r.vpcOf(name)
 	r.record(u, s, cfg, ul, prob)
+	r.queueVpcs(oldVpc, s)
 	r.gateways.Queue(name)
 	r.statusQ.Add(name)
 	return nil
@@ -266,6 +291,7 @@ func (r *Reconciler) sync(ctx context.Context, name string) error {
 
 // removed forgets a Subnet that is gone and removes its switch.
 func (r *Reconciler) removed(ctx context.Context, name string) error {
+	oldVpc := r.vpcOf(name)
 	r.mu.Lock()
 	_, was := r.valid[name]
 	r.forget(name)
@@ -280,8 +306,11 @@ func (r *Reconciler) removed(ctx context.Context, name string) error {
 	}
 	if was {
 		r.ipsGauge.DeletePartialMatch(prometheus.Labels{"subnet": name})
-		return r.cfg.Net.RemoveSubnet(ctx, name)
+		if err := r.cfg.Net.RemoveSubnet(ctx, name); err != nil {
+			return err
+		}
 	}
+	r.queueVpcs(oldVpc, nil)
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package subnets
 
 import (
+	"fmt"
 	"slices"
 	"sort"
 	"strings"
@@ -21,11 +22,46 @@ import (
 // selecting its labels (nil: the namespace is unknown), else a Subnet that
 // lists it but is not programmed yet (created with the namespace and its
 // pods in one apply: the pod waits for it, woken when it is valid, instead
-// of taking a default address for good), else the default one.
+// of taking a default address for good), else the defaultSubnet of a Vpc
+// listing the namespace (Kube-OVN's order: Subnet bindings first), else
+// the default one.
 func (r *Reconciler) SubnetFor(namespace string, nsLabels labels.Set) string {
+	if s := r.subnetFor(namespace, nsLabels); s != "" {
+		return s
+	}
+	if r.vpcs != nil {
+		if s := r.vpcs.DefaultSubnetFor(namespace); s != "" {
+			return s
+		}
+	}
+	return r.defaultSubnet()
+}
+
+// defaultSubnet is a user Subnet of the default VPC marked default, else
+// ovn-default.
+func (r *Reconciler) defaultSubnet() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	def := ovnnet.DefaultSubnet
+	names := make([]string, 0, len(r.valid))
+	for n := range r.valid {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		s := r.valid[n].subnet
+		// A user Subnet marked default wins over ovn-default (which the
+		// controller creates as default); a custom VPC's never does.
+		if s.Spec.Default && n != ovnnet.JoinSubnet && n != ovnnet.DefaultSubnet && !kubeovnv1.IsCustomVpc(s.Spec.Vpc) {
+			return n
+		}
+	}
+	return ovnnet.DefaultSubnet
+}
+
+// subnetFor is SubnetFor's Subnet bindings ("" for none).
+func (r *Reconciler) subnetFor(namespace string, nsLabels labels.Set) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	names := make([]string, 0, len(r.valid))
 	for n := range r.valid {
 		names = append(names, n)
@@ -40,10 +76,6 @@ func (r *Reconciler) SubnetFor(namespace string, nsLabels labels.Set) string {
 			if sel, err := metav1.LabelSelectorAsSelector(&s.Spec.NamespaceSelectors[i]); err == nil && nsLabels != nil && sel.Matches(nsLabels) {
 				return n
 			}
-		}
-		// A user Subnet marked default wins over ovn-default (which the controller creates as default).
-		if s.Spec.Default && n != ovnnet.JoinSubnet && n != ovnnet.DefaultSubnet {
-			def = n
 		}
 	}
 	for _, obj := range r.inf.GetIndexer().List() {
@@ -62,7 +94,7 @@ func (r *Reconciler) SubnetFor(namespace string, nsLabels labels.Set) string {
 			return n
 		}
 	}
-	return def
+	return ""
 }
 
 // Problem is why a Subnet is not valid (nil: valid, or not seen yet).
@@ -149,7 +181,20 @@ func (r *Reconciler) Admits(name, namespace string, nsLabels labels.Set) (ok boo
 			return false, "its spec cannot be read (" + err.Error() + ")"
 		}
 	}
-	return Binds(s, namespace, nsLabels)
+	if ok, rule := Binds(s, namespace, nsLabels); !ok {
+		return ok, rule
+	}
+	if kubeovnv1.IsCustomVpc(s.Spec.Vpc) {
+		// The VPC's own binding: a tenant's annotation naming another
+		// tenant's VPC reaches nothing there.
+		if r.vpcs == nil {
+			return false, fmt.Sprintf("it is in VPC %q, which this controller does not run", s.Spec.Vpc)
+		}
+		if ok, rule := r.vpcs.Admits(s.Spec.Vpc, namespace); !ok {
+			return false, fmt.Sprintf("it is in VPC %q, and %s", s.Spec.Vpc, rule)
+		}
+	}
+	return true, ""
 }
 
 // Binds is Admits on a Subnet object.

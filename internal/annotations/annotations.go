@@ -19,6 +19,7 @@ const (
 	CIDR            = prefix + "cidr"             // the subnet's CIDR(s)
 	Gateway         = prefix + "gateway"          // the subnet's gateway(s)
 	LogicalSwitch   = prefix + "logical_switch"   // subnet name (pod or namespace annotation)
+	LogicalRouter   = prefix + "logical_router"   // the pod's VPC router (written by the controller)
 	Routed          = prefix + "routed"           // "true" once routes are programmed
 	MTU             = prefix + "mtu"              // the Subnet's mtu when it sets one (not a Kube-OVN annotation)
 	VlanID          = prefix + "vlan_id"          // an underlay pod's VLAN tag (its Subnet's Vlan)
@@ -109,7 +110,7 @@ const NotImplemented = "ovnhost.io/not-implemented"
 // does not implement: a pod carrying one gets a Warning event naming it.
 var Unimplemented = []string{
 	prefix + "vip", prefix + "aaps", prefix + "default_route", prefix + "enable_log",
-	prefix + "logical_router", prefix + "vpc", prefix + "latency", prefix + "loss", prefix + "limit",
+	prefix + "vpc", prefix + "latency", prefix + "loss", prefix + "limit",
 	prefix + "priority", prefix + "security_groups",
 	prefix + "north_gateway", prefix + "vlan_id", prefix + "layer2_forward", prefix + "port_vips",
 	prefix + "allow_live_migration", prefix + "bgp", prefix + "virtualmachine",

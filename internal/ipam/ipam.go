@@ -86,7 +86,24 @@ type SubnetConfig struct {
 	CIDRs    []netip.Prefix // at most one per family, masked
 	Gateways []netip.Addr   // one per CIDR, same order
 	Exclude  []Range        // excluded ranges (gateway excluded implicitly)
+	// VPC is the address space the subnet is in ("" is the default VPC):
+	// subnets may overlap only with subnets of other VPCs.
+	VPC string
 }
+
+// sameVPC: the two VPC names are one address space ("" is the default).
+func sameVPC(a, b string) bool {
+	norm := func(s string) string {
+		if s == DefaultVPC {
+			return ""
+		}
+		return s
+	}
+	return norm(a) == norm(b)
+}
+
+// DefaultVPC is Kube-OVN's default VPC, the same as "".
+const DefaultVPC = "ovn-cluster"
 
 // CIDRString is the CIDR in Kube-OVN's annotation format ("10.16.0.0/16" or "v4,v6").
 func (c SubnetConfig) CIDRString() string {
@@ -260,13 +277,13 @@ func (m *IPAM) AddSubnet(cfg SubnetConfig) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for name, o := range m.subnets {
-		if name == cfg.Name {
+		if name == cfg.Name || !sameVPC(cfg.VPC, o.cfg.VPC) {
 			continue
 		}
 		for _, p := range cfg.CIDRs {
 			for _, q := range o.cfg.CIDRs {
 				if p.Overlaps(q) {
-					return &Error{Kind: KindInvalid, Subnet: cfg.Name, Input: p.String(), Msg: fmt.Sprintf("subnet %q: cidrBlock %s overlaps %s of subnet %q; choose a CIDR that does not overlap", cfg.Name, p, q, name)}
+					return &Error{Kind: KindInvalid, Subnet: cfg.Name, Input: p.String(), Msg: fmt.Sprintf("subnet %q: cidrBlock %s overlaps %s of subnet %q in the same VPC; choose a CIDR that does not overlap, or put the subnet in another VPC", cfg.Name, p, q, name)}
 				}
 			}
 		}
@@ -346,12 +363,13 @@ func (m *IPAM) SubnetNames() []string {
 	return n
 }
 
-// SubnetFor returns the subnet whose CIDR contains ip.
+// SubnetFor returns the subnet of the default VPC whose CIDR contains ip
+// (an address alone names no subnet of a custom VPC: they may overlap).
 func (m *IPAM) SubnetFor(ip netip.Addr) (string, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for name, s := range m.subnets {
-		if s.family(ip) != nil {
+		if sameVPC(s.cfg.VPC, "") && s.family(ip) != nil {
 			return name, true
 		}
 	}
@@ -577,11 +595,20 @@ func (m *IPAM) Lookup(owner string) (Allocation, bool) {
 	return a, true
 }
 
-// Holder returns the owner of ip, if any.
+// Holder returns the owner of ip in the default VPC, if any (custom VPCs
+// may hold the same address: ask HolderIn).
 func (m *IPAM) Holder(ip netip.Addr) (string, bool) {
+	return m.HolderIn("", ip)
+}
+
+// HolderIn returns the owner of ip in the VPC vpc ("" the default), if any.
+func (m *IPAM) HolderIn(vpc string, ip netip.Addr) (string, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, s := range m.subnets {
+		if !sameVPC(s.cfg.VPC, vpc) {
+			continue
+		}
 		if f := s.family(ip); f != nil {
 			o, ok := f.used[ip]
 			return o, ok

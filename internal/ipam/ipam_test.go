@@ -252,3 +252,48 @@ func TestReservedMACIsNoPodsToTake(t *testing.T) {
 		t.Fatalf("ReserveMAC of a bad MAC: %v", err)
 	}
 }
+
+// Subnets of different VPCs may overlap; inside one VPC they may not, and
+// the refusal names both subnets, the VPC rule and the fix.
+func TestOverlapOnlyInsideOneVPC(t *testing.T) {
+	m := New()
+	mk := func(name, cidr, vpc string) SubnetConfig {
+		c, err := ParseSubnet(name, cidr, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.VPC = vpc
+		return c
+	}
+	for _, c := range []SubnetConfig{mk("a1", "10.200.0.0/24", "vpc-a"), mk("b1", "10.200.0.0/24", "vpc-b"), mk("def", "10.200.0.0/16", "")} {
+		if err := m.AddSubnet(c); err != nil {
+			t.Fatalf("%s in %q: %v", c.Name, c.VPC, err)
+		}
+	}
+	err := m.AddSubnet(mk("a2", "10.200.0.128/25", "vpc-a"))
+	if KindOf(err) != KindInvalid || !strings.Contains(err.Error(), `subnet "a1" in the same VPC`) || !strings.Contains(err.Error(), "another VPC") {
+		t.Fatalf("overlap inside vpc-a: got %v", err)
+	}
+	// "ovn-cluster" is the default VPC.
+	if err := m.AddSubnet(mk("def2", "10.200.1.0/24", DefaultVPC)); KindOf(err) != KindInvalid {
+		t.Fatalf("overlap inside the default VPC named ovn-cluster: got %v", err)
+	}
+	// The same address in both VPCs, each held once.
+	a, err := m.Allocate("a1", "ns/pa", Request{IPs: []netip.Addr{netip.MustParseAddr("10.200.0.5")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.Allocate("b1", "ns/pb", Request{IPs: []netip.Addr{netip.MustParseAddr("10.200.0.5")}})
+	if err != nil || a.IPs[0] != b.IPs[0] {
+		t.Fatalf("same address in vpc-b: %v %v", b, err)
+	}
+	if h, ok := m.HolderIn("vpc-b", a.IPs[0]); !ok || h != "ns/pb" {
+		t.Fatalf("HolderIn(vpc-b) = %q %v", h, ok)
+	}
+	if h, ok := m.Holder(a.IPs[0]); ok {
+		t.Fatalf("default VPC holder of 10.200.0.5 = %q, want none", h)
+	}
+	if s, _ := m.SubnetFor(a.IPs[0]); s != "def" {
+		t.Fatalf("SubnetFor = %q, want the default VPC's def", s)
+	}
+}

@@ -122,7 +122,7 @@ func (c *Client) EnsureLBGroup(ctx context.Context, name string) (string, error)
 }
 
 // AttachLBGroup attaches the group (EnsureLBGroup's UUID) to every logical
-// switch and to the named routers, in one transaction, and remembers it so
+// switch of the default VPC and to the named routers, in one transaction, and remembers it so
 // that EnsureSwitch and EnsureRouter attach it to switches and routers
 // created afterwards.
 func (c *Client) AttachLBGroup(ctx context.Context, group, uuid string, routers ...string) error {
@@ -135,7 +135,9 @@ func (c *Client) AttachLBGroup(ctx context.Context, group, uuid string, routers 
 	var ops []ovsdb.Operation
 	if t := c.cl.Cache().Table(nbdb.LogicalSwitchTable); t != nil {
 		for _, m := range t.RowsShallow() { // read-only rows
-			if ls, ok := m.(*nbdb.LogicalSwitch); ok && !slices.Contains(ls.LoadBalancerGroup, uuid) {
+			// Not the switches of a custom VPC (external_ids:vpc): the
+			// cluster's Services would reach across the VPC's isolation.
+			if ls, ok := m.(*nbdb.LogicalSwitch); ok && ls.ExternalIDs[KeyVPC] == "" && !slices.Contains(ls.LoadBalancerGroup, uuid) {
 				ops = append(ops, mutateGroupRef(nbdb.LogicalSwitchTable, ls.Name, uuid))
 			}
 		}

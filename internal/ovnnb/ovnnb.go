@@ -54,6 +54,7 @@ const (
 	KeyPod    = "pod"  // "namespace/name" of a pod's port
 	KeyNode   = "node" // node name of a node port or route
 	KeyCIDR   = "cidr" // a switch's CIDR
+	KeyVPC    = "vpc"  // a custom VPC's switch, router, routes, policies
 )
 
 // Options configure Connect.
@@ -256,6 +257,10 @@ type Switch struct {
 	// Localnet, when set, joins the switch to a physical network through a
 	// localnet port (underlay); nil removes one the switch had.
 	Localnet *Localnet
+	// VPC names the custom VPC the switch is in ("" the default VPC),
+	// recorded as external_ids:vpc. Such a switch carries no load
+	// balancer group (the cluster's Services are the default VPC's).
+	VPC string
 }
 
 // Localnet is a switch's way out to a physical network: OVN's localnet
@@ -312,6 +317,13 @@ func (c *Client) EnsureSwitch(ctx context.Context, s Switch) error {
 		nets[i] = netip.PrefixFrom(s.Gateways[i], p.Bits()).String()
 	}
 	ids := vendorIDs(map[string]string{KeyCIDR: strings.Join(cidrs, ",")})
+	if s.VPC != "" {
+		ids[KeyVPC] = s.VPC
+	}
+	groups := c.attachedGroups()
+	if s.VPC != "" {
+		groups = nil
+	}
 	var ops []ovsdb.Operation
 	add := func(o []ovsdb.Operation, err error) error {
 		ops = append(ops, o...)
@@ -329,9 +341,17 @@ func (c *Client) EnsureSwitch(ctx context.Context, s Switch) error {
 				return err
 			}
 		}
-		// Every switch carries the attached load balancer groups (Services).
-		for _, g := range c.missingGroups(ls.LoadBalancerGroup) {
-			ops = append(ops, mutateGroupRef(nbdb.LogicalSwitchTable, s.Name, g))
+		// Every switch of the default VPC carries the attached load
+		// balancer groups (Services); a custom VPC's none.
+		if s.VPC == "" {
+			for _, g := range c.missingGroups(ls.LoadBalancerGroup) {
+				ops = append(ops, mutateGroupRef(nbdb.LogicalSwitchTable, s.Name, g))
+			}
+		} else if len(ls.LoadBalancerGroup) > 0 {
+			upd := &nbdb.LogicalSwitch{UUID: ls.UUID, LoadBalancerGroup: []string{}}
+			if err := add(c.cl.Where(upd).Update(upd, &upd.LoadBalancerGroup)); err != nil {
+				return err
+			}
 		}
 	}
 	if s.Router != "" && s.Detached {
@@ -394,7 +414,7 @@ func (c *Client) EnsureSwitch(ctx context.Context, s Switch) error {
 	ops = append(ops, lo...)
 	newPorts = append(newPorts, created...)
 	if ls == nil {
-		if err := add(c.cl.Create(&nbdb.LogicalSwitch{UUID: "newls", Name: s.Name, ExternalIDs: ids, Ports: newPorts, LoadBalancerGroup: c.attachedGroups()})); err != nil {
+		if err := add(c.cl.Create(&nbdb.LogicalSwitch{UUID: "newls", Name: s.Name, ExternalIDs: ids, Ports: newPorts, LoadBalancerGroup: groups})); err != nil {
 			return err
 		}
 	}

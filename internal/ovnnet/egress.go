@@ -102,12 +102,18 @@ func (n *Network) syncClusterSet(ctx context.Context) error {
 	var prefixes []netip.Prefix
 	n.mu.Lock()
 	physicalGW := maps.Clone(n.physicalGW)
+	vpcOf := maps.Clone(n.vpcOf)
 	var nodes []netip.Addr
 	for _, ips := range n.nodeIPs {
 		nodes = append(nodes, ips...)
 	}
 	n.mu.Unlock()
 	for _, name := range n.IPAM.SubnetNames() {
+		if vpcOf[name] != "" {
+			// Another VPC's address space: for the default VPC's pods it
+			// is outside the cluster (and may overlap its subnets).
+			continue
+		}
 		if u2o, ok := physicalGW[name]; ok && !u2o {
 			// Reached through the physical network: overlay pods go to it
 			// through their node, as to any address outside the cluster.

@@ -85,7 +85,11 @@ type Network struct {
 	// physical network, never through their node, so they are in no
 	// node's egress set; those not interconnected have no router port and
 	// are outside the cluster set.
-	physicalGW   map[string]bool
+	physicalGW map[string]bool
+	// vpcOf: the subnets of custom VPCs -> their VPC (router). They are in
+	// no cluster set and no node's egress set: a custom VPC is its own
+	// address space and does not leave through the nodes.
+	vpcOf        map[string]string
 	clusterSetMu sync.Mutex
 }
 
@@ -120,7 +124,7 @@ func New(nb *ovnnb.Client, cfg Config) *Network {
 	if cfg.JoinSubnet == "" {
 		cfg.JoinSubnet = JoinSubnet
 	}
-	return &Network{IPAM: ipam.New(), NB: nb, cfg: cfg, nodeIPs: map[string][]netip.Addr{}, physicalGW: map[string]bool{}}
+	return &Network{IPAM: ipam.New(), NB: nb, cfg: cfg, nodeIPs: map[string][]netip.Addr{}, physicalGW: map[string]bool{}, vpcOf: map[string]string{}}
 }
 
 // Config returns the effective names.
@@ -163,14 +167,56 @@ func (n *Network) EnsureDefaultTopology(ctx context.Context, defaultCIDR, joinCI
 	return nil
 }
 
+// RouterOf is the router a subnet is attached to: its custom VPC's
+// (named as the VPC), else the cluster router.
+func (n *Network) RouterOf(subnet string) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if v := n.vpcOf[subnet]; v != "" {
+		return v
+	}
+	return n.cfg.Router
+}
+
+// inCustomVPC: subnet is attached to a custom VPC's router.
+func (n *Network) inCustomVPC(subnet string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.vpcOf[subnet] != ""
+}
+
 // AddSubnet adds (or updates) a subnet in the IPAM and its logical switch,
-// attached to the cluster router; ul (nil for an overlay subnet) joins it
+// attached to the cluster router, or to its VPC's router (cfg.VPC, which
+// must exist: EnsureVPCRouter); ul (nil for an overlay subnet) joins it
 // to its physical network instead, attached only with a logical gateway.
+// A custom VPC's subnet gets nothing of the default VPC's: no Services'
+// load balancers, no place in the cluster or egress sets, no u2o.
 func (n *Network) AddSubnet(ctx context.Context, cfg ipam.SubnetConfig, ul *Underlay) error {
+	vpc := cfg.VPC
+	if vpc == ipam.DefaultVPC {
+		vpc = ""
+	}
+	if vpc != "" && ul != nil {
+		return &ipam.Error{Kind: ipam.KindInvalid, Subnet: cfg.Name, Input: vpc,
+			Msg: fmt.Sprintf("subnet %q: an underlay subnet cannot be in custom VPC %q; remove spec.vlan or spec.vpc", cfg.Name, vpc)}
+	}
 	if err := n.IPAM.AddSubnet(cfg); err != nil {
 		return err
 	}
-	sw := ovnnb.Switch{Name: cfg.Name, Router: n.cfg.Router, CIDRs: cfg.CIDRs, Gateways: cfg.Gateways}
+	if old := n.RouterOf(cfg.Name); old != ifEmpty(vpc, n.cfg.Router) {
+		// Moved to another VPC: its port on the old router goes.
+		if err := n.NB.DetachSwitch(ctx, cfg.Name, old); err != nil {
+			return err
+		}
+	}
+	n.mu.Lock()
+	if vpc != "" {
+		n.vpcOf[cfg.Name] = vpc
+	} else {
+		delete(n.vpcOf, cfg.Name)
+	}
+	n.mu.Unlock()
+	sw := ovnnb.Switch{Name: cfg.Name, Router: ifEmpty(vpc, n.cfg.Router), CIDRs: cfg.CIDRs, Gateways: cfg.Gateways, VPC: vpc}
 	u2o := ul != nil && !ul.LogicalGateway && ul.U2O
 	physical := ul != nil && !ul.LogicalGateway && !u2o
 	if ul != nil {
@@ -203,7 +249,7 @@ func (n *Network) AddSubnet(ctx context.Context, cfg ipam.SubnetConfig, ul *Unde
 	n.mu.Unlock()
 	if physical || u2o {
 		// No router port is the subnet's gateway.
-		if mac, had, _ := n.NB.RouterPortMACOf(ctx, ovnnb.RouterPortName(n.cfg.Router, cfg.Name)); had {
+		if mac, had, _ := n.NB.RouterPortMACOf(ctx, ovnnb.RouterPortName(n.RouterOf(cfg.Name), cfg.Name)); had {
 			n.IPAM.UnreserveMAC(mac, n.gatewayMACHolder(cfg.Name))
 		}
 	} else if err := n.reserveGatewayMAC(ctx, cfg.Name); err != nil {
@@ -216,16 +262,24 @@ func (n *Network) AddSubnet(ctx context.Context, cfg ipam.SubnetConfig, ul *Unde
 	return n.syncU2OPolicies(ctx, cfg, u2o)
 }
 
+// ifEmpty is s, or def when s is "".
+func ifEmpty(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
 // gatewayMACHolder names the router port that is subnet's gateway, as the
 // holder of its MAC in the IPAM (a pod asking for that MAC is told).
 func (n *Network) gatewayMACHolder(subnet string) string {
-	return fmt.Sprintf("router port %s (the gateway of subnet %s)", ovnnb.RouterPortName(n.cfg.Router, subnet), subnet)
+	return fmt.Sprintf("router port %s (the gateway of subnet %s)", ovnnb.RouterPortName(n.RouterOf(subnet), subnet), subnet)
 }
 
 // reserveGatewayMAC keeps the MAC of subnet's router port (its gateway) out
 // of the pods' reach: a pod with that MAC would answer for its gateway.
 func (n *Network) reserveGatewayMAC(ctx context.Context, subnet string) error {
-	mac, ok, err := n.NB.RouterPortMACOf(ctx, ovnnb.RouterPortName(n.cfg.Router, subnet))
+	mac, ok, err := n.NB.RouterPortMACOf(ctx, ovnnb.RouterPortName(n.RouterOf(subnet), subnet))
 	if err != nil || !ok || mac == "" {
 		return err
 	}
@@ -238,8 +292,9 @@ func (n *Network) reserveGatewayMAC(ctx context.Context, subnet string) error {
 
 // RemoveSubnet deletes the switch and forgets the subnet's allocations.
 func (n *Network) RemoveSubnet(ctx context.Context, name string) error {
-	mac, hadPort, _ := n.NB.RouterPortMACOf(ctx, ovnnb.RouterPortName(n.cfg.Router, name))
-	if err := n.NB.DeleteSwitch(ctx, name, n.cfg.Router); err != nil {
+	router := n.RouterOf(name)
+	mac, hadPort, _ := n.NB.RouterPortMACOf(ctx, ovnnb.RouterPortName(router, name))
+	if err := n.NB.DeleteSwitch(ctx, name, router); err != nil {
 		return err
 	}
 	if hadPort {
@@ -254,6 +309,7 @@ func (n *Network) RemoveSubnet(ctx context.Context, name string) error {
 	n.IPAM.RemoveSubnet(name)
 	n.mu.Lock()
 	delete(n.physicalGW, name)
+	delete(n.vpcOf, name)
 	n.mu.Unlock()
 	return n.syncClusterSet(ctx)
 }
@@ -340,6 +396,9 @@ func (n *Network) AddPod(ctx context.Context, r PodRequest) (ipam.Allocation, er
 	n.mu.Lock()
 	if _, own := n.physicalGW[a.Subnet]; own {
 		node = "" // leaves on its physical network, not through the node
+	}
+	if n.vpcOf[a.Subnet] != "" {
+		node = "" // a custom VPC's pod does not leave through its node
 	}
 	n.mu.Unlock()
 	sets, err := n.nodeSets(ctx, node, a.IPs)

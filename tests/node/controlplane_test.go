@@ -61,6 +61,7 @@ func startControlPlaneWith(t testing.TB, spec controlPlaneSpec) *controlPlane {
 	api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", "crd-subnets.yaml"))
 	api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", "crd-provider-networks.yaml"))
 	api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", "crd-vlans.yaml"))
+	api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", "crd-vpcs.yaml"))
 	central := ovncentral.Start(t)
 	if err := central.WaitNorthd(context.Background()); err != nil {
 		t.Fatal(err)

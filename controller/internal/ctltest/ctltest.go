@@ -77,7 +77,7 @@ func newEnv(t testing.TB, s *nbtest.Server, nb *ovnnb.Client, typed, custom []ru
 		Kube: fake.NewClientset(typed...),
 		Dynamic: dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 			map[schema.GroupVersionResource]string{kubeovnv1.SubnetGVR: "SubnetList", kubeovnv1.IPGVR: "IPList",
-				kubeovnv1.VlanGVR: "VlanList", kubeovnv1.ProviderNetworkGVR: "ProviderNetworkList"}, custom...),
+				kubeovnv1.VlanGVR: "VlanList", kubeovnv1.ProviderNetworkGVR: "ProviderNetworkList", kubeovnv1.VpcGVR: "VpcList"}, custom...),
 		NBServer: s, NB: nb, Net: ovnnet.New(nb, ovnnet.Config{}),
 		Recorder: record.NewFakeRecorder(1000),
 		Log:      slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})),

@@ -51,8 +51,8 @@ const DefaultVpc = "ovn-cluster"
 // each with why.
 func Unsupported(s SubnetSpec) []string {
 	var out []string
-	if s.Vpc != "" && s.Vpc != DefaultVpc {
-		out = append(out, fmt.Sprintf("spec.vpc %q (custom VPCs: ovnhost has one cluster router, %s, and attaching the subnet there would connect it to every other subnet)", s.Vpc, DefaultVpc))
+	if IsCustomVpc(s.Vpc) && s.Vlan != "" {
+		out = append(out, fmt.Sprintf("spec.vlan %q in custom VPC %q (an underlay subnet's pods are on the physical network, which no VPC isolates)", s.Vlan, s.Vpc))
 	}
 	if s.Provider != "" && s.Provider != "ovn" {
 		out = append(out, fmt.Sprintf("spec.provider %q (only ovn: attachment networks through Multus are not wired)", s.Provider))
@@ -91,6 +91,16 @@ var notApplied = []struct {
 	{"gatewayNode", func(s SubnetSpec, _ Settings) bool {
 		return s.GatewayType != "centralized" && strings.TrimSpace(s.GatewayNode) != ""
 	}, "gatewayNode is not applied to a distributed subnet: the node(s) it names do not act as this subnet's gateway; set gatewayType: centralized to use them."},
+	// A custom VPC's router has no way out of the cluster (the default
+	// VPC's egress through the nodes is not its own).
+	{"natOutgoing (custom VPC)", func(s SubnetSpec, _ Settings) bool { return IsCustomVpc(s.Vpc) && s.NatOutgoing },
+		"natOutgoing is not applied in a custom VPC: its pods do not leave the VPC (no egress through the nodes, no masquerade)."},
+	{"gatewayType (custom VPC)", func(s SubnetSpec, _ Settings) bool { return IsCustomVpc(s.Vpc) && s.GatewayType == "centralized" },
+		"gatewayType: centralized is not applied in a custom VPC: its pods do not leave the VPC through gateway nodes."},
+	{"enableLb (custom VPC)", func(s SubnetSpec, st Settings) bool {
+		return IsCustomVpc(s.Vpc) && (s.EnableLb == nil || *s.EnableLb) && st.EnableLB
+	},
+		"enableLb is not applied in a custom VPC: the cluster's Service load balancers are the default VPC's, a custom VPC's pods reach no cluster Service (nor DNS through one)."},
 	{"gatewayNodeSelectors", func(s SubnetSpec, _ Settings) bool { return len(s.GatewayNodeSelectors) > 0 },
 		"gatewayNodeSelectors is not applied: gateway nodes are not chosen by label; a centralized subnet leaves through the nodes gatewayNode names."},
 	{"natOutgoing", func(s SubnetSpec, _ Settings) bool { return s.Vlan != "" && !s.LogicalGateway && s.NatOutgoing },
@@ -120,7 +130,9 @@ var notApplied = []struct {
 	{"u2oFeatures", func(s SubnetSpec, _ Settings) bool {
 		return s.Vlan != "" && s.U2OInterconnection && s.U2OFeatures != nil && s.U2OFeatures.OverlayOnlyRouting
 	}, "u2oFeatures.overlayOnlyRouting is not applied: the subnet's pods send all their traffic through the cluster router, which passes what is not for the cluster on to the physical gateway."},
-	{"enableLb", func(s SubnetSpec, st Settings) bool { return s.EnableLb != nil && !*s.EnableLb && st.EnableLB },
+	{"enableLb", func(s SubnetSpec, st Settings) bool {
+		return !IsCustomVpc(s.Vpc) && s.EnableLb != nil && !*s.EnableLb && st.EnableLB
+	},
 		"enableLb: false is not applied: the cluster's Service load balancers stay on this subnet's switch, so its pods still reach Services through OVN."},
 	{"enableEcmp", func(s SubnetSpec, _ Settings) bool { return s.EnableEcmp },
 		"enableEcmp is not applied: a centralized subnet's traffic leaves through one active gateway node at a time (failover), not spread over all of them."},
@@ -138,6 +150,10 @@ var notApplied = []struct {
 
 // NotAppliedFields lists, in spec order, the fields of spec that ask for
 // something ovnhost accepts but does not apply. Empty when there is none:
+// A Subnet of a custom VPC (IsCustomVpc) is attached to that VPC's router;
+// what only the default VPC has (egress, centralized gateways, the
+// cluster's Services) is reported as "<field> (custom VPC)".
+//
 // Kube-OVN's stored defaults (vpc ovn-cluster, provider ovn, enableLb,
 // gatewayType distributed, routeTable "", enableDHCP false, enableEcmp
 // false, ...) ask for nothing.

@@ -261,5 +261,8 @@ func Validate(u *unstructured.Unstructured) (ipam.SubnetConfig, *Subnet, *Proble
 	if s.Spec.Protocol != "" && s.Spec.Protocol != have {
 		return ipam.SubnetConfig{}, s, &Problem{"ProtocolMismatch", fmt.Sprintf("protocol %s does not match cidrBlock %q (%s); set protocol to %s or fix cidrBlock", s.Spec.Protocol, s.Spec.CIDRBlock, have, have)}
 	}
+	if IsCustomVpc(s.Spec.Vpc) {
+		cfg.VPC = s.Spec.Vpc // its own address space: it may overlap other VPCs' subnets
+	}
 	return cfg, s, nil
 }

@@ -26,7 +26,7 @@ func TestValidate(t *testing.T) {
 	}{
 		{map[string]any{"cidrBlock": "10.1.0.0/16", "colour": "blue"}, "UnknownField", "spec.colour"},
 		{map[string]any{"cidrBlock": "10.1.0.0/16", "provider": "macvlan.default"}, "UnsupportedField", "spec.provider"},
-		{map[string]any{"cidrBlock": "10.1.0.0/16", "vpc": "team-a"}, "UnsupportedField", `spec.vpc "team-a"`},
+		{map[string]any{"cidrBlock": "10.1.0.0/16", "vpc": "team-a", "vlan": "v100"}, "UnsupportedField", `spec.vlan "v100" in custom VPC "team-a"`},
 		{map[string]any{"cidrBlock": "10.1.0.0/16", "private": true, "allowSubnets": []any{"10.2.0.0"}}, "InvalidField", `allowSubnets entry "10.2.0.0"`},
 		{map[string]any{"cidrBlock": "10.1.0.0/16", "acls": []any{map[string]any{"direction": "sideways", "priority": int64(1), "match": "ip", "action": "drop"}}}, "UnsupportedField", "spec.acls[0].direction"},
 		{map[string]any{"cidrBlock": "10.1.0.0/16", "enableLb": "yes"}, "InvalidField", ""},
