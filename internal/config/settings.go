@@ -272,6 +272,17 @@ func baseSettings() []setting {
 			Set: func(c *Config, v string) error {
 				return positiveDuration(&c.OpenflowProbeInterval, time.Second, "seconds")(c, v)
 			}},
+		{Name: "ovn-ofctrl-wait-before-clear", Default: strconv.Itoa(DefaultOfctrlWaitBeforeClearMs),
+			Help: "milliseconds a restarted ovn-controller keeps the flows on br-int before replacing them with the ones it computed (Open_vSwitch external_ids:ovn-ofctrl-wait-before-clear); applied when ovn-controller starts against an ovs-vswitchd that kept its flows, 0 when ovs-vswitchd starts empty. Raise it on nodes whose flow generation takes longer than half of it (netctl doctor's ofctrl-wait-before-clear check; OpenShift uses 10000); 0 replaces them at once",
+			Set: func(c *Config, v string) error {
+				n, err := strconv.Atoi(strings.TrimSpace(v))
+				if err != nil || n < 0 || n > MaxOfctrlWaitBeforeClearMs {
+					return bad(fmt.Sprintf("not a number of milliseconds from 0 to %d", MaxOfctrlWaitBeforeClearMs),
+						"give twice ovn-controller's longest flow generation in milliseconds (ovn-appctl -t ovn-controller stopwatch/show flow-generation), e.g. 10000 for a node with 100k flows, or 0 to replace the flows at once")
+				}
+				c.OfctrlWaitBeforeClear = time.Duration(n) * time.Millisecond
+				return nil
+			}},
 		{Name: "run-dir-owner", Env: nil, Default: "root:root", Help: "user:group that owns the runtime directories recreated at every start",
 			Set: func(c *Config, v string) error {
 				o, err := parseOwner(v)
@@ -507,3 +518,23 @@ func Describe(name string) Described {
 	}
 	panic("config: no setting " + name)
 }
+
+// DefaultOfctrlWaitBeforeClearMs is ovn-ofctrl-wait-before-clear's default.
+// In OVN 23.03 (ofctrl.c, S_WAIT_BEFORE_CLEAR) the wait is a plain timer
+// started when ovn-controller connects to br-int: until it expires nothing
+// is installed (not even new pods' flows); when it expires the next flow
+// update deletes every flow and installs what has been computed so far in
+// one bundle, so a wait shorter than the computation still goes dark for
+// the rest of it. OVN's manual recommends twice the longest
+// flow-generation. Measured here (docs/reliability.md, "ovn-controller
+// restart"): after a restart of ovn-controller, flows for the tests' pods
+// are back within a few hundred milliseconds, so 2000 ms covers tables
+// several times larger, and it stays within the 2 s in which new pods
+// must work after any restart (issue 28); doctor warns when a node's own
+// flow generation needs more.
+const DefaultOfctrlWaitBeforeClearMs = 2000
+
+// MaxOfctrlWaitBeforeClearMs refuses waits that would freeze a node's
+// flows for longer than any flow computation takes (OpenShift's large
+// clusters use 10 s).
+const MaxOfctrlWaitBeforeClearMs = 300000
