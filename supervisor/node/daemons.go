@@ -370,17 +370,22 @@ func (n *Node) controllerDaemon() *daemon.Daemon {
 		// there: removing both makes their reappearance the signal.
 		return n.clearBrIntKeys(ctx, "ovn-nb-cfg", "ovn-nb-cfg-ts")
 	}
+	var vl *versionLine
 	d.Spec = func() (process.Spec, error) {
+		vl = newVersionLine()
 		args := []string{"unix:" + l.DBSock, "--pidfile=" + l.ControllerPid}
 		if t := n.nc.Daemons.TLS; t.Enabled {
 			args = append(args, "--private-key="+t.Key, "--certificate="+t.Cert, "--ca-cert="+t.CACert)
 		}
 		args = append(args, logArgs(d.LogFile)...)
-		return process.Spec{Name: "ovn-controller", Path: n.bins["ovn-controller"], Args: args, Env: n.childEnv()}, nil
+		return process.Spec{Name: "ovn-controller", Path: n.bins["ovn-controller"], Args: args, Env: n.childEnv(), OnLine: vl.onLine}, nil
 	}
 	d.Gate = func(ctx context.Context, c *process.Child) error {
 		sb, err := n.sbConn(ctx, c)
 		if err != nil {
+			return err
+		}
+		if err := n.followNorthdVersion(ctx, c, sb, vl); err != nil {
 			return err
 		}
 		what := fmt.Sprintf("its Chassis row %q in the SB database (%s)", n.systemID, n.nc.SB.Endpoint)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -158,14 +159,20 @@ func awaitReplies(t *testing.T, replies <-chan struct{}, k int, when string) {
 // waitWait waits for Open_vSwitch external_ids:ovn-ofctrl-wait-before-clear.
 func waitWait(t *testing.T, ovs *ovsdbconn.Conn, want string) {
 	t.Helper()
+	waitExternalID(t, ovs, "ovn-ofctrl-wait-before-clear", want)
+}
+
+// waitExternalID waits for an Open_vSwitch external_ids key's value.
+func waitExternalID(t *testing.T, ovs *ovsdbconn.Conn, key, want string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	got := ""
-	if err := ovs.WaitUntil(ctx, "external_ids:ovn-ofctrl-wait-before-clear="+want, func() bool {
+	if err := ovs.WaitUntil(ctx, "external_ids:"+key+"="+want, func() bool {
 		var rows []vswitch.OpenvSwitch
 		_ = ovs.List(ctx, &rows)
 		if len(rows) == 1 {
-			got = rows[0].ExternalIDs["ovn-ofctrl-wait-before-clear"]
+			got = rows[0].ExternalIDs[key]
 		}
 		return got == want
 	}, nil); err != nil {
@@ -178,6 +185,7 @@ func waitWait(t *testing.T, ovs *ovsdbconn.Conn, want string) {
 func doctorCheck(t *testing.T, n *node, name string) hostcheck.Check {
 	t.Helper()
 	cmd := exec.Command("ip", append([]string{"netns", "exec", n.NS, testenv.Binary(t, "netctl"), "doctor", "--output=json"}, n.Args...)...)
+	cmd.Env = append(os.Environ(), n.Env...)
 	out, runErr := cmd.Output()
 	var rep struct{ Checks []hostcheck.Check }
 	if err := json.Unmarshal(out, &rep); err != nil {
