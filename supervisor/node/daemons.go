@@ -385,9 +385,7 @@ func (n *Node) controllerDaemon() *daemon.Daemon {
 		if err != nil {
 			return err
 		}
-		if err := n.followNorthdVersion(ctx, c, sb, vl); err != nil {
-			return err
-		}
+		go n.followNorthdVersion(c, sb, vl)
 		what := fmt.Sprintf("its Chassis row %q in the SB database (%s)", n.systemID, n.nc.SB.Endpoint)
 		n.health.Waiting("ovn-controller", what)
 		if err := sb.WaitUntil(ctx, "ovn-controller to register "+what, func() bool {

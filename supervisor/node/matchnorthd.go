@@ -68,13 +68,22 @@ func (n *Node) controllerVersion(ctx context.Context, c *process.Child, vl *vers
 }
 
 // followNorthdVersion writes ovn-match-northd-version for the running
-// ovn-controller now, then again on every change of northd's version in
-// the SB, until the child exits.
-func (n *Node) followNorthdVersion(ctx context.Context, c *process.Child, sb *ovsdbconn.Conn, vl *versionLine) error {
+// ovn-controller as soon as its version is known, then again on every
+// change of northd's version in the SB, until the child exits. It runs
+// beside the readiness gate, which it does not hold up.
+func (n *Node) followNorthdVersion(c *process.Child, sb *ovsdbconn.Conn, vl *versionLine) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-c.Exited()
+		cancel()
+	}()
 	controller, err := n.controllerVersion(ctx, c, vl)
 	if err != nil {
-		n.log.Warn("ovn-match-northd-version not managed: ovn-controller's version is unknown", "err", err)
-		return nil
+		if ctx.Err() == nil {
+			n.log.Warn("ovn-match-northd-version not managed: ovn-controller's version is unknown", "err", err)
+		}
+		return
 	}
 	written := ""
 	apply := func(ctx context.Context) error {
@@ -104,24 +113,18 @@ func (n *Node) followNorthdVersion(ctx context.Context, c *process.Child, sb *ov
 		}
 		return nil
 	}
-	changed := sb.Changed()
-	if err := apply(ctx); err != nil {
-		return err
-	}
-	go func() {
-		for {
-			select {
-			case <-changed:
-			case <-c.Exited():
-				return
-			}
-			changed = sb.Changed()
-			wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			if err := apply(wctx); err != nil {
-				n.log.Warn("writing "+matchNorthdVersion, "err", err)
-			}
-			cancel()
+	for {
+		changed := sb.Changed()
+		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+		if err := apply(wctx); err != nil && ctx.Err() == nil {
+			n.log.Warn("writing "+matchNorthdVersion, "err", err)
+			written = "" // tried again on the next change
 		}
-	}()
-	return nil
+		wcancel()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
