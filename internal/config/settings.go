@@ -532,8 +532,9 @@ func Describe(name string) Described {
 // and it stays within the 2 s in which new pods must work after a restart
 // (issue 28); doctor warns when a node's own flow generation needs more
 // (OpenShift's large clusters use 10000). tests/node
-// TestOVNControllerRestartKeepsFlows measures the restart itself with ten
-// pods (docs/reliability.md).
+// TestOVNControllerRestartKeepsFlows measured the restart itself with ten
+// pods: flows back 69-76 ms after a kill -9 without the wait (one 10 ms
+// echo lost), longest flow generation 5-13 ms (docs/reliability.md).
 const DefaultOfctrlWaitBeforeClearMs = 2000
 
 // MaxOfctrlWaitBeforeClearMs refuses waits that would freeze a node's

@@ -41,7 +41,7 @@ func CheckOfctrlWait(configured time.Duration, written string, maxGen time.Durat
 	if known {
 		found += fmt.Sprintf("; ovn-controller's longest flow generation: %d ms", maxGen.Milliseconds())
 	} else {
-		found += "; ovn-controller's flow generation not measured (not running)"
+		found += "; ovn-controller's flow generation not measured (not running, or no sample yet)"
 	}
 	if ms == 0 {
 		return Check{Name: name, Status: Warn, Found: found + ": a restart of ovn-controller deletes every flow before it has computed new ones",
