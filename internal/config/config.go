@@ -85,6 +85,9 @@ type Config struct {
 
 	ProbeInterval         time.Duration // OVN_REMOTE_PROBE_INTERVAL (ms)
 	OpenflowProbeInterval time.Duration // OVN_REMOTE_OPENFLOW_INTERVAL (s)
+	// OfctrlWaitBeforeClear is how long a restarted ovn-controller keeps
+	// br-int's flows before replacing them (ovn-ofctrl-wait-before-clear).
+	OfctrlWaitBeforeClear time.Duration
 
 	Paths    layout.Paths
 	RunOwner Owner // owner of the runtime dirs recreated on every start

@@ -217,3 +217,40 @@ func TestStandaloneCIDRs(t *testing.T) {
 		}
 	}
 }
+
+// ovn-ofctrl-wait-before-clear: a default, flag/env/file forms, and
+// negative, fractional or absurd values refused with the key and a fix.
+func TestOfctrlWaitBeforeClear(t *testing.T) {
+	c, err := load(t, nil, []string{"NODE_NAME=n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.OfctrlWaitBeforeClear != DefaultOfctrlWaitBeforeClearMs*time.Millisecond {
+		t.Fatalf("default %v", c.OfctrlWaitBeforeClear)
+	}
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("ovn-ofctrl-wait-before-clear: 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args, env []string
+		want      time.Duration
+	}{
+		{[]string{"--ovn-ofctrl-wait-before-clear=10000"}, nil, 10 * time.Second},
+		{nil, []string{"OVNHOST_OVN_OFCTRL_WAIT_BEFORE_CLEAR=500"}, 500 * time.Millisecond},
+		{[]string{"--config=" + file}, nil, 0},
+	} {
+		c, err := load(t, tc.args, append([]string{"NODE_NAME=n"}, tc.env...))
+		if err != nil || c.OfctrlWaitBeforeClear != tc.want {
+			t.Errorf("%v %v: %v %v, want %v", tc.args, tc.env, c, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"-1", "1.5", "10s", "300001", "99999999999"} {
+		_, err := load(t, []string{"--ovn-ofctrl-wait-before-clear=" + bad}, []string{"NODE_NAME=n"})
+		var errs Errors
+		if !errors.As(err, &errs) || len(errs) != 1 || errs[0].Key != "--ovn-ofctrl-wait-before-clear" ||
+			!strings.Contains(errs[0].Reason, "from 0 to 300000") || !strings.Contains(errs[0].Fix, "stopwatch/show flow-generation") {
+			t.Errorf("%s: %v, want one error naming the key, the range and how to measure", bad, err)
+		}
+	}
+}

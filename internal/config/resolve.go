@@ -69,6 +69,7 @@ func (c *Config) DaemonSettings() nodeconfig.Daemons {
 		TLS:      nodeconfig.TLSFiles{Enabled: c.EnableSSL, Key: c.SSLKey, Cert: c.SSLCert, CACert: c.SSLCACert},
 		MLockAll: c.MLockAll, HWOffload: c.HWOffload,
 		RemoteProbeInterval: c.ProbeInterval, OpenflowProbeInterval: c.OpenflowProbeInterval,
+		OfctrlWaitBeforeClear: c.OfctrlWaitBeforeClear,
 	}
 }
 

@@ -137,9 +137,14 @@ func (h *DoctorHost) dial(ctx context.Context, dbModel func() (model.ClientDBMod
 	return ovsdbconn.Dial(ctx, m, remote, ovsdbconn.Options{Tables: tables, TLS: tc, Name: name, Once: true})
 }
 
-// Unixctl calls a daemon's control socket.
+// Unixctl calls a daemon's control socket: command and its arguments,
+// separated by spaces ("stopwatch/show flow-generation").
 func (*DoctorHost) Unixctl(ctx context.Context, sock, command string) (string, error) {
-	return unixctl.Call(ctx, sock, command)
+	f := strings.Fields(command)
+	if len(f) == 0 {
+		return "", fmt.Errorf("empty unixctl command")
+	}
+	return unixctl.Call(ctx, sock, f[0], f[1:]...)
 }
 
 // sslFiles are the key, certificate and CA for ssl: remotes.

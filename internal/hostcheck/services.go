@@ -45,6 +45,7 @@ func (s *services) run(ctx context.Context) []Check {
 	var out []Check
 	id := Identity{EncapIP: s.nc.EncapIP}
 	matchNorthd := false
+	writtenWait, haveRow := "", false
 	if h, err := s.f.Hostname(); err == nil {
 		id.Hostname = h
 	}
@@ -95,6 +96,7 @@ func (s *services) run(ctx context.Context) []Check {
 				id.EncapIP = v
 			}
 			matchNorthd = ext["ovn-match-northd-version"] == "true"
+			writtenWait, haveRow = ext["ovn-ofctrl-wait-before-clear"], true
 		}
 	}
 	if id.SystemID == "" {
@@ -103,8 +105,11 @@ func (s *services) run(ctx context.Context) []Check {
 		}
 	}
 
-	// ovn-controller's SB connection.
+	// ovn-controller's SB connection, and whether its restart keeps flows.
 	out = append(out, s.controller(ctx))
+	if haveRow {
+		out = append(out, s.ofctrlWait(ctx, writtenWait))
+	}
 
 	// NB and SB.
 	sbUp := ""
@@ -355,4 +360,19 @@ func ovsVersion(r vswitch.OpenvSwitch) string {
 		return ""
 	}
 	return *r.OVSVersion
+}
+
+// ofctrlWait reports ovn-ofctrl-wait-before-clear against ovn-controller's
+// own longest flow generation, when it runs.
+func (s *services) ofctrlWait(ctx context.Context, written string) Check {
+	maxGen, known := time.Duration(0), false
+	if sock, err := s.f.ControllerSocket([]string{s.nc.Layout.OVNRunDir, s.nc.Layout.OVSRunDir}); err == nil {
+		cx, cancel := s.ctx(ctx)
+		out, err := s.f.Unixctl(cx, sock, "stopwatch/show flow-generation")
+		cancel()
+		if err == nil {
+			maxGen, known = FlowGenerationMax(out)
+		}
+	}
+	return CheckOfctrlWait(s.nc.Daemons.OfctrlWaitBeforeClear, written, maxGen, known)
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/ovnhost/ovnhost/internal/nodeconfig"
+	"github.com/ovnhost/ovnhost/internal/ovnversion"
 )
 
 // Host checks the seeds ask for beyond the daemons: kernel and OVS module
@@ -368,75 +369,62 @@ func CheckOOM(kills []OOMKill, uptime float64, cgroupKills int, cgroup string, k
 
 // OVNVersion is "major.minor" of an OVN version or northd internal
 // version ("23.03.1-20.27.0-70.6" -> 23, 3).
-func OVNVersion(s string) (major, minor int, ok bool) {
-	m := regexp.MustCompile(`(\d+)\.(\d+)`).FindStringSubmatch(s)
-	if m == nil {
-		return 0, 0, false
-	}
-	major, _ = strconv.Atoi(m[1])
-	minor, _ = strconv.Atoi(m[2])
-	return major, minor, true
-}
+func OVNVersion(s string) (major, minor int, ok bool) { return ovnversion.Release(s) }
 
 // ControllerVersion reads "ovn-controller 23.03.1" from the output of the
 // control socket's version command (or ovn-controller --version).
-func ControllerVersion(out string) string {
-	m := regexp.MustCompile(`ovn-controller\S*\s+(?:\(Open vSwitch\)\s+)?(\d+\.\d+(?:\.\d+)?)`).FindStringSubmatch(out)
-	if m == nil {
-		return ""
-	}
-	return m[1]
-}
-
-// lts is the newest OVN long-term-support release before y.m: LTS releases
-// are YY.03 of even years from 22.03 on.
-func ltsBefore(y, m int) (int, int) {
-	for ly := y; ly >= 22; ly-- {
-		if ly%2 == 0 && (ly < y || (ly == y && 3 < m)) {
-			return ly, 3
-		}
-	}
-	return 22, 3
-}
+func ControllerVersion(out string) string { return ovnversion.Controller(out) }
 
 // CheckVersionSkew compares the central's ovn-northd (SB_Global
-// options:northd_internal_version) with this node's ovn-controller.
-// OVN's upgrade guide: upgrade the ovn-controllers first, then northd and
-// the databases; a rolling upgrade is supported from one LTS (22.03,
-// 24.03, ...) to the next. So an ovn-controller may be newer than northd
-// as far as northd is no older than the LTS before the controller's
-// release; an ovn-controller older than northd may not understand the
-// logical flows and actions northd writes.
+// options:northd_internal_version) with this node's ovn-controller
+// (internal/ovnversion: OVN's upgrade order and rolling-upgrade span), and
+// whether ovn-match-northd-version is set where ovnhost sets it (exactly
+// where OVN supports no mixed operation).
 func CheckVersionSkew(northdInternal, controller string, matchNorthd bool) Check {
 	const name = "ovn-version-skew"
-	ny, nm, nok := OVNVersion(northdInternal)
-	cy, cm, cok := OVNVersion(controller)
+	skew := ovnversion.Compare(northdInternal, controller)
+	_, _, nok := ovnversion.Release(northdInternal)
 	switch {
 	case !nok:
 		return Check{Name: name, Status: Warn, Found: "the SB database has no options:northd_internal_version in SB_Global: ovn-northd has not run against it yet", Fix: "check ovn-northd on the OVN central"}
-	case !cok:
+	case skew == ovnversion.Unknown:
 		return Check{Name: name, Status: Warn, Found: "ovn-northd is " + northdInternal + "; this node's ovn-controller version is unknown (not running)", Fix: "start ovnhost, then run netctl doctor again"}
 	}
-	nv, cv := fmt.Sprintf("%d.%02d", ny, nm), fmt.Sprintf("%d.%02d", cy, cm)
+	cy, cm, _ := ovnversion.Release(controller)
+	nv, cv := ovnversion.ReleaseString(northdInternal), ovnversion.ReleaseString(controller)
 	found := fmt.Sprintf("ovn-northd %s (internal %s), this node's ovn-controller %s", nv, northdInternal, controller)
-	ly, lm := ltsBefore(cy, cm)
+	ly, lm := ovnversion.LTSBefore(cy, cm)
 	rng := fmt.Sprintf("ovn-controller %s supports ovn-northd %d.%02d to %s", cv, ly, lm, cv)
 	build := "rebuild the ovnhost bundle with OVN " + nv + "'s ovn-controller (docs/install.md) or run the ovs-ovn image of OVN " + nv
-	switch {
-	case ny == cy && nm == cm:
-		return Check{Name: name, Status: Pass, Found: found + ": same release"}
-	case ny > cy || (ny == cy && nm > cm):
+	hold := "; external_ids:ovn-match-northd-version=true: ovn-controller keeps its installed flows and handles no change until the versions match"
+	nomatch := "; external_ids:ovn-match-northd-version is not true: ovn-controller applies what it may misread (ovnhost sets it when ovn-controller starts or northd's version changes)"
+	switch skew {
+	case ovnversion.Same:
+		c := Check{Name: name, Status: Pass, Found: found + ": same release"}
+		if matchNorthd {
+			c.Found += "; external_ids:ovn-match-northd-version=true (no effect while the internal versions match)"
+		}
+		return c
+	case ovnversion.ControllerOlder:
 		c := Check{Name: name, Status: Fail,
 			Found: found + ": ovn-controller is older than northd, against OVN's upgrade order (controllers first); it may reject or misapply logical flows northd writes; " + rng,
 			Fix:   "upgrade this node's ovn-controller to " + nv + " or newer: " + build}
 		if matchNorthd {
-			c.Found += "; external_ids:ovn-match-northd-version=true: ovn-controller stops handling changes until the versions match"
+			c.Found += hold
+		} else {
+			c.Found += nomatch
 		}
 		return c
-	case ny < ly || (ny == ly && nm < lm):
-		return Check{Name: name, Status: Fail,
+	case ovnversion.ControllerTooNew:
+		c := Check{Name: name, Status: Fail,
 			Found: found + ": northd is older than the LTS before the controller (" + fmt.Sprintf("%d.%02d", ly, lm) + "), beyond OVN's supported upgrade span; " + rng,
 			Fix:   fmt.Sprintf("upgrade the OVN central to %d.%02d or newer, or run an ovn-controller no newer than the next LTS after %s", ly, lm, nv)}
+		if matchNorthd {
+			c.Found += hold
+		} else {
+			c.Found += nomatch
+		}
+		return c
 	}
 	c := Check{Name: name, Status: Pass, Found: found + ": controller newer than northd, within OVN's rolling-upgrade span; " + rng}
 	if matchNorthd {

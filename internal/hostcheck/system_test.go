@@ -159,6 +159,9 @@ func TestVersionSkew(t *testing.T) {
 		{"22.03.3-20.21.0-59.1", "24.03.2", false, Pass, "within OVN's rolling-upgrade span", ""},
 		{"22.03.3-20.21.0-59.1", "25.03.0", false, Fail, "beyond OVN's supported upgrade span", "upgrade the OVN central to 24.03"},
 		{"22.03.3-20.21.0-59.1", "23.03.1", true, Fail, "ovn-match-northd-version=true", "remove ovn-match-northd-version"},
+		{"25.03.0-20.41.0-78.0", "23.03.1", true, Fail, "keeps its installed flows", "upgrade this node's ovn-controller to 25.03"},
+		{"25.03.0-20.41.0-78.0", "23.03.1", false, Fail, "ovn-match-northd-version is not true", "upgrade this node's ovn-controller to 25.03"},
+		{"22.03.3-20.21.0-59.1", "25.03.0", true, Fail, "keeps its installed flows", "upgrade the OVN central to 24.03"},
 		{"", "23.03.1", false, Warn, "no options:northd_internal_version", ""},
 		{"23.03.1-20.27.0-70.6", "", false, Warn, "unknown", ""},
 	} {

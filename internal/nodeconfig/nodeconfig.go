@@ -198,6 +198,10 @@ type Daemons struct {
 	// RemoteProbeInterval is ovn-controller's SB probe interval
 	// (ovn-remote-probe-interval), OpenflowProbeInterval its OpenFlow one.
 	RemoteProbeInterval, OpenflowProbeInterval time.Duration
+	// OfctrlWaitBeforeClear is how long a restarted ovn-controller keeps
+	// the flows of an ovs-vswitchd that kept them before replacing them
+	// (external_ids:ovn-ofctrl-wait-before-clear).
+	OfctrlWaitBeforeClear time.Duration
 }
 
 // TLSFiles are the SSL key, certificate and CA of the OVN databases.

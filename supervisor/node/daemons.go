@@ -275,6 +275,9 @@ func (n *Node) vswitchdDaemon() *daemon.Daemon {
 			n.mu.Unlock()
 			n.log.Info("kernel datapath kept: ovs-vswitchd starts with flow-restore-wait until ovn-controller's flows are back")
 		}
+		n.mu.Lock()
+		n.vswitchdEmpty = true
+		n.mu.Unlock()
 		// A fresh next_cfg makes cur_cfg == next_cfg mean "this process
 		// has applied the configuration", not "nothing happened yet".
 		var err error
@@ -359,24 +362,30 @@ func (n *Node) controllerDaemon() *daemon.Daemon {
 		if err := daemon.ClearStale("ovn-controller", l.ControllerPid); err != nil {
 			return err
 		}
+		if err := n.setOfctrlWaitBeforeClear(ctx); err != nil {
+			return err
+		}
 		// ovn-controller writes ovn-nb-cfg(-ts) on br-int once its flows
 		// are installed, but only when the value differs from what is
 		// there: removing both makes their reappearance the signal.
 		return n.clearBrIntKeys(ctx, "ovn-nb-cfg", "ovn-nb-cfg-ts")
 	}
+	var vl *versionLine
 	d.Spec = func() (process.Spec, error) {
+		vl = newVersionLine()
 		args := []string{"unix:" + l.DBSock, "--pidfile=" + l.ControllerPid}
 		if t := n.nc.Daemons.TLS; t.Enabled {
 			args = append(args, "--private-key="+t.Key, "--certificate="+t.Cert, "--ca-cert="+t.CACert)
 		}
 		args = append(args, logArgs(d.LogFile)...)
-		return process.Spec{Name: "ovn-controller", Path: n.bins["ovn-controller"], Args: args, Env: n.childEnv()}, nil
+		return process.Spec{Name: "ovn-controller", Path: n.bins["ovn-controller"], Args: args, Env: n.childEnv(), OnLine: vl.onLine}, nil
 	}
 	d.Gate = func(ctx context.Context, c *process.Child) error {
 		sb, err := n.sbConn(ctx, c)
 		if err != nil {
 			return err
 		}
+		go n.followNorthdVersion(c, sb, vl)
 		what := fmt.Sprintf("its Chassis row %q in the SB database (%s)", n.systemID, n.nc.SB.Endpoint)
 		n.health.Waiting("ovn-controller", what)
 		if err := sb.WaitUntil(ctx, "ovn-controller to register "+what, func() bool {
@@ -387,6 +396,11 @@ func (n *Node) controllerDaemon() *daemon.Daemon {
 		what = "flows on br-int (br-int external_ids:ovn-nb-cfg-ts)"
 		n.health.Waiting("ovn-controller", what)
 		err = n.waitFlows(ctx, sb, c)
+		if err == nil {
+			n.mu.Lock()
+			n.vswitchdEmpty = false
+			n.mu.Unlock()
+		}
 		// Flows are back (or the wait failed): ovs-vswitchd must not keep
 		// the kept datapath frozen either way.
 		if rerr := n.endFlowRestoreWait(ctx); err == nil {

@@ -50,6 +50,10 @@ type Node struct {
 	// restoreWait: ovs-vswitchd was started with flow-restore-wait on a
 	// kept kernel datapath; ovn-controller's flows end it.
 	restoreWait bool
+	// vswitchdEmpty: ovs-vswitchd was started by this ovnhost and
+	// ovn-controller's flows are not on br-int yet: there is nothing for
+	// ovn-ofctrl-wait-before-clear to keep.
+	vswitchdEmpty bool
 
 	group   lifecycle.Group
 	daemons daemon.Set

@@ -40,6 +40,27 @@ func Alive(pid int, prog string) bool {
 	return filepath.Base(argv0) == prog
 }
 
+// noPidfdEnv, set to 1 in ovnhost's environment, makes Adopt take the
+// path of kernels without pidfd_open (before 5.3, such as CentOS 7's
+// 3.10) on any kernel, so that tests run it. It is not a setting (no
+// OVNHOST_ prefix): the fallback only costs up to 200 ms to see an exit.
+const noPidfdEnv = "TEST_ADOPT_WITHOUT_PIDFD"
+
+// pidfdOpen is pidfd_open(2), or ENOSYS as an old kernel answers when
+// noPidfdEnv is set.
+func pidfdOpen(pid int) (int, error) {
+	if os.Getenv(noPidfdEnv) == "1" {
+		return -1, fmt.Errorf("%w (forced by %s=1)", unix.ENOSYS, noPidfdEnv)
+	}
+	return unix.PidfdOpen(pid, 0)
+}
+
+// noPidfd reports whether pidfd_open failed because the kernel lacks it
+// (ENOSYS) or a seccomp filter that does not know it refuses it (EPERM:
+// older container runtimes' default profiles); pidfd_open itself needs no
+// permission.
+func noPidfd(err error) bool { return errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) }
+
 // Adopt takes over a child that an earlier daemon started with
 // spec.OutputFIFO and that outlived it. It checks that pid still runs
 // spec.Path's program, reads the child's output from the FIFO again, and
@@ -58,8 +79,9 @@ func Adopt(spec Spec, pid int, log *slog.Logger) (*Child, error) {
 		return nil, fmt.Errorf("adopting %s (pid %d): %w", spec.Name, pid, err)
 	}
 	c := &Child{Spec: spec, pid: pid, adopted: true, exited: make(chan struct{}), started: processStart(pid)}
-	pidfd, perr := unix.PidfdOpen(pid, 0)
-	if perr != nil && !errors.Is(perr, unix.ENOSYS) {
+	l := log.With("child", spec.Name, "pid", pid)
+	pidfd, perr := pidfdOpen(pid)
+	if perr != nil && !noPidfd(perr) {
 		r.Close()
 		return nil, fmt.Errorf("adopting %s: pidfd_open(%d): %w", spec.Name, pid, perr)
 	}
@@ -71,8 +93,9 @@ func Adopt(spec Spec, pid int, log *slog.Logger) (*Child, error) {
 	}
 	if perr == nil {
 		c.pidfd = pidfd
+	} else {
+		l.Info("no pidfd for the adopted child: its exit is checked in /proc every 200ms", "reason", perr.Error())
 	}
-	l := log.With("child", spec.Name, "pid", pid)
 	c.outDone.Add(1)
 	go c.pump(r, l, true)
 	go func() {

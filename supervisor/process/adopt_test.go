@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -33,8 +34,17 @@ func (l lines) wait(t *testing.T, want string) {
 
 // An orphaned child (its supervisor gone) keeps running while nobody
 // reads its FIFO, and a new supervisor adopts it: it reads the child's
-// output on, sees its exit and stops it.
+// output on, sees its exit and stops it. The same again without a pidfd,
+// as on kernels before 5.3 (CentOS 7): the exit is seen in /proc.
 func TestAdoptAfterTheSupervisorIsGone(t *testing.T) {
+	t.Run("pidfd", func(t *testing.T) { testAdopt(t, false) })
+	t.Run("no-pidfd", func(t *testing.T) {
+		t.Setenv(noPidfdEnv, "1")
+		testAdopt(t, true)
+	})
+}
+
+func testAdopt(t *testing.T, withoutPidfd bool) {
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "child.output")
 	r, w, err := createFIFO(fifo)
@@ -70,12 +80,17 @@ func TestAdoptAfterTheSupervisorIsGone(t *testing.T) {
 	if _, err := Adopt(Spec{Name: "sh", Path: "/bin/sleep", OutputFIFO: fifo}, cmd.Process.Pid, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "is not a running sleep") {
 		t.Fatalf("adopting pid %d as sleep: %v, want a refusal naming the program", cmd.Process.Pid, err)
 	}
-	c, err := Adopt(spec, cmd.Process.Pid, slog.New(slog.DiscardHandler))
+	var logged syncBuffer
+	c, err := Adopt(spec, cmd.Process.Pid, slog.New(slog.NewTextHandler(&logged, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !c.Adopted() || c.Pid() != cmd.Process.Pid {
 		t.Fatalf("adopted child: adopted=%v pid=%d, want true and %d", c.Adopted(), c.Pid(), cmd.Process.Pid)
+	}
+	const fallback = "its exit is checked in /proc"
+	if got := strings.Contains(logged.String(), fallback); got != withoutPidfd {
+		t.Fatalf("log says %q: %v, want %v; log:\n%s", fallback, got, withoutPidfd, logged.String())
 	}
 	io.WriteString(stdin, "after-adoption\n")
 	got.wait(t, "got after-adoption")
@@ -95,6 +110,24 @@ func TestAdoptAfterTheSupervisorIsGone(t *testing.T) {
 	if c.ExitErr() == nil || !strings.Contains(c.ExitErr().Error(), "status is unknown") {
 		t.Fatalf("exit of an adopted child: %v", c.ExitErr())
 	}
+}
+
+// syncBuffer is a log sink read while the adopted child's goroutines write.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // A child started with an output FIFO survives its starter and logs

@@ -26,7 +26,25 @@ import (
 // an upgrade hand-over (SIGUSR2) that leaves them again, a later crash of
 // an adopted child restarted as usual, and a normal stop leaves nothing.
 func TestSupervisorCrashLeavesChildrenToBeAdopted(t *testing.T) {
+	testSupervisorCrashAdoption(t, false)
+}
+
+// The same on a kernel without pidfd_open (before 5.3: CentOS 7.9's
+// 3.10), forced here: the adopted children's exits are seen in /proc,
+// and the log says so.
+func TestSupervisorCrashLeavesChildrenToBeAdoptedWithoutPidfd(t *testing.T) {
+	testSupervisorCrashAdoption(t, true)
+}
+
+// noPidfdLog is what ovnhost logs for each child adopted without a pidfd.
+const noPidfdLog = "no pidfd for the adopted child: its exit is checked in /proc"
+
+func testSupervisorCrashAdoption(t *testing.T, withoutPidfd bool) {
 	n := newNode(t)
+	if withoutPidfd {
+		// Read by supervisor/process only; not a setting.
+		n.Env = append(n.Env, "TEST_ADOPT_WITHOUT_PIDFD=1")
+	}
 	// Whatever happens, no orphan outlives the test.
 	t.Cleanup(func() { killProcessesUnder(n.Dir) })
 	n.Start("--adopt-children")
@@ -93,6 +111,13 @@ func TestSupervisorCrashLeavesChildrenToBeAdopted(t *testing.T) {
 	if err := n.WaitLog("adopted the running child of an earlier ovnhost", 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
+	wantFallback := 0
+	if withoutPidfd {
+		wantFallback = len(children)
+	}
+	if got := strings.Count(string(must(os.ReadFile(n.Log()))), noPidfdLog); got != wantFallback {
+		t.Fatalf("%d children adopted without a pidfd (log %q), want %d\n%s", got, noPidfdLog, wantFallback, n.LogTail())
+	}
 	// The adopted ovs-vswitchd's output reaches the new ovnhost's log.
 	addInternalPort(t, ovs, "adopted0")
 	if err := n.WaitLog("adopted0", 20*time.Second); err != nil {
@@ -133,8 +158,8 @@ func TestSupervisorCrashLeavesChildrenToBeAdopted(t *testing.T) {
 		t.Fatalf("pings lost across the crash and the adoption (%s):\n%s", lost, pingOut.String())
 	}
 
-	// An adopted child that dies is seen (it is not our child: pidfd) and
-	// restarted like any other.
+	// An adopted child that dies is seen (it is not our child: pidfd, or
+	// /proc without one) and restarted like any other.
 	mark = n.Notify.Mark()
 	if err := syscall.Kill(before["ovs-vswitchd"], syscall.SIGKILL); err != nil {
 		t.Fatal(err)

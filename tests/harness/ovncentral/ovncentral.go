@@ -204,6 +204,10 @@ func (c *Central) StartNB(t testing.TB) { c.startDB(t, "nb") }
 // nodes); StartSB brings it back with its data.
 func (c *Central) StopSB() { c.kill("sb") }
 
+// StopNorthd stops ovn-northd (its SB_Global options then stay as written:
+// OVN's fail-safe upgrade procedure edits northd_internal_version so).
+func (c *Central) StopNorthd() { c.kill("northd") }
+
 // StartSB restarts the southbound ovsdb-server on the same socket and database file.
 func (c *Central) StartSB(t testing.TB) { c.startDB(t, "sb") }
 
