@@ -227,6 +227,11 @@ func (s *Server) add(ctx context.Context, q *request) (_ []byte, cerr *cniError)
 	if err := checkPodNetns(q.Netns, s.ownNetns); err != nil {
 		return nil, fail(types.ErrInvalidNetNS, "netns", "CNI_NETNS %s: %v", q.Netns, err)
 	}
+	if s.cfg.InstallHeld != nil {
+		if why := s.cfg.InstallHeld(); why != "" {
+			return nil, fail(types.ErrTryAgainLater, "ovn_controller_held", "pod %s not wired: %s", q.pod.Key(), why)
+		}
+	}
 	t0 := time.Now()
 	actx, cancel := context.WithTimeout(ctx, s.cfg.AnnotationWait)
 	n, err := s.src.PodNetwork(actx, q.pod)

@@ -420,3 +420,24 @@ func (f *fakeRates) PodRates(key string) (podsource.Rates, bool, error) {
 	r, ok := f.rates[key]
 	return r, ok, nil
 }
+
+// A held ovn-controller (version skew) installs nothing: ADD fails at once
+// with the reason, before the pod's network is looked up or allocated.
+func TestAddFailsAtOnceWhileOVNControllerIsHeld(t *testing.T) {
+	testenv.RequireRoot(t) // CNI_NETNS must be a real network namespace
+	n, _ := samplePodNetwork()
+	src := &fakeSource{net: n}
+	w := &fakeWiring{}
+	s := dispatchServer(t, src, w)
+	s.cfg.InstallHeld = func() string { return "ovn-controller 23.03 is held for version skew with ovn-northd 25.03" }
+	req := cniRequest("ADD", "1.0.0", nil)
+	req.Netns = podnettest.NewNetNS(t, "ovht-held")
+	_, cerr := s.handle(t.Context(), req)
+	if cerr == nil || cerr.code != types.ErrTryAgainLater || cerr.reason != "ovn_controller_held" ||
+		!strings.Contains(cerr.msg, "pod ns/p not wired: ovn-controller 23.03 is held for version skew") {
+		t.Fatalf("ADD while held: %+v", cerr)
+	}
+	if len(src.calls) != 0 || len(w.log()) != 0 {
+		t.Fatalf("a held ADD reached the source %v or the wiring %v", src.calls, w.log())
+	}
+}

@@ -53,6 +53,9 @@ type Options struct {
 	// UnderlayMTU is the MTU of a provider network on this node (0: not
 	// bridged here); nil: underlay pods get the node's pod MTU.
 	UnderlayMTU func(providerNetwork string) int
+	// InstallHeld says why ovn-controller installs no new flows now (""
+	// when it does; nil: never held): ADDs fail at once with it.
+	InstallHeld func() string
 	// ControllerFieldManagers are the field managers whose pod annotations
 	// the node honours (nil: podsource.DefaultControllerManagers).
 	ControllerFieldManagers []string
@@ -158,7 +161,7 @@ func New(o Options, opts ...Option) (*Server, error) {
 			InstallWait: st.installWait, Egress: o.Egress, Log: log})
 	}
 	return Assemble(Config{Socket: o.Socket, SocketGroup: o.SocketGroup, PodMTU: mtu, UnderlayMTU: o.UnderlayMTU, AnnotationWait: st.annWait,
-		InstallWait: st.installWait, MaxConcurrent: st.maxConcurrent, Registerer: st.reg, Log: log}, p)
+		InstallWait: st.installWait, InstallHeld: o.InstallHeld, MaxConcurrent: st.maxConcurrent, Registerer: st.reg, Log: log}, p)
 }
 
 // newSource chooses the pod source: Kubernetes (WithKubeClient, the

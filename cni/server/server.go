@@ -114,7 +114,12 @@ type Config struct {
 	// ovn-installed (default DefaultInstallWait), named in its timeout
 	// message. Both bound the HTTP write timeout.
 	AnnotationWait, InstallWait time.Duration
-	MaxConcurrent               int // requests handled at once (default DefaultMaxConcurrent)
+	// InstallHeld says why ovn-controller installs no new flows now (""
+	// when it does): an ADD then fails at once with that reason, before
+	// anything is allocated, instead of waiting InstallWait for an
+	// ovn-installed that cannot come (nil: never held).
+	InstallHeld   func() string
+	MaxConcurrent int // requests handled at once (default DefaultMaxConcurrent)
 	// Registerer receives the metrics (nil: prometheus.DefaultRegisterer).
 	Registerer prometheus.Registerer
 	Log        *slog.Logger // default slog.Default()

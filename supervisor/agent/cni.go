@@ -33,6 +33,7 @@ func newCNIUnit(n *node.Node, nc *nodeconfig.NodeConfig, kube *kubeClients, log 
 	c := nc.CNI
 	return &cniUnit{n: n, reg: reg, kube: kube, opts: server.Options{
 		UnderlayMTU: underlayMTU,
+		InstallHeld: n.ControllerHeld,
 		Node:        nc, Log: log,
 		Socket: c.Socket, SocketGroup: c.SocketGroup,
 		BinDir: c.BinDir, ConfDir: c.ConfDir, ConfVersion: c.ConfVersion,

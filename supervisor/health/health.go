@@ -250,7 +250,8 @@ func (r *Reporter) Recovered(name string) {
 
 // Degraded records that a unit is ready but lacks part of what it serves
 // (reason; "" clears it): the node stays ready, as the rest works, and
-// /readyz and STATUS name what is missing.
+// /readyz and STATUS name what is missing. While the unit is still
+// awaited, /readyz adds the reason to what it waits for.
 func (r *Reporter) Degraded(name, reason string) {
 	r.mu.Lock()
 	c := r.child(name)
@@ -318,7 +319,12 @@ func (r *Reporter) Status() (bool, string) {
 		case c.CrashLoop:
 			missing = append(missing, fmt.Sprintf("%s is crash-looping (%d restarts): %s", n, c.Restarts, c.LastExit))
 		case c.Waiting != "":
-			missing = append(missing, fmt.Sprintf("%s: waiting for %s", n, c.Waiting))
+			m := fmt.Sprintf("%s: waiting for %s", n, c.Waiting)
+			if c.Degraded != "" {
+				// What keeps it from getting there (e.g. held by a version skew).
+				m += " (" + c.Degraded + ")"
+			}
+			missing = append(missing, m)
 		case c.LastExit != "":
 			missing = append(missing, fmt.Sprintf("%s: %s", n, c.LastExit))
 		default:

@@ -85,3 +85,17 @@ func TestDegradedStaysReadyAndSaysWhy(t *testing.T) {
 		t.Fatalf("Status = %v %q, last sent %q", ok, msg, sent[len(sent)-1])
 	}
 }
+
+func TestWaitingSaysWhatHoldsItUp(t *testing.T) {
+	r := New()
+	r.Register("ovn-controller")
+	r.Waiting("ovn-controller", "its Chassis row")
+	r.Degraded("ovn-controller", "held for version skew")
+	if ok, msg := r.Status(); ok || msg != "ovn-controller: waiting for its Chassis row (held for version skew)" {
+		t.Fatalf("Status = %v %q", ok, msg)
+	}
+	r.Degraded("ovn-controller", "")
+	if _, msg := r.Status(); msg != "ovn-controller: waiting for its Chassis row" {
+		t.Fatalf("Status after the hold = %q", msg)
+	}
+}

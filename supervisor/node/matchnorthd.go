@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -67,6 +68,25 @@ func (n *Node) controllerVersion(ctx context.Context, c *process.Child, vl *vers
 	return ovnversion.Controller(out), nil
 }
 
+// setHeld records why ovn-controller processes no change ("": it does)
+// for the CNI server (ADDs fail at once with it) and for /readyz, which
+// names it while the node is ready (existing pods keep their flows) and
+// while ovn-controller is awaited (a fresh node's never registers).
+func (n *Node) setHeld(why string) {
+	n.mu.Lock()
+	n.held = why
+	n.mu.Unlock()
+	n.health.Degraded("ovn-controller", why)
+}
+
+// ControllerHeld is why the running ovn-controller installs no new flows
+// ("" when it does).
+func (n *Node) ControllerHeld() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.held
+}
+
 // followNorthdVersion writes ovn-match-northd-version for the running
 // ovn-controller as soon as its version is known, then again on every
 // change of northd's version in the SB, until the child exits. It runs
@@ -74,6 +94,8 @@ func (n *Node) controllerVersion(ctx context.Context, c *process.Child, vl *vers
 func (n *Node) followNorthdVersion(c *process.Child, sb *ovsdbconn.Conn, vl *versionLine) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// The next ovn-controller starts unheld: its version is read anew.
+	defer n.setHeld("")
 	go func() {
 		<-c.Exited()
 		cancel()
@@ -104,10 +126,20 @@ func (n *Node) followNorthdVersion(c *process.Child, sb *ovsdbconn.Conn, vl *ver
 		if err := setExternalID(ctx, n.OVS(), matchNorthdVersion, want); err != nil {
 			return err
 		}
+		wasHeld := written == "true"
 		written = want
+		if want == "true" {
+			n.setHeld(fmt.Sprintf("ovn-controller %s is held for version skew with ovn-northd %s (%s): it keeps the flows it installed and installs none for new ports until both run the same release; upgrade this node's ovn-controller (OVN's order: controllers first, then northd)",
+				controller, northd, skew))
+		} else {
+			n.setHeld("")
+		}
 		if want == "true" {
 			n.log.Warn("ovn-controller and ovn-northd versions differ beyond what OVN supports: ovn-controller keeps its installed flows and handles no change until they match",
 				"ovn_controller", controller, "ovn_northd", northd, "skew", skew.String(), "external_ids", matchNorthdVersion+"=true")
+		} else if wasHeld {
+			n.log.Info("ovn-controller no longer held: its version and ovn-northd's are within what OVN supports",
+				"ovn_controller", controller, "ovn_northd", northd, "skew", skew.String())
 		} else {
 			n.log.Info("ovn-match-northd-version off", "ovn_controller", controller, "ovn_northd", northd, "skew", skew.String())
 		}

@@ -54,6 +54,9 @@ type Node struct {
 	// ovn-controller's flows are not on br-int yet: there is nothing for
 	// ovn-ofctrl-wait-before-clear to keep.
 	vswitchdEmpty bool
+	// held is why the running ovn-controller processes no change ("":
+	// it does): ovn-match-northd-version with a version skew.
+	held string
 
 	group   lifecycle.Group
 	daemons daemon.Set

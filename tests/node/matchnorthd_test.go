@@ -18,7 +18,10 @@ import (
 // northd stopped, SB_Global options:northd_internal_version edited) gets
 // external_ids:ovn-match-northd-version=true while ovn-controller runs,
 // and doctor's ovn-version-skew names both versions; back to the same
-// release, the key is false again.
+// release, the key is false again. While held, /readyz says so (the node
+// stays ready: its pods keep their flows); the CNI server's refusal of
+// ADDs meanwhile is cni/server TestAddFailsAtOnceWhileOVNControllerIsHeld
+// (this node has no NB to allocate from, so no CNI server).
 func TestMatchNorthdVersionFollowsTheSkew(t *testing.T) {
 	n := newNode(t)
 	central := ovncentral.Start(t)
@@ -37,6 +40,12 @@ func TestMatchNorthdVersionFollowsTheSkew(t *testing.T) {
 	if err := n.WaitLog("ovn-controller keeps its installed flows and handles no change until they match", 5*time.Second); err != nil {
 		t.Error(err)
 	}
+	// The node stays ready (its pods keep their flows) and says why new
+	// ones cannot be wired.
+	if code, body, err := n.HTTPGet("/readyz"); err != nil || code != 200 ||
+		!strings.Contains(body, "ovn-controller 23.03") || !strings.Contains(body, "is held for version skew with ovn-northd 25.03.0-20.41.0-78.0") {
+		t.Errorf("/readyz while ovn-controller is held: %d %v %q", code, err, body)
+	}
 	c := doctorCheck(t, n, "ovn-version-skew")
 	if c.Status != hostcheck.Fail || !strings.Contains(c.Found, "ovn-northd 25.03 (internal 25.03.0-20.41.0-78.0)") ||
 		!strings.Contains(c.Found, "this node's ovn-controller 23.03") || !strings.Contains(c.Found, "ovn-match-northd-version=true") ||
@@ -46,6 +55,12 @@ func TestMatchNorthdVersionFollowsTheSkew(t *testing.T) {
 
 	setNorthdVersion(t, sb, own)
 	waitExternalID(t, ovs, "ovn-match-northd-version", "false")
+	if err := n.WaitLog("ovn-controller no longer held", 5*time.Second); err != nil {
+		t.Error(err)
+	}
+	if code, body, err := n.HTTPGet("/readyz"); err != nil || code != 200 || strings.Contains(body, "held") {
+		t.Errorf("/readyz after the hold: %d %v %q", code, err, body)
+	}
 }
 
 // setNorthdVersion writes SB_Global options:northd_internal_version and
