@@ -74,7 +74,8 @@ func Running(nc *nodeconfig.NodeConfig) Resolver {
 // checks (kernel-geneve, ipv6, ipv6-forwarding and ipv6-ra when the cluster
 // has IPv6, underlay-host:<nic> for each bridged NIC, selinux,
 // ovs-owner, disk, oom-kills),
-// ovsdb:Open_vSwitch, ovs-vswitchd, vswitchd-upcalls (kernel datapath), ovn-controller,
+// ovsdb:Open_vSwitch, ovs-vswitchd, vswitchd-upcalls and vswitchd-tunnel-restart
+// (kernel datapath), ovn-controller,
 // ofctrl-wait-before-clear, the NB/SB checks
 // (ovsdb:OVN_Northbound/OVN_Southbound all-in-one, nb-reachable and
 // sb-reachable remote), chassis, ovn-version-skew, clock.

@@ -644,3 +644,17 @@ func TestDoctorJudgesTheRunningNode(t *testing.T) {
 		t.Fatalf("the host's missing datapath is still reported: %+v", c)
 	}
 }
+
+func TestVswitchdThatRecreatesTheTunnelDeviceIsAWarning(t *testing.T) {
+	f := healthy()
+	v := "3.1.0"
+	f.ovs[0].OVSVersion = &v
+	c := check(t, run(t, cfgOf(t), f), "vswitchd-tunnel-restart")
+	if c.Status != hostcheck.Warn || !strings.Contains(c.Found, "Open vSwitch 3.1.0 deletes and re-creates the tunnel device") || !strings.Contains(c.Fix, "3.1.1 or later") {
+		t.Fatal(c)
+	}
+	v = "3.1.1"
+	if c := check(t, run(t, cfgOf(t), f), "vswitchd-tunnel-restart"); c.Status != hostcheck.Pass || !strings.Contains(c.Found, "3.1.1 keeps the tunnel devices") {
+		t.Fatal(c)
+	}
+}

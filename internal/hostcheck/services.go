@@ -84,6 +84,9 @@ func (s *services) run(ctx context.Context) []Check {
 			started, serr := s.f.ProcessStarted(pid)
 			out = append(out, checkUpcallHandlers(pid, ovsVersion(rows[0]), started, serr))
 		}
+		if err == nil && len(rows) == 1 && s.nc.Datapath == nodeconfig.Kernel {
+			out = append(out, checkTunnelBackers(ovsVersion(rows[0])))
+		}
 		if err == nil && len(rows) == 1 {
 			ext := rows[0].ExternalIDs
 			if v := ext["system-id"]; v != "" {
@@ -353,6 +356,20 @@ func checkUpcallHandlers(pid int, release string, started time.Duration, err err
 			Fix:   "restart ovs-vswitchd (restart ovnhost: it holds ovs-vswitchd 3.1.0 back until 10 s after boot), or upgrade Open vSwitch to 3.1.1 or later"}
 	}
 	return Check{Name: name, Status: Pass, Found: fmt.Sprintf("ovs-vswitchd %s (pid %d) started %.0f s after boot, after it could count the CPUs", release, pid, started.Seconds())}
+}
+
+// checkTunnelBackers warns of an Open vSwitch release that re-creates
+// the kernel datapath's tunnel devices whenever ovs-vswitchd starts
+// (ovsquirks.RecreatesTunnelBackers): every restart or upgrade of
+// ovs-vswitchd then cuts cross-node traffic until the device is back.
+func checkTunnelBackers(release string) Check {
+	const name = "vswitchd-tunnel-restart"
+	if !ovsquirks.RecreatesTunnelBackers(release) {
+		return Check{Name: name, Status: Pass, Found: fmt.Sprintf("Open vSwitch %s keeps the tunnel devices (genev_sys_6081, vxlan_sys_4789) when ovs-vswitchd restarts", dash(release))}
+	}
+	return Check{Name: name, Status: Warn,
+		Found: fmt.Sprintf("Open vSwitch %s deletes and re-creates the tunnel device (genev_sys_6081, vxlan_sys_4789) each time ovs-vswitchd starts: cross-node traffic stops while it is gone, on every ovs-vswitchd restart or upgrade (fixed upstream by commit 8661abd4c in 2.17.6, 3.0.4, 3.1.1 and 3.2.0)", release),
+		Fix:   "upgrade Open vSwitch to a fixed release (3.1.1 or later; Debian 13 ships 3.5); until then restart ovs-vswitchd only in a maintenance window"}
 }
 
 func ovsVersion(r vswitch.OpenvSwitch) string {

@@ -4,6 +4,7 @@
 package ovsquirks
 
 import (
+	"fmt"
 	"regexp"
 	"time"
 )
@@ -41,4 +42,33 @@ func BootWait(release string, sinceBoot time.Duration) time.Duration {
 		return 0
 	}
 	return CPUCountAfterBoot - sinceBoot
+}
+
+// RecreatesTunnelBackers reports whether release (as Version returns it)
+// deletes and re-creates the kernel datapath's tunnel backing devices
+// (genev_sys_6081, vxlan_sys_4789) each time ovs-vswitchd starts on a
+// datapath that already has them: at start it took every datapath port
+// whose name is not an OpenFlow interface for a stale one, and a backing
+// device serves all tunnels of its type under a name of its own. Fixed by
+// commit 8661abd4c "ofproto: Fix re-creation of tunnel backing interfaces
+// on restart" in 2.17.6, 3.0.4, 3.1.1 and 3.2.0; Debian 12 ships 3.1.0.
+// The device's datapath port number survives, so kept flows still point
+// at it, but cross-node traffic stops while it is gone (Kube-OVN issue
+// 2291). Unknown releases are reported unaffected.
+func RecreatesTunnelBackers(release string) bool {
+	var major, minor, patch int
+	if n, _ := fmt.Sscanf(release, "%d.%d.%d", &major, &minor, &patch); n != 3 {
+		return false
+	}
+	switch {
+	case major < 2, major == 2 && minor < 17:
+		return true
+	case major == 2 && minor == 17:
+		return patch < 6
+	case major == 3 && minor == 0:
+		return patch < 4
+	case major == 3 && minor == 1:
+		return patch < 1
+	}
+	return false
 }

@@ -27,3 +27,15 @@ func TestBootWaitHoldsBackOnlyOpenVSwitch310BeforeTenSeconds(t *testing.T) {
 		}
 	}
 }
+
+func TestRecreatesTunnelBackersUntilTheFixedReleases(t *testing.T) {
+	for release, want := range map[string]bool{
+		"3.1.0": true, "3.1.1": false, "3.1.0.1": true, "3.0.3": true, "3.0.4": false,
+		"2.17.5": true, "2.17.6": false, "2.16.9": true, "2.13.0": true,
+		"3.2.0": false, "3.5.0": false, "4.0.0": false, "": false, "garbage": false,
+	} {
+		if got := RecreatesTunnelBackers(release); got != want {
+			t.Errorf("RecreatesTunnelBackers(%q) = %v, want %v", release, got, want)
+		}
+	}
+}

@@ -2,13 +2,16 @@ package kernel
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ovnhost/ovnhost/internal/ovsquirks"
 	"github.com/ovnhost/ovnhost/tests/harness/qemuvm"
 )
 
@@ -41,7 +44,8 @@ func TestTwoNodesKernelGeneve(t *testing.T) {
 	bn := programs(t)
 	for _, u := range []underlay{underlay4, underlay6} {
 		t.Run(u.family, func(t *testing.T) {
-			c := startGeneveNodes(t, bn, u, "node")
+			// Kept datapath: the restarts below must find it in place.
+			c := startGeneveNodes(t, bn, u, "node", "OVNHOST_KEEP_DATAPATH=true")
 			a, bnode := c.a, c.b
 
 			encaps := a.Run(t, "ovn-sbctl", "--db=unix:/run/ovn/ovnsb_db.sock", "--bare", "--columns=ip", "find", "encap", "type=geneve")
@@ -82,6 +86,9 @@ func TestTwoNodesKernelGeneve(t *testing.T) {
 			if flows := bnode.Run(t, "ovs-dpctl", "dump-flows"); !hasTunnelFlow(flows, u.a.Addr(), u.b.Addr()) {
 				t.Errorf("node-b's kernel datapath has no flow on a tunnel from %s to %s:\n%s", u.a.Addr(), u.b.Addr(), flows)
 			}
+			if u.family == "ipv4" { // the same code path in both families: once is enough
+				t.Run("restarts recreate nothing on the datapath", func(t *testing.T) { restartsKeepTheDatapath(t, bn, c) })
+			}
 		})
 	}
 }
@@ -90,6 +97,7 @@ func TestTwoNodesKernelGeneve(t *testing.T) {
 // each: a runs all-in-one and serves its NB/SB on the link, b joins it.
 type geneveNodes struct {
 	a, b   *qemuvm.VM
+	na, nb *guestNode
 	pa, pb pod
 }
 
@@ -108,7 +116,7 @@ func startGeneveNodes(t testing.TB, bn bins, u underlay, prefix string, env ...s
 	c := &geneveNodes{a: vms[0], b: vms[1]}
 	c.a.MustExec(t, qemuvm.Cmd{Argv: []string{"ping", "-c", "1", "-W", "10", u.b.Addr().String()}, Timeout: time.Minute})
 
-	startNode(t, c.a, bn, append([]string{"IFACE=eth0"}, env...))
+	c.na = startNode(t, c.a, bn, append([]string{"IFACE=eth0"}, env...))
 	// The product has no setting for an all-in-one node to serve its
 	// databases on the network: added to its ovsdb-servers at run time
 	// (an IPv6 address in brackets, ovsdb's syntax).
@@ -126,7 +134,7 @@ func startGeneveNodes(t testing.TB, bn bins, u underlay, prefix string, env ...s
 	// from the NB when it starts: pod-a exists before node-b starts, so
 	// node-b does not hand out its address again.
 	c.pa = addPod(t, c.a, cniConf(t, c.a), "pod-a")
-	startNode(t, c.b, bn, append([]string{"IFACE=eth0", "OVN_DB_IPS=" + u.a.Addr().String()}, env...))
+	c.nb = startNode(t, c.b, bn, append([]string{"IFACE=eth0", "OVN_DB_IPS=" + u.a.Addr().String()}, env...))
 	sysB := strings.TrimSpace(c.b.Run(t, "cat", "/var/lib/openvswitch/system-id.conf"))
 	c.a.MustExec(t, qemuvm.Cmd{Argv: []string{"ovn-sbctl", "--db=unix:/run/ovn/ovnsb_db.sock", "--timeout=120",
 		"wait-until", "chassis", sysB}, Timeout: 3 * time.Minute})
@@ -152,4 +160,119 @@ func hasTunnelFlow(flows string, src, dst netip.Addr) bool {
 	}
 	re := regexp.MustCompile(`tunnel\((?:[^(),]*,)*?` + key + `src=` + regexp.QuoteMeta(src.String()) + `,` + key + `dst=` + regexp.QuoteMeta(dst.String()) + `,`)
 	return re.MatchString(flows)
+}
+
+// restartsKeepTheDatapath restarts node-b's components one event at a
+// time (kill -9 of ovn-controller, kill -9 of ovs-vswitchd, a SIGTERM
+// restart of ovnhost with the datapath kept) while pod-a holds a TCP
+// stream to pod-b (pod-b's server from the test above) with a message every
+// millisecond. After each event the tunnel device genev_sys_6081, br-int
+// and the kernel datapath's ports are the same objects as before (ifindex
+// and port number: Kube-OVN issue 2291 is a Geneve device recreated on
+// restart), the stream is intact, and a new connection works.
+func restartsKeepTheDatapath(t *testing.T, bn bins, c *geneveNodes) {
+	vm, n := c.b, c.nb
+	to := fmt.Sprintf("%s:5201", c.pb.ip)
+	// A release with this defect re-creates genev_sys_6081 whenever
+	// ovs-vswitchd starts (doctor's vswitchd-tunnel-restart warns of it);
+	// its datapath port number must survive all the same.
+	release := ovsquirks.Version(vm.Run(t, "ovs-vswitchd", "--version"))
+	recreates := ovsquirks.RecreatesTunnelBackers(release)
+	readies := 1 // "msg=ready child=ovn-controller" lines in node-b's current log
+	for i, ev := range []struct {
+		name     string
+		vswitchd bool // ovs-vswitchd starts again
+		do       func(t *testing.T)
+	}{
+		// No event: the emulated VMs' own stalls over a few seconds, the
+		// floor the events' figures are read against.
+		{"baseline, no event", false, func(t *testing.T) {
+			c.a.MustExec(t, qemuvm.Cmd{Argv: inPod(c.pa, "ping", "-c", "20", "-i", "0.2", "-W", "5", c.pb.ip.String()), Timeout: time.Minute})
+		}},
+		{"kill -9 of ovn-controller", false, func(t *testing.T) {
+			vm.Run(t, "pkill", "-9", "-x", "ovn-controller")
+			readies++
+			if err := n.proc.WaitLogCount("msg=ready child=ovn-controller", readies, 3*time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"kill -9 of ovs-vswitchd", true, func(t *testing.T) {
+			vm.Run(t, "pkill", "-9", "-x", "ovs-vswitchd")
+			// ovnhost restarts ovs-vswitchd, then ovn-controller.
+			readies++
+			if err := n.proc.WaitLogCount("msg=ready child=ovn-controller", readies, 3*time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"ovnhost SIGTERM restart, datapath kept", true, func(t *testing.T) {
+			if code := n.stop(t); code != 0 {
+				t.Fatalf("ovnhost exited %d on SIGTERM\n%s", code, tailLines(n.log(t), 30))
+			}
+			n.start(t)
+			readies = 1
+		}},
+	} {
+		t.Run(ev.name, func(t *testing.T) {
+			s := c.a.Spawn(t, fmt.Sprintf("/var/log/stream-restart-%d.log", i), nil,
+				inPod(c.pa, bn.probe, "tcpstream", "-to", to, "-for", "30m", "-every", "1ms")...)
+			if err := s.WaitLog("established", time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			before := datapathIdentity(t, vm)
+			if before["genev_sys_6081"] == "" {
+				t.Fatalf("node-b has no tunnel device before the event: %v", before)
+			}
+			ev.do(t)
+			after := datapathIdentity(t, vm)
+			if ev.vswitchd && recreates {
+				if before["genev_sys_6081"] != after["genev_sys_6081"] {
+					t.Logf("Open vSwitch %s re-created genev_sys_6081 (%s, now %s): the known defect, fixed in 3.1.1", release, before["genev_sys_6081"], after["genev_sys_6081"])
+				}
+				delete(before, "genev_sys_6081")
+				delete(after, "genev_sys_6081")
+			}
+			if !maps.Equal(before, after) {
+				t.Errorf("%s recreated part of the datapath: before %v, after %v", ev.name, before, after)
+			}
+			var nr tcpResult
+			probeJSON(t, c.a, bn, c.pa, 2*time.Minute, &nr, "tcp", "-to", to, "-n", "8", "-size", "512")
+			if nr.Rounds != 8 {
+				t.Errorf("a new connection after %s: %d of 8 round trips", ev.name, nr.Rounds)
+			}
+			if err := s.Signal(syscall.SIGTERM, false); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Wait(time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			var r streamResult
+			readJSONLine(t, c.a, s.Log, &r)
+			t.Logf("%s: established TCP stream at 1 ms: %d messages, %d unanswered, longest wait for an echo %.0f ms (from %s)",
+				ev.name, r.Sent, r.Lost, r.MaxGapMS, r.GapStart)
+			// Emulated guests on a loaded machine stall for seconds at
+			// random (TestKernelNode): only a broken stream or a gross
+			// stall fails here; the figures are issue 28's benchmark's.
+			if r.Lost != 0 || r.MaxGapMS > grossStallMS {
+				t.Errorf("the established stream across %s: %d unanswered, longest wait %.0f ms", ev.name, r.Lost, r.MaxGapMS)
+			}
+		})
+	}
+}
+
+// datapathIdentity names what a restart must not recreate on a node's
+// kernel datapath: the ifindex of genev_sys_6081, br-int and ovs-system,
+// and the port number of each of the datapath's ports.
+func datapathIdentity(t testing.TB, vm *qemuvm.VM) map[string]string {
+	t.Helper()
+	out := vm.Run(t, "sh", "-c", `for l in genev_sys_6081 br-int ovs-system; do
+  [ -e /sys/class/net/$l/ifindex ] && echo "$l ifindex=$(cat /sys/class/net/$l/ifindex)"
+done
+ovs-dpctl show | sed -n 's/^[[:space:]]*port \([0-9]*\): \([^ ]*\).*/port:\2 number=\1/p'`)
+	id := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if k, v, ok := strings.Cut(l, " "); ok {
+			id[k] = v
+		}
+	}
+	return id
 }
