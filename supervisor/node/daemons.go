@@ -380,33 +380,31 @@ func (n *Node) controllerDaemon() *daemon.Daemon {
 		args = append(args, logArgs(d.LogFile)...)
 		return process.Spec{Name: "ovn-controller", Path: n.bins["ovn-controller"], Args: args, Env: n.childEnv(), OnLine: vl.onLine}, nil
 	}
+	// The gate is timed here, not by the daemon set: while ovn-controller
+	// is held for a version skew (ovn-match-northd-version) it registers
+	// nothing and installs no flows by design, and restarting it for that
+	// would change nothing, so each timed-out wait starts over while held.
+	d.Untimed = true
+	timeout := n.nc.Daemons.StartTimeout
 	d.Gate = func(ctx context.Context, c *process.Child) error {
-		sb, err := n.sbConn(ctx, c)
+		sctx, cancel := context.WithTimeout(ctx, timeout)
+		sb, err := n.sbConn(sctx, c)
+		cancel()
 		if err != nil {
 			return err
 		}
 		go n.followNorthdVersion(c, sb, vl)
-		what := fmt.Sprintf("its Chassis row %q in the SB database (%s)", n.systemID, n.nc.SB.Endpoint)
-		n.health.Waiting("ovn-controller", what)
-		if err := sb.WaitUntil(ctx, "ovn-controller to register "+what, func() bool {
-			return sb.Get(ctx, &sbdb.Chassis{Name: n.systemID}) == nil
-		}, c.Exited()); err != nil {
-			return err
+		for {
+			gctx, cancel := context.WithTimeout(ctx, timeout)
+			err := n.controllerReady(gctx, sb, c)
+			timedOut := errors.Is(gctx.Err(), context.DeadlineExceeded)
+			cancel()
+			why := n.ControllerHeld()
+			if err == nil || !timedOut || ctx.Err() != nil || why == "" {
+				return err
+			}
+			n.log.Warn("ovn-controller not ready, held for version skew: waiting on, not restarting it", "err", err, "held", why)
 		}
-		what = "flows on br-int (br-int external_ids:ovn-nb-cfg-ts)"
-		n.health.Waiting("ovn-controller", what)
-		err = n.waitFlows(ctx, sb, c)
-		if err == nil {
-			n.mu.Lock()
-			n.vswitchdEmpty = false
-			n.mu.Unlock()
-		}
-		// Flows are back (or the wait failed): ovs-vswitchd must not keep
-		// the kept datapath frozen either way.
-		if rerr := n.endFlowRestoreWait(ctx); err == nil {
-			err = rerr
-		}
-		return err
 	}
 	d.Needs = func(ctx context.Context, c *process.Child) error {
 		out, err := unixctl.Call(ctx, l.ControllerCtl(c.Pid()), "connection-status")
@@ -475,6 +473,32 @@ func (n *Node) waitFlows(ctx context.Context, sb *ovsdbconn.Conn, c *process.Chi
 			return fmt.Errorf("timed out waiting for ovn-controller to install flows on br-int (br-int external_ids:ovn-nb-cfg-ts never appeared): %w", ctx.Err())
 		}
 	}
+}
+
+// controllerReady waits for the running ovn-controller's Chassis row in
+// the SB and then for its flows on br-int, and ends flow-restore-wait.
+func (n *Node) controllerReady(ctx context.Context, sb *ovsdbconn.Conn, c *process.Child) error {
+	what := fmt.Sprintf("its Chassis row %q in the SB database (%s)", n.systemID, n.nc.SB.Endpoint)
+	n.health.Waiting("ovn-controller", what)
+	if err := sb.WaitUntil(ctx, "ovn-controller to register "+what, func() bool {
+		return sb.Get(ctx, &sbdb.Chassis{Name: n.systemID}) == nil
+	}, c.Exited()); err != nil {
+		return err
+	}
+	what = "flows on br-int (br-int external_ids:ovn-nb-cfg-ts)"
+	n.health.Waiting("ovn-controller", what)
+	err := n.waitFlows(ctx, sb, c)
+	if err == nil {
+		n.mu.Lock()
+		n.vswitchdEmpty = false
+		n.mu.Unlock()
+	}
+	// Flows are back (or the wait failed): ovs-vswitchd must not keep
+	// the kept datapath frozen either way.
+	if rerr := n.endFlowRestoreWait(ctx); err == nil {
+		err = rerr
+	}
+	return err
 }
 
 // sbConn is the SB connection: the local one in all-in-one mode, else one

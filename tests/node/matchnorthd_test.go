@@ -83,3 +83,45 @@ func setNorthdVersion(t *testing.T, sb *ovsdbconn.Conn, v string) string {
 	transact(t, sb, ops, err)
 	return old
 }
+
+// TestHeldOVNControllerIsAwaitedNotRestarted: an ovn-controller that
+// starts held for a version skew on a node without flows (as a fresh node
+// joining mid-upgrade) never registers and installs nothing, by design.
+// Here ovnhost is stopped while held (conf.db keeps
+// ovn-match-northd-version=true) and started again: the node waits on
+// ovn-controller past the start timeout instead of restarting it in a
+// loop, /readyz names the hold, and when northd's version matches again
+// that same process registers, installs its flows, and the node is ready.
+func TestHeldOVNControllerIsAwaitedNotRestarted(t *testing.T) {
+	n := newNode(t)
+	central := ovncentral.Start(t)
+	n.Env = []string{"OVN_SB_ADDR=" + central.SB()}
+	n.Start("--start-timeout=5s")
+	ovs := dial(t, vswitch.FullDatabaseModel, "unix:"+n.Path("ovs-run", "db.sock"))
+	waitExternalID(t, ovs, "ovn-match-northd-version", "false")
+	sb := dial(t, sbdb.FullDatabaseModel, central.SB())
+	central.StopNorthd()
+	own := setNorthdVersion(t, sb, "25.03.0-20.41.0-78.0")
+	waitExternalID(t, ovs, "ovn-match-northd-version", "true")
+	if code := n.Stop(); code != 0 {
+		t.Fatalf("ovnhost exited %d\n%s", code, n.LogTail())
+	}
+
+	if err := n.StartNoWait("--start-timeout=5s"); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.WaitLog("ovn-controller not ready, held for version skew: waiting on, not restarting it", time.Minute); err != nil {
+		t.Fatalf("%v\n%s", err, n.LogTail())
+	}
+	pidfile := n.Path("ovn-run", "ovn-controller.pid")
+	held := n.ReadPid(pidfile)
+	if code, body, err := n.HTTPGet("/readyz"); err != nil || code != 503 || !strings.Contains(body, "is held for version skew with ovn-northd 25.03.0-20.41.0-78.0") {
+		t.Errorf("/readyz while a starting ovn-controller is held: %d %v %q", code, err, body)
+	}
+
+	setNorthdVersion(t, sb, own)
+	n.WaitReady(time.Minute)
+	if now := n.ReadPid(pidfile); now != held {
+		t.Errorf("the held ovn-controller (pid %d) was restarted (now pid %d) instead of awaited", held, now)
+	}
+}
