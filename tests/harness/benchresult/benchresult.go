@@ -134,14 +134,16 @@ func Format(r Result) (string, error) {
 	return Prefix + string(raw), nil
 }
 
-// Parse reads a result line; ok is false for any other line. Lines may
-// carry leading spaces (go test indents some output).
+// Parse reads a result line; ok is false for any other line. The prefix
+// may come after other text on the line (go test indents some output, and
+// without -v prints a benchmark's name without a newline).
 func Parse(line string) (Result, bool, error) {
 	s := strings.TrimSpace(line)
-	rest, ok := strings.CutPrefix(s, Prefix)
-	if !ok {
+	i := strings.Index(s, Prefix)
+	if i < 0 {
 		return Result{}, false, nil
 	}
+	rest := s[i+len(Prefix):]
 	var r Result
 	if err := json.Unmarshal([]byte(rest), &r); err != nil {
 		return Result{}, true, fmt.Errorf("result line %q: %v", s, err)

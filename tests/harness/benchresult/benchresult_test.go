@@ -59,7 +59,7 @@ func TestFormatParseRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, ok, err := Parse("    " + line)
+	back, ok, err := Parse("BenchmarkX-2   \t" + line)
 	if err != nil || !ok || back.Name != "gap" || *back.Ratio != 0.5 || back.Benchmark != "BenchmarkX" {
 		t.Fatalf("Parse(%q) = %+v, %v, %v", line, back, ok, err)
 	}

@@ -19,7 +19,7 @@ import (
 
 const usage = `usage:
   benchjson run -out FILE -- COMMAND [ARG...]   run a go test -bench command, echo its output, write its results to FILE
-  benchjson merge -into FILE RESULTS...           replace FILE's results of every benchmark RESULTS measured
+  benchjson merge -into FILE RESULTS...           replace FILE's results of every benchmark RESULTS measured (runs in several RESULTS are all kept)
   benchjson doc [-check] -results FILE DOC        regenerate DOC's marked tables from FILE (-check: fail if DOC differs)`
 
 func main() {
@@ -97,13 +97,17 @@ func merge(args []string) error {
 	if err != nil && !os.IsNotExist(err) {
 		return err
 	}
+	// The files given together are runs of one session: a benchmark in
+	// several of them keeps every run (the doc shows their median).
+	var fresh []benchresult.Result
 	for _, p := range fs.Args() {
-		fresh, err := benchresult.Load(p)
+		f, err := benchresult.Load(p)
 		if err != nil {
 			return err
 		}
-		base.Results = benchresult.Merge(base.Results, fresh.Results)
+		fresh = append(fresh, f.Results...)
 	}
+	base.Results = benchresult.Merge(base.Results, fresh)
 	return benchresult.Save(*into, base)
 }
 
