@@ -19,7 +19,7 @@ MISSING_PKGS = $(shell for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' 
 
 PROGRAMS := supervisor/cmd/ovnhost cni/cmd/ovnhost-cni controller/cmd/ovnhost-controller netctl/cmd/netctl
 
-.PHONY: all deps build run test test-race test-unit bench fuzz clean bundle image talos-extension rpm package
+.PHONY: all deps build run test test-race test-unit bench bench-doc fuzz clean bundle image talos-extension rpm package
 
 # Fuzz targets as package:Target; their seed corpora run in `make test` as
 # unit tests. `make test` also fuzzes the ones without client-go in their
@@ -103,8 +103,19 @@ fuzz:
 test-unit: build  # the packaging tests read the built programs
 	$(GO) test -count=1 -short ./...
 
+# Every benchmark prints one BENCHRESULT line per figure
+# (tests/harness/benchresult); benchjson gathers them into _out/bench.json.
+# bench-doc merges that into docs/bench-results.json and regenerates
+# docs/benchmarks.md's tables from it (a unit test checks they agree).
+BENCHJSON := $(GO) run ./tests/harness/benchresult/benchjson
 bench: deps build
-	OVNHOST_TEST_STRICT=1 OVNHOST_BIN=$(BIN) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./tests/... 
+	@mkdir -p $(OUT)
+	OVNHOST_TEST_STRICT=1 OVNHOST_BIN=$(BIN) $(BENCHJSON) run -out $(OUT)/bench.json -- \
+		$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./tests/...
+
+bench-doc:
+	$(BENCHJSON) merge -into docs/bench-results.json $(OUT)/bench.json
+	$(BENCHJSON) doc -results docs/bench-results.json docs/benchmarks.md
 
 # Release artefacts (docs/install.md), built in Go by packaging/cmd/ovnhost-package.
 OUT := $(CURDIR)/_out

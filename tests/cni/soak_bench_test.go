@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/ovnhost/ovnhost/cni/podnet/podnettest"
+	"github.com/ovnhost/ovnhost/tests/harness/benchresult"
 )
 
 // BenchmarkSoakAddDel (issue 14, soak): OVNHOST_SOAK_CYCLES (default
@@ -164,6 +165,8 @@ func BenchmarkSoakAddDel(b *testing.B) {
 	b.ReportMetric(float64(kills.Load()), "kills")
 	b.ReportMetric(float64(retried.Load()), "retries")
 	b.ReportMetric(float64(failed.Load()), "failed")
+	benchresult.Figure(b, fmt.Sprintf("ADD+DEL cycles at concurrency %d with the CNI server killed %d times", conc, kills.Load()), float64(cycles)/elapsed.Seconds(), "cycles/s").
+		Note("p50 %.1f ms, p99 %.1f ms; %d retries, %d failed", benchresult.Ms(pct(0.5)), benchresult.Ms(pct(0.99)), retried.Load(), failed.Load()).Report()
 	b.Logf("%d cycles at concurrency %d in %s with %d kills: %d retries, %d failed; goroutines %d -> %d, fds %d -> %d",
 		cycles, conc, elapsed.Round(time.Second), kills.Load(), retried.Load(), failed.Load(), baseG, g, baseFD, fds)
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
+	"github.com/ovnhost/ovnhost/tests/harness/benchresult"
 )
 
 // tracker records, per pod, when it was first seen annotated and when its
@@ -113,6 +114,8 @@ func rssMiB(pid int) (rss, hwm float64) {
 
 var durRe = regexp.MustCompile(`(\w+)=([0-9.]+(?:ms|s|µs))`)
 
+func ms(d time.Duration) float64 { return benchresult.Ms(d) }
+
 func readyFields(line string) map[string]time.Duration {
 	out := map[string]time.Duration{}
 	for _, m := range durRe.FindAllStringSubmatch(line, -1) {
@@ -141,7 +144,8 @@ func burst(b *testing.B, e *env, ns string, n int) (podsPerSec, createPerSec flo
 
 // BenchmarkControllerPods1000 measures pods/s from creation to annotated
 // with a logical switch port, for 1000 pods, against the controller binary.
-// Target 250 pods/s on 2 cores (Kube-OVN about 45 pods/s here).
+// Target (BRIEF 5): 90% of the API server's own create rate in the same
+// run (Kube-OVN's about 45 pods/s is a quoted figure: no ratio to it).
 func BenchmarkControllerPods1000(b *testing.B) {
 	e := newEnv(b)
 	e.createNode("node-a", "192.168.10.11")
@@ -156,21 +160,29 @@ func BenchmarkControllerPods1000(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(rate, "pods/s")
 	b.ReportMetric(crate, "creates/s")
-	b.ReportMetric(rate/45, "x-kube-ovn")
 	rss, _ := rssMiB(p.PID())
 	b.ReportMetric(rss, "RSS-MiB")
+	benchresult.Figure(b, "pod create to annotated + logical switch port, 1000 pods", rate, "pods/s").
+		Against("the API server's own create rate for the same pods", crate).
+		Target(benchresult.RatioAtLeast(0.9, "at least 0.9 of the API server's create rate (BRIEF 5)")).
+		Note("Kube-OVN about 45 pods/s for 200 pods is quoted in BRIEF 5, not measured here").
+		Report()
+	benchresult.Figure(b, "controller RSS after 1000 pods", rss, "MiB").
+		Quoted("Kube-OVN controller about 110 MB", "../shared/BRIEF.md section 5").
+		Report()
 }
 
 // BenchmarkController10k: 10k pods annotated through the controller, its
 // RSS at 10k pods, then a SIGKILL and the restart: time to rebuild IPAM from
-// the annotations (target < 2 s; Kube-OVN 29 s) and start-up to ready.
+// the annotations (target under 100 ms) and exec to ready (Kube-OVN's 29 s
+// is quoted against this one, never divided by).
 func BenchmarkController10k(b *testing.B) {
 	e := newEnv(b)
 	e.createNode("node-a", "192.168.10.11")
 	e.createNode("node-b", "192.168.10.12")
 	p := e.startControllerProcess()
 	p.waitReady(b, 60*time.Second)
-	rate, _ := burst(b, e, "scale", 10000)
+	rate, crate := burst(b, e, "scale", 10000)
 	rss, hwm := rssMiB(p.PID())
 	p.kill()
 	b.ResetTimer()
@@ -195,4 +207,19 @@ func BenchmarkController10k(b *testing.B) {
 	b.ReportMetric(float64(f["caches_synced"].Microseconds())/1000, "cachesync-ms")
 	b.ReportMetric(float64(wall.Microseconds())/1000, "exec-to-ready-ms")
 	b.ReportMetric(rss2, "RSS-MiB-after-restart")
+	benchresult.Figure(b, "pod create to annotated + logical switch port, growing from 0 to 10k pods", rate, "pods/s").
+		Against("the API server's own create rate for the same pods", crate).
+		Target(benchresult.RatioAtLeast(0.9, "at least 0.9 of the API server's create rate (BRIEF 5)")).
+		Report()
+	benchresult.Figure(b, "controller RSS at 10k pods, after the burst", rss, "MiB").
+		Target(benchresult.Below(200, "under 200 MiB at 10k pods (BRIEF 5)")).
+		Note("peak %.0f MiB", hwm).Report()
+	benchresult.Figure(b, "IPAM rebuild after restart, 10k pods (the controller's own phase timer)", ms(f["ipam_rebuild"]), "ms").
+		Target(benchresult.Below(100, "under 100 ms (BRIEF 5)")).
+		Note("informer caches synced after %.0f ms", ms(f["caches_synced"])).Report()
+	benchresult.Figure(b, "restart with 10k pods, exec to ready (NB cache, informer sync, subnets, IPAM rebuild, port GC)", ms(wall), "ms").
+		Quoted("Kube-OVN about 29 s to rebuild IPAM at restart", "Kube-OVN's own report, quoted in ../shared/BRIEF.md section 5").
+		Report()
+	benchresult.Figure(b, "controller RSS right after the restart with 10k pods", rss2, "MiB").
+		Target(benchresult.Below(200, "under 200 MiB at 10k pods (BRIEF 5)")).Report()
 }

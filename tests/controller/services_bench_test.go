@@ -17,6 +17,7 @@ import (
 
 	"github.com/ovnhost/ovnhost/controller/services"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
+	"github.com/ovnhost/ovnhost/tests/harness/benchresult"
 )
 
 // lbWatch records, from the test's own NB cache, each Service load
@@ -185,6 +186,15 @@ func BenchmarkServices1000(b *testing.B) {
 		b.ReportMetric(perChange, "lb-updates/change")
 		b.ReportMetric(rss, "RSS-MiB")
 		b.ReportMetric(hwm, "HWM-MiB")
+		benchresult.Figure(b, "1000 Services x 10 endpoints: every VIP with its backends, after the last create", benchresult.Ms(converge), "ms").
+			Target(benchresult.Below(10000, "1k Services converged under 10 s (BRIEF 5)")).
+			Note("all 2,000 objects created in %.1f s", tCreated.Sub(t0).Seconds()).Report()
+		benchresult.Figure(b, fmt.Sprintf("endpoint change into NB, p99 of %d", len(lat)), ms(p99), "ms").
+			Target(benchresult.Below(100, "p99 under 100 ms (BRIEF 5)")).
+			Note("p50 %.1f ms, max %.1f ms; %.2f Load_Balancer row updates per change", ms(p50), ms(slices.Max(lat)), perChange).Report()
+		benchresult.Figure(b, "controller RSS after 1000 Services", rss, "MiB").
+			Target(benchresult.Below(300, "under 300 MiB with 1k Services and 200 policies (BRIEF 5)")).
+			Note("peak %.0f MiB", hwm).Report()
 		b.Logf("1000 Services x 10 endpoints: created in %s, converged %s after the last create; endpoint change p50 %s p99 %s max %s; %.2f Load_Balancer row updates per change; controller RSS %.0f MiB (peak %.0f)",
 			tCreated.Sub(t0).Round(time.Millisecond), converge.Round(time.Millisecond), p50, p99, slices.Max(lat), perChange, rss, hwm)
 	}

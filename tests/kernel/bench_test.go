@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ovnhost/ovnhost/tests/harness/benchresult"
 	"github.com/ovnhost/ovnhost/tests/harness/qemuvm"
 )
 
@@ -61,6 +62,10 @@ func BenchmarkKernelVswitchdKill(b *testing.B) {
 	b.Logf("restarts on a kept datapath:\n%s", vm.Run(b, "sh", "-c", "grep -E 'flow-restore-wait|msg=ready child=ov' "+n.logFile+" | cut -c1-160"))
 	b.ReportMetric(median(gap), "gap-ms-established")
 	b.ReportMetric(median(first), "ms-to-new-flow")
+	benchresult.Figure(b, fmt.Sprintf("kernel datapath in a VM (TCG): established TCP flow across kill -9 of ovs-vswitchd, longest wait for an echo, median of %d kills", len(gap)), median(gap), "ms").
+		Note("echo every 10 ms; the guest itself stalls under emulation while the daemons restart").Report()
+	benchresult.Figure(b, "same: first new flow after the kill (ovs-vswitchd and ovn-controller restarted)", median(first), "ms").
+		Target(benchresult.Goal("new pods within 2 s (BRIEF 5); not judged under emulation, where one ovs-vswitchd start takes seconds")).Report()
 }
 
 func median(v []float64) float64 {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ovnhost/ovnhost/tests/harness/benchresult"
 	"github.com/ovnhost/ovnhost/tests/harness/qemuvm"
 )
 
@@ -29,7 +30,9 @@ func BenchmarkBullseyeKernel(t *testing.B) {
 	}
 	t0 := time.Now()
 	n := startNode(t, vm, b, nil)
-	t.ReportMetric(time.Since(t0).Seconds(), "s-to-ready")
+	ready := time.Since(t0)
+	t.ReportMetric(ready.Seconds(), "s-to-ready")
+	benchresult.Figure(t, "ovnhost start to ready on Debian bullseye's "+k.Release+" kernel in a VM (TCG)", benchresult.Ms(ready), "ms").Report()
 	if log := n.log(t); !strings.Contains(log, "datapath=system") {
 		t.Fatalf("ovnhost on %s did not choose the system datapath:\n%s", k.Release, tailLines(log, 30))
 	}

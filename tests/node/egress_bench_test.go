@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ovnhost/ovnhost/tests/harness/benchresult"
 	"github.com/ovnhost/ovnhost/tests/harness/netns"
 	"github.com/ovnhost/ovnhost/tests/testenv"
 )
@@ -84,6 +85,12 @@ func BenchmarkEgressThroughput(b *testing.B) {
 	b.Logf("pod to its node's ovn0 (%s, same OVS datapath, no forwarding or NAT): %.0f Mbit/s %v", ovn0IP, pnm, mbits(podNodeBps))
 	b.Logf("short TCP connections to the outside, %v x %d alternating, %d clients each: pod %.0f/s %v, node %.0f/s %v, ratio %.2f",
 		connFor, rounds, connClients, pr, rounded(podRate), nr, rounded(nodeRate), pr/nr)
+	benchresult.Figure(b, "TCP throughput to the outside from a pod (masqueraded), userspace datapath", pm, "Mbit/s").
+		Against("the node's own namespace, alternating", nm).
+		Target(benchresult.RatioAtLeast(0.7, "at least 0.7x the node's own (issue 10)")).Report()
+	benchresult.Figure(b, "TCP throughput from a pod to its node's ovn0 only (same datapath, no forwarding, no NAT)", pnm, "Mbit/s").Report()
+	benchresult.Figure(b, "short TCP connections per second to the outside from a pod", pr, "conn/s").
+		Against("the node's own namespace, alternating", nr).Report()
 }
 
 func meanOf(v []float64) float64 {

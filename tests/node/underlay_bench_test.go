@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/ovnhost/ovnhost/tests/harness/benchresult"
 	"github.com/ovnhost/ovnhost/tests/harness/physswitch"
 )
 
@@ -75,4 +76,7 @@ func BenchmarkUnderlayCNIAdd(b *testing.B) {
 	b.Logf("pod created -> CNI ADD answered, %d pods each, interleaved, one node, userspace datapath:", perKind)
 	b.Logf("  underlay (VLAN 100 on physnet1) p50 %.1f ms p90 %.1f ms | overlay p50 %.1f ms p90 %.1f ms | p50 ratio %.2fx",
 		um, q(underlay, 0.9), om, q(overlay, 0.9), um/om)
+	benchresult.Figure(b, fmt.Sprintf("underlay pod (VLAN 100 on physnet1) created to CNI ADD answered, p50 of %d", perKind), um, "ms").
+		Against("overlay pods, interleaved", om).
+		Note("p90 %.1f ms against %.1f ms", q(underlay, 0.9), q(overlay, 0.9)).Report()
 }

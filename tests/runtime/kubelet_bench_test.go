@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ovnhost/ovnhost/tests/harness/benchresult"
 	"github.com/ovnhost/ovnhost/tests/harness/criruntime"
 )
 
@@ -192,6 +193,12 @@ func BenchmarkKubeletPods(b *testing.B) {
 	b.ReportMetric(sbPct(ovn.samples, 50)/sbPct(br.samples, 50), "p50-ratio")
 	b.ReportMetric(sbPct(ovn.samples, 99)/sbPct(br.samples, 99), "p99-ratio")
 	b.ReportMetric(sbPct(ovn.waves, 50)/sbPct(br.waves, 50), "wave-ratio")
+	benchresult.Figure(b, fmt.Sprintf("pod create to Running through kubelet, %d pods at once, p50", n), sbPct(ovn.samples, 50), "ms").
+		Against("bridge + host-local with the same kubelet and containerd", sbPct(br.samples, 50)).Report()
+	benchresult.Figure(b, "same, p99", sbPct(ovn.samples, 99), "ms").
+		Against("bridge + host-local, p99", sbPct(br.samples, 99)).Report()
+	benchresult.Figure(b, "whole wave to Running", sbPct(ovn.waves, 50), "ms").
+		Against("bridge + host-local, whole wave", sbPct(br.waves, 50)).Report()
 	b.Logf("kubelet %s + containerd 1.6: %d pods created at once -> Running, %d round(s); ovnhost (controller IPAM, conflist %v) vs bridge+host-local:",
 		"v1.37.2", n, rounds, ref.ovnTypes)
 	b.Logf("| %.0f / %.0f ms | %.0f / %.0f ms | %.2fx / %.2fx | %.1f s vs %.1f s (%.2fx) |",
