@@ -47,6 +47,7 @@ import (
 // Network is the OVN work of VPCs (ovnnet.Network).
 type Network interface {
 	EnsureVPC(ctx context.Context, v ovnnet.VPC) error
+	EnsureVPCRouter(ctx context.Context, name string) error
 	RemoveVPC(ctx context.Context, name string) error
 	VPCRouters(ctx context.Context) ([]string, error)
 }
@@ -179,9 +180,14 @@ func EnsureDefault(ctx context.Context, d discovery.DiscoveryInterface, dc dynam
 	return nil
 }
 
-// ProgramAll programs every Vpc in the cache and removes the routers of
-// VPCs that are gone (start-up, before the Subnets are programmed: a
-// custom VPC's Subnets need its router).
+// ProgramAll makes sure every custom Vpc in the cache has its router,
+// removes the routers of VPCs that are gone, and queues every Vpc for a
+// full sync once the workers run (start-up, before the Subnets are
+// programmed: a custom VPC's Subnets need its router). The routes,
+// policies and peering ports are left as they are until then: they are
+// checked against the VPC's Subnets, which are not programmed yet, so a
+// full sync here would remove every route through a Subnet and put it
+// back moments later (a restarted controller would cut the VPC's paths).
 func (r *Reconciler) ProgramAll(ctx context.Context) error {
 	if r.inf == nil {
 		return nil
@@ -189,9 +195,10 @@ func (r *Reconciler) ProgramAll(ctx context.Context) error {
 	names := r.inf.GetIndexer().ListKeys()
 	sort.Strings(names)
 	for _, n := range names {
-		if err := r.sync(ctx, n); err != nil {
+		if err := r.ensureRouter(ctx, n); err != nil {
 			return fmt.Errorf("programming vpc %q: %w", n, err)
 		}
+		r.q.Add(n)
 	}
 	routers, err := r.cfg.Net.VPCRouters(ctx)
 	if err != nil {
@@ -205,6 +212,29 @@ func (r *Reconciler) ProgramAll(ctx context.Context) error {
 			}
 		}
 	}
+	return nil
+}
+
+// ensureRouter is the start-up part of sync: the router of a valid custom
+// Vpc (an existing one untouched) and what the Subnets read of it.
+func (r *Reconciler) ensureRouter(ctx context.Context, name string) error {
+	obj, exists, err := r.inf.GetIndexer().GetByKey(name)
+	if err != nil || !exists {
+		return err
+	}
+	u := obj.(*unstructured.Unstructured)
+	v, _ := kubeovnv1.ValidateVpc(u)
+	if v == nil || u.GetDeletionTimestamp() != nil {
+		return nil // the worker's sync reports or removes it
+	}
+	if kubeovnv1.IsCustomVpc(name) {
+		if err := r.cfg.Net.EnsureVPCRouter(ctx, name); err != nil {
+			return err
+		}
+	}
+	r.mu.Lock()
+	r.vpcs[name] = &state{programmed: true, namespaces: v.Spec.Namespaces, defSubnet: v.Spec.DefaultSubnet}
+	r.mu.Unlock()
 	return nil
 }
 

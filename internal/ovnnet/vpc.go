@@ -35,6 +35,12 @@ func (n *Network) EnsureVPC(ctx context.Context, v VPC) error {
 	return n.NB.SetRouterRoutesAndPolicies(ctx, v.Name, vpcIDs(v.Name), v.Routes, v.Policies)
 }
 
+// EnsureVPCRouter creates the VPC's router if absent (routes, policies
+// and ports of an existing one untouched).
+func (n *Network) EnsureVPCRouter(ctx context.Context, name string) error {
+	return n.NB.EnsureVPCRouter(ctx, name)
+}
+
 // RemoveVPC deletes the VPC's router with its routes, policies and ports.
 func (n *Network) RemoveVPC(ctx context.Context, name string) error {
 	return n.NB.DeleteVPCRouter(ctx, name)

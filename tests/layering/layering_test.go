@@ -128,7 +128,7 @@ var nodeParts = []string{"supervisor/daemon", "supervisor/process", "supervisor/
 
 // Controller reconcilers: each with its own queue and state; only
 // controller/kube wires them.
-var reconcilers = []string{"controller/pods", "controller/subnets", "controller/ips", "controller/services", "controller/netpol", "controller/gateways", "controller/extgw", "controller/underlay", "controller/vpcs"}
+var reconcilers = []string{"controller/pods", "controller/subnets", "controller/ips", "controller/services", "controller/netpol", "controller/gateways", "controller/extgw", "controller/underlay", "controller/vpcs", "controller/vpcnat"}
 
 // Test helpers that must never be linked into a program.
 var testOnly = []string{"internal/ovnnb/nbtest", "controller/internal/ctltest", "internal/ovsconf/ovsconftest", "cni/ovsport/ovsporttest", "cni/podnet/podnettest"}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
+	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
 )
 
 // TestVPCIsolationRoutesAndPeering: custom VPCs (issue 26) on two nodes
@@ -224,6 +226,82 @@ func TestVPCIsolationRoutesAndPeering(t *testing.T) {
 		cond := v.Condition(kubeovnv1.Validated)
 		return err == nil && cond != nil && cond.Status == "False" && strings.Contains(cond.Message, "nextHopIP 198.51.100.1 is outside every Subnet")
 	})
+
+	// A restart of the controller leaves the VPCs' routers as they are:
+	// the same rows (UUIDs) with the same content, and the paths work.
+	// A row removed and put back meanwhile would have a new UUID.
+	routers := []string{"vpc-a", "vpc-b", "vpc-c", "vpc-d"}
+	before := vpcRouterRows(t, c, routers)
+	c.cp.stopController()
+	c.cp.startController(t)
+	// The Vpc worker takes the start-up's full syncs first (one worker,
+	// in order): a Vpc created now is programmed after them.
+	createVpc("vpc-probe", map[string]any{})
+	waitFor(t, "the restarted controller's router for a new Vpc vpc-probe (after the start-up syncs)", func() bool {
+		var rs []nbdb.LogicalRouter
+		_ = c.nb.List(ctx, &rs)
+		return slices.ContainsFunc(rs, func(r nbdb.LogicalRouter) bool { return r.Name == "vpc-probe" })
+	})
+	if after := vpcRouterRows(t, c, routers); after != before {
+		t.Fatalf("the VPC routers changed across a controller restart:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	mustPing(t, a0.netns, a1.ip, "a0 to a1 after the controller's restart")
+	mustPing(t, a0.netns, a2.ip, "a0 to a2 (routed by vpc-a) after the controller's restart")
+	mustPing(t, pc.netns, pd.ip, "vpc-c pod to vpc-d pod over the peering after the controller's restart")
+	mustNotPing(t, a0.netns, b1.ip, "vpc-a pod a0 to vpc-b's b1 after the controller's restart")
+}
+
+// vpcRouterRows describes the routers with every port, static route and
+// policy they hold, by UUID and content, one line each.
+func vpcRouterRows(t *testing.T, c *svcCluster, names []string) string {
+	t.Helper()
+	ctx := context.Background()
+	var rs []nbdb.LogicalRouter
+	var ports []nbdb.LogicalRouterPort
+	var routes []nbdb.LogicalRouterStaticRoute
+	var pols []nbdb.LogicalRouterPolicy
+	for _, err := range []error{c.nb.List(ctx, &rs), c.nb.List(ctx, &ports), c.nb.List(ctx, &routes), c.nb.List(ctx, &pols)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	sorted := func(s []string) string { s = slices.Clone(s); slices.Sort(s); return strings.Join(s, ",") }
+	var out []string
+	for _, name := range names {
+		i := slices.IndexFunc(rs, func(r nbdb.LogicalRouter) bool { return r.Name == name })
+		if i < 0 {
+			t.Fatalf("router %s is not in the NB", name)
+		}
+		r := rs[i]
+		var rows []string
+		out = append(out, fmt.Sprintf("router %s %s ports=[%s] routes=[%s] policies=[%s] nat=[%s] ids=%v", r.Name, r.UUID,
+			sorted(r.Ports), sorted(r.StaticRoutes), sorted(r.Policies), sorted(r.Nat), r.ExternalIDs))
+		for _, p := range ports {
+			if slices.Contains(r.Ports, p.UUID) {
+				rows = append(rows, fmt.Sprintf("  port %s %s mac=%s networks=%v peer=%v ids=%v", p.UUID, p.Name, p.MAC, p.Networks, deref(p.Peer), p.ExternalIDs))
+			}
+		}
+		for _, x := range routes {
+			if slices.Contains(r.StaticRoutes, x.UUID) {
+				rows = append(rows, fmt.Sprintf("  route %s %s via %s policy=%v ids=%v", x.UUID, x.IPPrefix, x.Nexthop, deref(x.Policy), x.ExternalIDs))
+			}
+		}
+		for _, x := range pols {
+			if slices.Contains(r.Policies, x.UUID) {
+				rows = append(rows, fmt.Sprintf("  policy %s %d %q %s %v ids=%v", x.UUID, x.Priority, x.Match, x.Action, x.Nexthops, x.ExternalIDs))
+			}
+		}
+		slices.Sort(rows)
+		out = append(out, rows...)
+	}
+	return strings.Join(out, "\n")
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }
 
 // waitSubnetCondition waits for the Subnet's Validated condition (reason
