@@ -112,7 +112,9 @@ func TestPodGetsItsAttachmentNetworks(t *testing.T) {
 		"n2.default.ovn.kubernetes.io/ip_address": "172.21.0.50"}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	p = f.awaitPod(t, "default/web2", func(p *corev1.Pod) bool { return p != nil && p.Annotations["n2.default.ovn.kubernetes.io/allocated"] == "true" })
+	p = f.awaitPod(t, "default/web2", func(p *corev1.Pod) bool {
+		return p != nil && p.Annotations["n2.default.ovn.kubernetes.io/allocated"] == "true"
+	})
 	if p.Annotations["n2.default.ovn.kubernetes.io/ip_address"] != "172.21.0.50" {
 		t.Fatalf("web2: %v", p.Annotations)
 	}
@@ -127,7 +129,9 @@ func TestAttachmentRefusalsFailThatPodOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.run()
-	f.awaitPod(t, "default/ok", func(p *corev1.Pod) bool { return p != nil && p.Annotations["n1.default.ovn.kubernetes.io/allocated"] == "true" })
+	f.awaitPod(t, "default/ok", func(p *corev1.Pod) bool {
+		return p != nil && p.Annotations["n1.default.ovn.kubernetes.io/allocated"] == "true"
+	})
 
 	create := func(name string, ann map[string]string) {
 		t.Helper()
@@ -156,11 +160,15 @@ func TestAttachmentRefusalsFailThatPodOnly(t *testing.T) {
 	// Fixed: the NAD is created, a Subnet gets the provider.
 	nads.set("default", "n3", ovnNAD("n1.default.ovn"))
 	f.r.WakeNAD("default", "n3")
-	f.awaitPod(t, "default/missing", func(p *corev1.Pod) bool { return p != nil && p.Annotations["n1.default.ovn.kubernetes.io/allocated"] == "true" })
+	f.awaitPod(t, "default/missing", func(p *corev1.Pod) bool {
+		return p != nil && p.Annotations["n1.default.ovn.kubernetes.io/allocated"] == "true"
+	})
 	if _, err := f.Dynamic.Resource(kubeovnv1.SubnetGVR).Create(f.Ctx, ctltest.Subnet("att3", map[string]any{"cidrBlock": "172.22.0.0/24", "provider": "orphan.default.ovn"}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	p := f.awaitPod(t, "default/orphan", func(p *corev1.Pod) bool { return p != nil && p.Annotations["orphan.default.ovn.kubernetes.io/allocated"] == "true" })
+	p := f.awaitPod(t, "default/orphan", func(p *corev1.Pod) bool {
+		return p != nil && p.Annotations["orphan.default.ovn.kubernetes.io/allocated"] == "true"
+	})
 	if !strings.HasPrefix(p.Annotations["orphan.default.ovn.kubernetes.io/ip_address"], "172.22.0.") {
 		t.Fatalf("orphan: %v", p.Annotations)
 	}
