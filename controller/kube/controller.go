@@ -169,11 +169,26 @@ func (c *Controller) wire(rec record.EventRecorder, nb *ovnnb.Client) error {
 		return err
 	}
 	c.ips = ips.New(ips.Config{Log: log, Discovery: c.kc.Discovery(), Dynamic: c.dc, Informers: c.factory, DInformers: c.dfactory, IPAM: n.IPAM, Net: n})
-	c.pods, err = pods.New(pods.Config{Log: log, Kube: c.kc, Recorder: rec, Informers: c.factory, Net: n, IPAM: n.IPAM, NB: nb,
-		Subnets: c.subnets, IPs: c.ips, Registry: cfg.Registry, Workers: cfg.Workers})
+	// Attachment networks through Multus (idle without the NAD CRD).
+	var wakeNAD func(namespace, name string)
+	nads, err := watchNADs(c.kc.Discovery(), c.dfactory, func(ns, name string) {
+		if wakeNAD != nil {
+			wakeNAD(ns, name)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("kube: network attachment definitions: %w", err)
+	}
+	pcfg := pods.Config{Log: log, Kube: c.kc, Recorder: rec, Informers: c.factory, Net: n, IPAM: n.IPAM, NB: nb,
+		Subnets: c.subnets, IPs: c.ips, Registry: cfg.Registry, Workers: cfg.Workers}
+	if nads != nil {
+		pcfg.NADs = nads
+	}
+	c.pods, err = pods.New(pcfg)
 	if err != nil {
 		return err
 	}
+	wakeNAD = c.pods.WakeNAD
 	c.subnets.Use(c.pods, c.gateways)
 	// Custom VPCs (idle without the Vpc CRD: their Subnets wait).
 	c.vpcs = vpcs.New(vpcs.Config{Log: log, Recorder: rec, Discovery: c.kc.Discovery(), Dynamic: c.dc, DInformers: c.dfactory,

@@ -50,6 +50,8 @@ type Network interface {
 	DeleteNode(ctx context.Context, name string) error
 	NodePort(ctx context.Context, node string) (string, error)
 	GarbageCollect(ctx context.Context, keep func(p ovnnb.Port) bool) ([]string, error)
+	DeleteAttachment(ctx context.Context, namespace, name, provider string) error
+	Attachments(ctx context.Context, namespace, name string) ([]string, error)
 }
 
 // Addresses is what pods read of the IPAM (ipam.IPAM, shared with the subnets).
@@ -84,6 +86,10 @@ type Subnets interface {
 	AddressesChanged(name string)
 	// Released: a pod or node let its address in the subnet go (deletion may finish).
 	Released(name string)
+	// SubnetsOf lists the Subnets whose spec.provider is provider (sorted).
+	SubnetsOf(provider string) []string
+	// ProviderOf is a Subnet's provider ("ovn" by default, "" unknown).
+	ProviderOf(name string) string
 }
 
 // IPs is the IP object reconciler: it brings a pod's ("pod/<ns>/<name>")
@@ -106,6 +112,9 @@ type Config struct {
 	IPs       IPs
 	Registry  prometheus.Registerer
 	Workers   int // pod workers, default 32
+	// NADs reads NetworkAttachmentDefinitions; nil when their CRD is not
+	// installed (no Multus: a pod's networks annotation is not read).
+	NADs NADs
 }
 
 // Reconciler is the pod and node address reconciler.
@@ -127,6 +136,9 @@ type Reconciler struct {
 	// address freed) may have come before the pod was in waiting.
 	wakes     uint64
 	syncStart map[string]uint64
+	// attached: pod key -> the attachment providers it holds an address
+	// or port for (released with the pod once its object is gone).
+	attached map[string][]string
 }
 
 type metrics struct {
@@ -169,7 +181,7 @@ func New(cfg Config) (*Reconciler, error) {
 	nsInf := cfg.Informers.Core().V1().Namespaces()
 	r := &Reconciler{cfg: cfg, log: cfg.Log, pods: podInf.Lister(), nodes: nodeInf.Lister(), nss: nsInf.Lister(),
 		podQ: reconcile.NewDefaultQueue("pods"), nodeQ: reconcile.NewDefaultQueue("nodes"),
-		m: newMetrics(cfg.Registry), waiting: map[string]map[string]ipam.Kind{}, syncStart: map[string]uint64{}}
+		m: newMetrics(cfg.Registry), waiting: map[string]map[string]ipam.Kind{}, syncStart: map[string]uint64{}, attached: map[string][]string{}}
 	enqueuePod, enqueueNode := reconcile.Enqueue(r.podQ), reconcile.Enqueue(r.nodeQ)
 	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: enqueuePod,
@@ -243,6 +255,28 @@ func (r *Reconciler) Wake(subnet string) {
 	for k := range m {
 		r.podQ.Add(k)
 	}
+	// Pods whose NAD named this subnet's provider before it existed.
+	if p := r.cfg.Subnets.ProviderOf(subnet); annotations.IsAttachmentProvider(p) {
+		r.mu.Lock()
+		m = r.waiting[providerWait(p)]
+		delete(r.waiting, providerWait(p))
+		r.mu.Unlock()
+		for k := range m {
+			r.podQ.Add(k)
+		}
+	}
+}
+
+// WakeNAD requeues the pods whose networks annotation names a NAD (it was
+// created, changed or deleted).
+func (r *Reconciler) WakeNAD(namespace, name string) {
+	pods, _ := r.pods.List(labels.Everything())
+	for _, p := range pods {
+		v := p.Annotations[annotations.NetworksAnnotation]
+		if v != "" && strings.Contains(v, name) {
+			r.podQ.Add(p.Namespace + "/" + p.Name)
+		}
+	}
 }
 
 // Recheck requeues every pod that holds or asks for an address in subnet:
@@ -254,6 +288,21 @@ func (r *Reconciler) Recheck(subnet string) {
 		if p.Annotations[annotations.LogicalSwitch] == subnet || (held && a.Subnet == subnet) {
 			r.podQ.Add(p.Namespace + "/" + p.Name)
 		}
+	}
+	// And the pods attached to it.
+	r.mu.Lock()
+	var attached []string
+	for key, providers := range r.attached {
+		ns, name, _ := strings.Cut(key, "/")
+		for _, pr := range providers {
+			if a, ok := r.cfg.IPAM.Lookup(ovnnet.AttachmentOwner(ns, name, pr)); ok && a.Subnet == subnet {
+				attached = append(attached, key)
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, k := range attached {
+		r.podQ.Add(k)
 	}
 }
 

@@ -107,6 +107,12 @@ func pod(ns, name, node string, ann map[string]string) *corev1.Pod {
 // without starting the workers.
 func setUp(t *testing.T, typed []runtime.Object, custom ...runtime.Object) *fixture {
 	t.Helper()
+	return setUpWith(t, nil, typed, custom...)
+}
+
+// setUpWith is setUp with NetworkAttachmentDefinitions (nil: no NAD CRD).
+func setUpWith(t *testing.T, nads NADs, typed []runtime.Object, custom ...runtime.Object) *fixture {
+	t.Helper()
 	e := ctltest.New(t, typed, append(slices.Clone(defaultSubnets), custom...)...)
 	sr, err := subnets.New(subnets.Config{Log: e.Log, Recorder: e.Recorder, Dynamic: e.Dynamic, Informers: e.DInformers, Net: e.Net,
 		IPAM: e.Net.IPAM, Registry: prometheus.NewRegistry(), StatusDelay: time.Millisecond})
@@ -115,7 +121,7 @@ func setUp(t *testing.T, typed []runtime.Object, custom ...runtime.Object) *fixt
 	}
 	f := &fixture{Env: e, subnets: sr, ips: &ipsStandIn{changed: make(chan struct{}, 1)}}
 	f.r, err = New(Config{Log: e.Log, Kube: e.Kube, Recorder: e.Recorder, Informers: e.Informers, Net: e.Net, IPAM: e.Net.IPAM, NB: e.NB,
-		Subnets: sr, IPs: f.ips, Registry: prometheus.NewRegistry(), Workers: 4})
+		Subnets: sr, IPs: f.ips, Registry: prometheus.NewRegistry(), Workers: 4, NADs: nads})
 	if err != nil {
 		t.Fatal(err)
 	}

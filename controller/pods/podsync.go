@@ -69,8 +69,12 @@ func (r *Reconciler) syncPod(ctx context.Context, key string) error {
 	if !ok || err != nil {
 		return err
 	}
+	extra, ok, err := r.attach(ctx, pod, choice.nsLabels)
+	if !ok || err != nil {
+		return err
+	}
 	r.unwait(key)
-	return r.annotate(ctx, pod, a, notImpl)
+	return r.annotate(ctx, pod, a, notImpl, extra)
 }
 
 // request is the pod's address request from its annotations, its
@@ -129,6 +133,10 @@ func (r *Reconciler) admitted(ctx context.Context, pod *corev1.Pod, req ovnnet.P
 			r.fail(pod, "", "SubnetTerminating", fmt.Sprintf("subnet %q is being deleted; it hands out no new addresses: choose another subnet", req.Subnet))
 			return false, nil
 		}
+	}
+	if msg := attachmentSubnetRefusal(req.Subnet, r.cfg.Subnets.ProviderOf(req.Subnet), choice.by); msg != "" {
+		r.fail(pod, "", "SubnetNotAllowed", msg)
+		return false, nil
 	}
 	if prob := r.cfg.Subnets.Problem(req.Subnet); prob != nil {
 		r.fail(pod, req.Subnet, "SubnetNotValid", fmt.Sprintf("subnet %q is not valid (%s: %s); fix the Subnet and the pod gets its address", req.Subnet, prob.Reason, prob.Message))
@@ -198,7 +206,8 @@ func (r *Reconciler) allocate(ctx context.Context, pod *corev1.Pod, req ovnnet.P
 
 // annotate writes the pod's address annotations (server-side apply) unless
 // they say so already.
-func (r *Reconciler) annotate(ctx context.Context, pod *corev1.Pod, a ipam.Allocation, notImpl string) error {
+// extra are the attachment networks' annotations ("<provider>.kubernetes.io/<key>").
+func (r *Reconciler) annotate(ctx context.Context, pod *corev1.Pod, a ipam.Allocation, notImpl string, extra map[string]string) error {
 	ns, name := pod.Namespace, pod.Name
 	key := ns + "/" + name
 	ann := pod.Annotations
@@ -222,6 +231,9 @@ func (r *Reconciler) annotate(ctx context.Context, pod *corev1.Pod, a ipam.Alloc
 	if notImpl != "" {
 		want[annotations.NotImplemented] = notImpl
 	}
+	for k, v := range extra {
+		want[k] = v
+	}
 	same := true
 	for k, v := range want {
 		if ann[k] != v {
@@ -231,6 +243,11 @@ func (r *Reconciler) annotate(ctx context.Context, pod *corev1.Pod, a ipam.Alloc
 	}
 	if notImpl == "" && ann[annotations.NotImplemented] != "" {
 		same = false
+	}
+	for _, p := range annotations.AttachmentProviders(ann) {
+		if _, still := extra[annotations.ProviderKey(p, annotations.KeyAllocated)]; !still {
+			same = false // an attachment let go: the apply removes its keys
+		}
 	}
 	if same {
 		r.cfg.IPs.Queue("pod/" + key)
@@ -286,6 +303,9 @@ func (r *Reconciler) fail(pod *corev1.Pod, subnet string, k ipam.Kind, msg strin
 func (r *Reconciler) releasePod(ctx context.Context, ns, name string) error {
 	owner := ovnnet.PodOwner(ns, name)
 	a, had := r.cfg.IPAM.Lookup(owner)
+	if err := r.releaseAttachments(ctx, ns, name, nil, nil); err != nil {
+		return err
+	}
 	if err := r.cfg.Net.DeletePod(ctx, ns, name); err != nil {
 		return err
 	}

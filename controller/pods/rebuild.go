@@ -52,9 +52,14 @@ func (r *Reconciler) Rebuild(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	portOf := make(map[string]ovnnb.Port, len(ports))
+	attachedPorts := map[string][]ovnnb.Port{} // pod owner -> its attachment ports
 	for _, p := range ports {
 		if o := p.ExternalIDs[ovnnb.KeyPod]; o != "" {
-			portOf[o] = p
+			if p.ExternalIDs[ovnnb.KeyProvider] != "" {
+				attachedPorts[o] = append(attachedPorts[o], p)
+			} else {
+				portOf[o] = p
+			}
 		}
 	}
 	n := 0
@@ -64,6 +69,7 @@ func (r *Reconciler) Rebuild(ctx context.Context) (int, error) {
 		}
 		owner := ovnnet.PodOwner(p.Namespace, p.Name)
 		a := p.Annotations
+		r.restoreAttachments(p.Namespace, p.Name, a, attachedPorts[owner])
 		if a[annotations.Allocated] == "true" && a[annotations.IPAddress] != "" {
 			ips, err := ipam.ParseIPs(a[annotations.IPAddress])
 			if err == nil {
@@ -81,4 +87,30 @@ func (r *Reconciler) Rebuild(ctx context.Context) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// restoreAttachments re-claims a pod's attachment addresses: those its
+// annotations record, and those of attachment ports whose annotation
+// never landed.
+func (r *Reconciler) restoreAttachments(ns, name string, a map[string]string, ports []ovnnb.Port) {
+	key := ns + "/" + name
+	for _, pr := range annotations.AttachmentProviders(a) {
+		owner := ovnnet.AttachmentOwner(ns, name, pr)
+		ips, err := ipam.ParseIPs(a[annotations.ProviderKey(pr, annotations.KeyIPAddress)])
+		if err == nil {
+			_, err = r.cfg.Net.Restore(owner, a[annotations.ProviderKey(pr, annotations.KeyLogicalSwitch)], ips, a[annotations.ProviderKey(pr, annotations.KeyMACAddress)])
+		}
+		if err != nil {
+			r.log.Warn("recorded attachment address not restored; the pod gets a new one", "pod", key, "provider", pr, "error", err)
+		}
+		r.remember(key, pr)
+	}
+	for _, port := range ports {
+		pr := port.ExternalIDs[ovnnb.KeyProvider]
+		owner := ovnnet.AttachmentOwner(ns, name, pr)
+		if _, held := r.cfg.IPAM.Lookup(owner); !held && port.Switch != "" {
+			_, _ = r.cfg.Net.Restore(owner, port.Switch, port.IPs, port.MAC)
+		}
+		r.remember(key, pr)
+	}
 }

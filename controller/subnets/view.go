@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
+	"github.com/ovnhost/ovnhost/internal/annotations"
 	"github.com/ovnhost/ovnhost/internal/ipam"
 	"github.com/ovnhost/ovnhost/internal/ovnnet"
 )
@@ -51,7 +52,7 @@ func (r *Reconciler) defaultSubnet() string {
 		s := r.valid[n].subnet
 		// A user Subnet marked default wins over ovn-default (which the
 		// controller creates as default); a custom VPC's never does.
-		if s.Spec.Default && n != ovnnet.JoinSubnet && n != ovnnet.DefaultSubnet && !kubeovnv1.IsCustomVpc(s.Spec.Vpc) {
+		if s.Spec.Default && n != ovnnet.JoinSubnet && n != ovnnet.DefaultSubnet && !kubeovnv1.IsCustomVpc(s.Spec.Vpc) && !kubeovnv1.IsAttachment(s.Spec) {
 			return n
 		}
 	}
@@ -69,6 +70,9 @@ func (r *Reconciler) subnetFor(namespace string, nsLabels labels.Set) string {
 	sort.Strings(names)
 	for _, n := range names {
 		s := r.valid[n].subnet
+		if kubeovnv1.IsAttachment(s.Spec) {
+			continue // its namespaces may attach to it; it is not their subnet
+		}
 		if slices.Contains(s.Spec.Namespaces, namespace) {
 			return n
 		}
@@ -90,11 +94,46 @@ func (r *Reconciler) subnetFor(namespace string, nsLabels labels.Set) string {
 		if _, invalid := r.problems[n]; invalid {
 			continue
 		}
+		if p, _, _ := unstructured.NestedString(u.Object, "spec", "provider"); annotations.IsAttachmentProvider(p) {
+			continue
+		}
 		if nss, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "namespaces"); slices.Contains(nss, namespace) {
 			return n
 		}
 	}
 	return ""
+}
+
+// SubnetsOf lists (sorted) the Subnets whose spec.provider is provider,
+// programmed or not (a pod then waits for its Subnet, as for its default
+// network).
+func (r *Reconciler) SubnetsOf(provider string) []string {
+	var out []string
+	for _, obj := range r.inf.GetIndexer().List() {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		if p, _, _ := unstructured.NestedString(u.Object, "spec", "provider"); p == provider {
+			out = append(out, u.GetName())
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ProviderOf is a Subnet's spec.provider ("ovn" when it sets none, "" when
+// the Subnet does not exist).
+func (r *Reconciler) ProviderOf(name string) string {
+	obj, ok, _ := r.inf.GetIndexer().GetByKey(name)
+	u, isU := obj.(*unstructured.Unstructured)
+	if !ok || !isU {
+		return ""
+	}
+	if p, _, _ := unstructured.NestedString(u.Object, "spec", "provider"); p != "" {
+		return p
+	}
+	return annotations.DefaultProvider
 }
 
 // Problem is why a Subnet is not valid (nil: valid, or not seen yet).

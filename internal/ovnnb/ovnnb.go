@@ -50,11 +50,14 @@ const Vendor = "ovnhost"
 // External ID keys.
 const (
 	KeyVendor = "vendor"
-	KeySwitch = "ls"   // the switch a port belongs to
-	KeyPod    = "pod"  // "namespace/name" of a pod's port
-	KeyNode   = "node" // node name of a node port or route
-	KeyCIDR   = "cidr" // a switch's CIDR
-	KeyVPC    = "vpc"  // a custom VPC's switch, router, routes, policies
+	KeySwitch = "ls"  // the switch a port belongs to
+	KeyPod    = "pod" // "namespace/name" of a pod's port
+	// KeyProvider marks a pod's attachment-network port: its provider
+	// ("<nad>.<namespace>.ovn"); absent on the pod's default port.
+	KeyProvider = "provider"
+	KeyNode     = "node" // node name of a node port or route
+	KeyCIDR     = "cidr" // a switch's CIDR
+	KeyVPC      = "vpc"  // a custom VPC's switch, router, routes, policies
 )
 
 // Options configure Connect.

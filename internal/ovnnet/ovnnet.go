@@ -43,6 +43,19 @@ const (
 // PortName is a pod's logical switch port name: "<pod>.<namespace>".
 func PortName(namespace, name string) string { return name + "." + namespace }
 
+// AttachmentPortName is the logical switch port of a pod's attachment
+// network (provider "<nad>.<namespace>.ovn"): "<pod>.<namespace>.<provider>",
+// Kube-OVN's name and the OVS interface's iface-id.
+func AttachmentPortName(namespace, name, provider string) string {
+	return name + "." + namespace + "." + provider
+}
+
+// AttachmentOwner is the IPAM owner key of a pod's address on an attachment
+// network: "<namespace>/<name>/<provider>" (no pod or namespace name has a "/").
+func AttachmentOwner(namespace, name, provider string) string {
+	return namespace + "/" + name + "/" + provider
+}
+
 // NodePortName is a node's port on the join switch: "node-<node>".
 //
 // A pod's port name "<pod>.<namespace>" can equal it (pod "node-w1.example"
@@ -329,6 +342,24 @@ type PodRequest struct {
 	// takes exactly Pool[PoolIndex]; -1 takes the first one nobody holds.
 	Pool      [][]netip.Addr
 	PoolIndex int
+	// Provider "" asks for the pod's default network; an attachment
+	// network's provider ("<nad>.<namespace>.ovn") asks for its port
+	// AttachmentPortName and address AttachmentOwner in Subnet.
+	Provider string
+}
+
+func (r PodRequest) owner() string {
+	if r.Provider != "" {
+		return AttachmentOwner(r.Namespace, r.Name, r.Provider)
+	}
+	return PodOwner(r.Namespace, r.Name)
+}
+
+func (r PodRequest) portName() string {
+	if r.Provider != "" {
+		return AttachmentPortName(r.Namespace, r.Name, r.Provider)
+	}
+	return PortName(r.Namespace, r.Name)
 }
 
 // poolAllocate allocates owner from r.Pool (Kube-OVN ip_pool semantics).
@@ -376,7 +407,7 @@ func (n *Network) AddPod(ctx context.Context, r PodRequest) (ipam.Allocation, er
 	if r.Subnet == "" {
 		r.Subnet = n.cfg.DefaultSubnet
 	}
-	owner := PodOwner(r.Namespace, r.Name)
+	owner := r.owner()
 	_, had := n.IPAM.Lookup(owner)
 	var a ipam.Allocation
 	var err error
@@ -388,7 +419,12 @@ func (n *Network) AddPod(ctx context.Context, r PodRequest) (ipam.Allocation, er
 	if err != nil {
 		return ipam.Allocation{}, err
 	}
-	ids := map[string]string{ovnnb.KeyPod: owner}
+	// The port's owner is the pod (for an attachment too): only the pod's
+	// reconciler changes it, and it goes when the pod goes.
+	ids := map[string]string{ovnnb.KeyPod: PodOwner(r.Namespace, r.Name)}
+	if r.Provider != "" {
+		ids[ovnnb.KeyProvider] = r.Provider
+	}
 	for k, v := range r.ExternalIDs {
 		ids[k] = v
 	}
@@ -409,7 +445,7 @@ func (n *Network) AddPod(ctx context.Context, r PodRequest) (ipam.Allocation, er
 		return ipam.Allocation{}, fmt.Errorf("ovnnet: egress of pod %s/%s through node %s: %w", r.Namespace, r.Name, r.Node, err)
 	}
 	// The port and its place in its node's egress set: one transaction.
-	if err := n.NB.EnsurePort(ctx, ovnnb.Port{Name: PortName(r.Namespace, r.Name), Switch: a.Subnet, MAC: a.MAC, IPs: a.IPs, ExternalIDs: ids, AddressSets: sets}); err != nil {
+	if err := n.NB.EnsurePort(ctx, ovnnb.Port{Name: r.portName(), Switch: a.Subnet, MAC: a.MAC, IPs: a.IPs, ExternalIDs: ids, AddressSets: sets}); err != nil {
 		if !had {
 			n.IPAM.Release(owner)
 		}
@@ -437,6 +473,38 @@ func (n *Network) DeletePod(ctx context.Context, namespace, name string) error {
 	}
 	n.IPAM.Release(PodOwner(namespace, name))
 	return nil
+}
+
+// DeleteAttachment removes a pod's attachment-network port and releases
+// its address there.
+func (n *Network) DeleteAttachment(ctx context.Context, namespace, name, provider string) error {
+	owner := AttachmentOwner(namespace, name, provider)
+	if a, ok := n.IPAM.Lookup(owner); ok {
+		if err := n.forgetPodEgress(ctx, a.IPs); err != nil {
+			return err
+		}
+	}
+	if err := n.NB.DeletePort(ctx, AttachmentPortName(namespace, name, provider), ovnnb.PodPortOwner(namespace, name)); err != nil && !errors.Is(err, ovnnb.ErrNotOwner) {
+		return err
+	}
+	n.IPAM.Release(owner)
+	return nil
+}
+
+// Attachments lists the providers of the attachment ports the NB holds
+// for a pod.
+func (n *Network) Attachments(ctx context.Context, namespace, name string) ([]string, error) {
+	ports, err := n.NB.Ports(ctx, map[string]string{ovnnb.KeyPod: PodOwner(namespace, name)})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range ports {
+		if pr := p.ExternalIDs[ovnnb.KeyProvider]; pr != "" {
+			out = append(out, pr)
+		}
+	}
+	return out, nil
 }
 
 // NodePort is the name of the port node owns, if any, else the name it
@@ -590,6 +658,9 @@ func (n *Network) GarbageCollect(ctx context.Context, keep func(p ovnnb.Port) bo
 				return deleted, err
 			}
 			if owner := p.ExternalIDs[ovnnb.KeyPod]; owner != "" {
+				if pr := p.ExternalIDs[ovnnb.KeyProvider]; pr != "" {
+					owner += "/" + pr // AttachmentOwner
+				}
 				n.IPAM.Release(owner)
 			}
 		}
@@ -613,6 +684,9 @@ func (n *Network) RestoreFromNB(ctx context.Context) (int, error) {
 		owner := p.ExternalIDs[ovnnb.KeyPod]
 		if node := p.ExternalIDs[ovnnb.KeyNode]; node != "" && owner == "" {
 			owner = NodeOwner(node)
+		}
+		if pr := p.ExternalIDs[ovnnb.KeyProvider]; pr != "" && owner != "" {
+			owner += "/" + pr // AttachmentOwner
 		}
 		if owner == "" || p.Switch == "" {
 			continue

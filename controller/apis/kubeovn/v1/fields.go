@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/ovnhost/ovnhost/internal/annotations"
 )
 
 // What ovnhost does with each field of Kube-OVN's Subnet spec. Every field
@@ -28,6 +30,14 @@ import (
 // disableInterConnection ask for nothing ovnhost does: it never pings the
 // gateway before a pod starts (it waits for OVN to install the pod's port)
 // and has no OVN interconnection.
+//
+// provider is applied: "ovn" (or none) is the default network; Kube-OVN's
+// "<nad>.<namespace>.ovn" makes the Subnet an attachment network, an
+// overlay switch on its VPC's router whose addresses go only to the pods'
+// interfaces that NetworkAttachmentDefinitions with that provider ask for
+// through Multus (controller/attachments). Such a Subnet is no namespace's
+// subnet (namespaces and namespaceSelectors only say which namespaces'
+// pods may attach to it). Other providers (another plugin's IPAM) are refused.
 
 // KnownFields are the JSON names of every spec field, in Kube-OVN's order.
 var KnownFields = []string{
@@ -54,8 +64,14 @@ func Unsupported(s SubnetSpec) []string {
 	if IsCustomVpc(s.Vpc) && s.Vlan != "" {
 		out = append(out, fmt.Sprintf("spec.vlan %q in custom VPC %q (an underlay subnet's pods are on the physical network, which no VPC isolates)", s.Vlan, s.Vpc))
 	}
-	if s.Provider != "" && s.Provider != "ovn" {
-		out = append(out, fmt.Sprintf("spec.provider %q (only ovn: attachment networks through Multus are not wired)", s.Provider))
+	switch {
+	case s.Provider == "" || s.Provider == annotations.DefaultProvider:
+	case !annotations.IsAttachmentProvider(s.Provider):
+		out = append(out, fmt.Sprintf("spec.provider %q (ovn for the default network, or an OVN attachment network's <nad>.<namespace>.ovn; a provider of another plugin's IPAM, such as macvlan's <nad>.<namespace>, is not wired)", s.Provider))
+	case s.Default:
+		out = append(out, fmt.Sprintf("spec.default with spec.provider %q (an attachment network is no namespace's default network: drop default or set provider ovn)", s.Provider))
+	case s.Vlan != "":
+		out = append(out, fmt.Sprintf("spec.vlan with spec.provider %q (an attachment network on a physical network is not wired: drop vlan for an overlay attachment network)", s.Provider))
 	}
 	for i, a := range s.Acls {
 		if !slices.Contains([]string{"from-lport", "to-lport"}, a.Direction) {
@@ -180,3 +196,7 @@ func NotAppliedMessage(fields []string) string {
 	}
 	return strings.Join(parts, " ")
 }
+
+// IsAttachment: the Subnet is an OVN attachment network (spec.provider
+// "<nad>.<namespace>.ovn"), not a default-network subnet.
+func IsAttachment(s SubnetSpec) bool { return annotations.IsAttachmentProvider(s.Provider) }
