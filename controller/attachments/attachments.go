@@ -200,6 +200,12 @@ func Resolve(podNamespace string, ann map[string]string, l Lookups) ([]Attachmen
 			return nil, &Refusal{Reason: ReasonInvalidNAD, Message: fmt.Sprintf("NetworkAttachmentDefinition %s (type %s) has provider %q, which is not an OVN attachment network's; set \"provider\": %q in its config and give a Subnet spec.provider %q",
 				s.Ref(), c.Type, c.Provider, want, want)}
 		}
+		if c.Provider != want {
+			// A NAD is namespaced and tenants may write it: a provider naming
+			// another NAD would reach that network's Subnets.
+			return nil, &Refusal{Reason: ReasonInvalidNAD, Message: fmt.Sprintf("NetworkAttachmentDefinition %s has provider %q, which names another NetworkAttachmentDefinition; a NAD's provider must name itself: set \"provider\": %q",
+				s.Ref(), c.Provider, want)}
+		}
 		if prev, dup := seen[c.Provider]; dup {
 			return nil, &Refusal{Reason: ReasonInvalidNetworks, Message: fmt.Sprintf("annotation %s asks for provider %q twice (%s and %s); a pod has one interface per OVN attachment network: list it once",
 				annotations.NetworksAnnotation, c.Provider, prev, s.Ref())}

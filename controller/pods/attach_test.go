@@ -157,11 +157,19 @@ func TestAttachmentRefusalsFailThatPodOnly(t *testing.T) {
 		t.Fatalf("the first holder lost its address: %v", p.Annotations)
 	}
 
-	// Fixed: the NAD is created, a Subnet gets the provider.
+	// A NAD (tenant-writable) claiming another NAD's provider is refused:
+	// it would reach that network's Subnets.
 	nads.set("default", "n3", ovnNAD("n1.default.ovn"))
 	f.r.WakeNAD("default", "n3")
+	f.awaitEventWith(t, "Warning InvalidNAD", "default/n3", "must name itself")
+	// Fixed: the NAD names itself and a Subnet has its provider.
+	if _, err := f.Dynamic.Resource(kubeovnv1.SubnetGVR).Create(f.Ctx, ctltest.Subnet("att4", map[string]any{"cidrBlock": "172.23.0.0/24", "provider": "n3.default.ovn"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	nads.set("default", "n3", ovnNAD("n3.default.ovn"))
+	f.r.WakeNAD("default", "n3")
 	f.awaitPod(t, "default/missing", func(p *corev1.Pod) bool {
-		return p != nil && p.Annotations["n1.default.ovn.kubernetes.io/allocated"] == "true"
+		return p != nil && p.Annotations["n3.default.ovn.kubernetes.io/allocated"] == "true"
 	})
 	if _, err := f.Dynamic.Resource(kubeovnv1.SubnetGVR).Create(f.Ctx, ctltest.Subnet("att3", map[string]any{"cidrBlock": "172.22.0.0/24", "provider": "orphan.default.ovn"}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
