@@ -266,10 +266,12 @@ func TestEgressPlanFromThePodSource(t *testing.T) {
 	p := netip.MustParsePrefix
 	got := egressPlan(podsource.EgressPlan{NATOutgoing: []netip.Prefix{p("10.16.0.0/16")}, Cluster: []netip.Prefix{p("10.96.0.0/12")},
 		Gateways: []podsource.GatewayPlan{{Subnet: "s1", CIDRs: []netip.Prefix{p("10.17.0.0/16"), p("fd00:17::/64")},
-			Transit: ovnnet.Transit{V4: p("100.65.0.1/30"), V6: p("fd00:a9fe:4000::1/126")}, NATOutgoing: true}}})
+			Transit: ovnnet.Transit{V4: p("100.65.0.1/30"), V6: p("fd00:a9fe:4000::1/126")}, NATOutgoing: true,
+			EgressIP: netip.MustParseAddr("192.0.2.9")}}})
 	want := egress.Plan{NATOutgoing: []netip.Prefix{p("10.16.0.0/16")}, Cluster: []netip.Prefix{p("10.96.0.0/12")},
 		Gateways: []egress.Gateway{{Subnet: "s1", CIDRs: []netip.Prefix{p("10.17.0.0/16"), p("fd00:17::/64")},
-			Transit: ovnnet.Transit{V4: p("100.65.0.1/30"), V6: p("fd00:a9fe:4000::1/126")}}}}
+			Transit: ovnnet.Transit{V4: p("100.65.0.1/30"), V6: p("fd00:a9fe:4000::1/126")}, NATOutgoing: true,
+			EgressIP: netip.MustParseAddr("192.0.2.9")}}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}

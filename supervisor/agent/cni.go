@@ -47,7 +47,7 @@ func newCNIUnit(n *node.Node, nc *nodeconfig.NodeConfig, kube *kubeClients, log 
 func egressPlan(p podsource.EgressPlan) egress.Plan {
 	out := egress.Plan{NATOutgoing: p.NATOutgoing, Cluster: p.Cluster}
 	for _, g := range p.Gateways {
-		out.Gateways = append(out.Gateways, egress.Gateway{Subnet: g.Subnet, CIDRs: g.CIDRs, Transit: g.Transit})
+		out.Gateways = append(out.Gateways, egress.Gateway{Subnet: g.Subnet, CIDRs: g.CIDRs, Transit: g.Transit, NATOutgoing: g.NATOutgoing, EgressIP: g.EgressIP})
 	}
 	return out
 }

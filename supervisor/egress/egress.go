@@ -58,6 +58,11 @@ type Gateway struct {
 	CIDRs  []netip.Prefix // of the families Transit has
 	// Transit is the router's side of the transit link, per family.
 	Transit ovnnet.Transit
+	// NATOutgoing: the subnet's traffic leaving here is translated, to
+	// EgressIP when gatewayNode gives one for this node (an address the
+	// node must hold: egressip.go), else to the outgoing interface's.
+	NATOutgoing bool
+	EgressIP    netip.Addr
 }
 
 // Options are the unit's configuration and collaborators.
@@ -274,13 +279,14 @@ func (u *Unit) Apply(ctx context.Context, plan Plan) error {
 	if err := u.enableForwarding(plan); err != nil {
 		return err
 	}
+	p := plan
+	p.Gateways = u.localEgressIPs(p.Gateways)
 	u.natMu.Lock()
 	u.mu.Lock()
-	p := plan
 	u.plan = &p
 	encaps, nodes := u.encaps, u.nodeAddrs
 	u.mu.Unlock()
-	err := m.Apply(ctx, natRules(plan, encaps, nodes))
+	err := m.Apply(ctx, natRules(p, encaps, nodes))
 	u.natMu.Unlock()
 	if err != nil {
 		return err

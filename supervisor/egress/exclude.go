@@ -33,7 +33,7 @@ func natRules(plan Plan, encaps, nodes []netip.Addr) hostnat.Rules {
 		a = a.Unmap()
 		ex = append(ex, netip.PrefixFrom(a, a.BitLen()))
 	}
-	return hostnat.Rules{NATOutgoing: plan.NATOutgoing, Exclude: ex}
+	return hostnat.Rules{NATOutgoing: plan.NATOutgoing, Exclude: ex, SNAT: gatewaySNAT(plan.Gateways)}
 }
 
 // encapAddrs parses the Encap rows' ips (one address each; rows with

@@ -54,6 +54,39 @@ func TestNATRulesExcludeEncapAndNodeAddresses(t *testing.T) {
 	}
 }
 
+// gatewayNode "node:IP": the gateway's CIDRs of the address's family leave
+// with it; a gateway without natOutgoing or without an address gets none.
+func TestGatewaySNAT(t *testing.T) {
+	ip := netip.MustParseAddr("192.0.2.9")
+	plan := Plan{NATOutgoing: prefixes("10.17.0.0/16", "10.18.0.0/16"), Gateways: []Gateway{
+		{Subnet: "s1", CIDRs: prefixes("10.17.0.0/16", "fd00:17::/64"), NATOutgoing: true, EgressIP: ip},
+		{Subnet: "s2", CIDRs: prefixes("10.18.0.0/16"), NATOutgoing: true},
+		{Subnet: "s3", CIDRs: prefixes("10.19.0.0/16"), EgressIP: ip},
+	}}
+	r := natRules(plan, nil, nil)
+	want := []hostnat.SNAT{{From: netip.MustParsePrefix("10.17.0.0/16"), To: ip}}
+	if !slices.Equal(r.SNAT, want) {
+		t.Errorf("SNAT = %v, want %v", r.SNAT, want)
+	}
+}
+
+// An egress address the host does not hold is dropped (the subnet is
+// masqueraded), one it holds is kept.
+func TestLocalEgressIPs(t *testing.T) {
+	u := &Unit{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	gws := []Gateway{
+		{Subnet: "held", NATOutgoing: true, EgressIP: netip.MustParseAddr("127.0.0.1")},
+		{Subnet: "foreign", NATOutgoing: true, EgressIP: netip.MustParseAddr("192.0.2.250")},
+	}
+	got := u.localEgressIPs(gws)
+	if !got[0].EgressIP.IsValid() || got[1].EgressIP.IsValid() {
+		t.Errorf("localEgressIPs = %+v: want 127.0.0.1 kept and 192.0.2.250 dropped", got)
+	}
+	if !gws[1].EgressIP.IsValid() {
+		t.Error("localEgressIPs changed its argument")
+	}
+}
+
 func TestEncapAndNodeAddrs(t *testing.T) {
 	got := encapAddrs([]sbdb.Encap{{IP: "172.30.0.12"}, {IP: "172.30.0.11"}, {IP: "172.30.0.12"}, {IP: "not-an-ip"}, {IP: "::ffff:172.30.0.13"}})
 	if want := addrs("172.30.0.11", "172.30.0.12", "172.30.0.13"); !slices.Equal(got, want) {

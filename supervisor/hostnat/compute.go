@@ -31,11 +31,12 @@ var families = []family{v4, v6}
 type familyRules struct {
 	natOutgoing []netip.Prefix
 	exclude     []netip.Prefix
+	snat        []SNAT // sorted by From, one per From
 }
 
-// needed reports whether the family has anything to masquerade; a family
-// without NATOutgoing prefixes gets no table or chain at all.
-func (fr familyRules) needed() bool { return len(fr.natOutgoing) > 0 }
+// needed reports whether the family has anything to translate; a family
+// without NATOutgoing prefixes or SNAT gets no table or chain at all.
+func (fr familyRules) needed() bool { return len(fr.natOutgoing) > 0 || len(fr.snat) > 0 }
 
 // normalized is Rules split by family.
 type normalized [2]familyRules
@@ -67,9 +68,39 @@ func normalize(r Rules) (normalized, error) {
 			*dst = append(*dst, p.Masked())
 		}
 	}
+	for _, sn := range r.SNAT {
+		if !sn.From.IsValid() || !sn.To.IsValid() {
+			return n, fmt.Errorf("hostnat: SNAT %s to %s: both a source CIDR and an address are needed", sn.From, sn.To)
+		}
+		if sn.From.Addr().Is4In6() || sn.To.Is4In6() {
+			return n, fmt.Errorf("hostnat: SNAT %s to %s: write IPv4 as IPv4, not IPv4-mapped IPv6", sn.From, sn.To)
+		}
+		if sn.From.Addr().Is4() != sn.To.Is4() {
+			return n, fmt.Errorf("hostnat: SNAT %s to %s: the source CIDR and the address are of different families; give an address of the CIDR's family", sn.From, sn.To)
+		}
+		f := v4
+		if sn.To.Is6() {
+			f = v6
+		}
+		sn.From = sn.From.Masked()
+		if i := slices.IndexFunc(n[f].snat, func(o SNAT) bool { return o.From == sn.From }); i >= 0 {
+			if n[f].snat[i].To != sn.To {
+				return n, fmt.Errorf("hostnat: SNAT of %s asked to both %s and %s: one source CIDR leaves with one address", sn.From, n[f].snat[i].To, sn.To)
+			}
+			continue
+		}
+		n[f].snat = append(n[f].snat, sn)
+	}
 	for f := range n {
 		n[f].natOutgoing = canonical(n[f].natOutgoing)
 		n[f].exclude = canonical(n[f].exclude)
+		// Longest source first: the first matching rule decides.
+		slices.SortFunc(n[f].snat, func(a, b SNAT) int {
+			if a.From.Bits() != b.From.Bits() {
+				return b.From.Bits() - a.From.Bits()
+			}
+			return a.From.Addr().Compare(b.From.Addr())
+		})
 	}
 	return n, nil
 }
@@ -220,11 +251,15 @@ func jumpSpec() []string {
 }
 
 // legacyRuleSpecs are the rules of ChainName, in order: RETURN for each
-// excluded destination first, then MASQUERADE per NATOutgoing source.
+// excluded destination first, then SNAT per given source, then MASQUERADE
+// per NATOutgoing source.
 func legacyRuleSpecs(fr familyRules) [][]string {
 	var out [][]string
 	for _, p := range fr.exclude {
 		out = append(out, []string{"-d", p.String(), "-j", "RETURN"})
+	}
+	for _, sn := range fr.snat {
+		out = append(out, []string{"-s", sn.From.String(), "-j", "SNAT", "--to-source", sn.To.String()})
 	}
 	for _, p := range fr.natOutgoing {
 		out = append(out, []string{"-s", p.String(), "-j", "MASQUERADE"})

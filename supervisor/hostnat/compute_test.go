@@ -51,6 +51,36 @@ func TestNormalizeRejects(t *testing.T) {
 	}
 }
 
+func TestNormalizeSNAT(t *testing.T) {
+	sn := func(from, to string) SNAT { return SNAT{From: netip.MustParsePrefix(from), To: netip.MustParseAddr(to)} }
+	n, err := normalize(Rules{SNAT: []SNAT{sn("10.16.0.0/16", "192.0.2.9"), sn("10.16.5.7/24", "192.0.2.10"), sn("fd00::/64", "2001:db8::9"), sn("10.16.0.0/16", "192.0.2.9")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []SNAT{sn("10.16.5.0/24", "192.0.2.10"), sn("10.16.0.0/16", "192.0.2.9")}
+	if !reflect.DeepEqual(n[v4].snat, want) {
+		t.Errorf("v4 SNAT = %v, want the longest source first, masked and deduplicated: %v", n[v4].snat, want)
+	}
+	if !n[v6].needed() || len(n[v6].snat) != 1 {
+		t.Errorf("v6 SNAT alone must make the family needed: %+v", n[v6])
+	}
+	for _, tc := range []struct {
+		in   SNAT
+		want string
+	}{
+		{sn("10.16.0.0/16", "2001:db8::9"), "different families"},
+		{SNAT{From: netip.MustParsePrefix("10.16.0.0/16")}, "both a source CIDR and an address"},
+		{sn("10.16.0.0/16", "::ffff:192.0.2.9"), "IPv4-mapped"},
+	} {
+		if _, err := normalize(Rules{SNAT: []SNAT{tc.in}}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("SNAT %v: err %v, want one saying %q", tc.in, err, tc.want)
+		}
+	}
+	if _, err := normalize(Rules{SNAT: []SNAT{sn("10.16.0.0/16", "192.0.2.9"), sn("10.16.0.0/16", "192.0.2.10")}}); err == nil || !strings.Contains(err.Error(), "one source CIDR leaves with one address") {
+		t.Errorf("one source to two addresses: %v", err)
+	}
+}
+
 func elemStrings(es []setElement) []string {
 	var out []string
 	for _, e := range es {
@@ -116,6 +146,24 @@ func TestLegacyRules(t *testing.T) {
 	if got := legacyListing(n[v4]); !reflect.DeepEqual(got, want4) {
 		t.Errorf("v4 listing:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want4, "\n"))
 	}
+	n, err = normalize(Rules{
+		NATOutgoing: pfx("10.16.0.0/16"),
+		Exclude:     pfx("10.16.0.0/16"),
+		SNAT:        []SNAT{{From: netip.MustParsePrefix("10.16.0.0/24"), To: netip.MustParseAddr("192.0.2.9")}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantSNAT := []string{
+		"-N OVNHOST-POSTROUTING",
+		"-A OVNHOST-POSTROUTING -d 10.16.0.0/16 -j RETURN",
+		"-A OVNHOST-POSTROUTING -s 10.16.0.0/24 -j SNAT --to-source 192.0.2.9",
+		"-A OVNHOST-POSTROUTING -s 10.16.0.0/16 -j MASQUERADE",
+	}
+	if got := legacyListing(n[v4]); !reflect.DeepEqual(got, wantSNAT) {
+		t.Errorf("v4 listing with SNAT:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantSNAT, "\n"))
+	}
+	n, _ = normalize(Rules{NATOutgoing: pfx("fd00:10:16::/64"), Exclude: pfx("fd00:10:96::/108")})
 	want6 := [][]string{{"-d", "fd00:10:96::/108", "-j", "RETURN"}, {"-s", "fd00:10:16::/64", "-j", "MASQUERADE"}}
 	if got := legacyRuleSpecs(n[v6]); !reflect.DeepEqual(got, want6) {
 		t.Errorf("v6 specs = %v, want %v", got, want6)

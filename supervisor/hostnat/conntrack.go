@@ -3,6 +3,7 @@ package hostnat
 import (
 	"net"
 	"net/netip"
+	"slices"
 
 	"github.com/vishvananda/netlink"
 )
@@ -32,7 +33,10 @@ func (s staleFlow) MatchConntrackFlow(f *netlink.ConntrackFlow) bool {
 	if !ok1 || !ok2 || !ok3 || replyDst != src {
 		return false
 	}
-	return containsAddr(s.fr.natOutgoing, src) && !containsAddr(s.fr.exclude, dst)
+	if containsAddr(s.fr.exclude, dst) {
+		return false
+	}
+	return containsAddr(s.fr.natOutgoing, src) || slices.ContainsFunc(s.fr.snat, func(sn SNAT) bool { return sn.From.Contains(src) })
 }
 
 func addrOf(ip net.IP) (netip.Addr, bool) {

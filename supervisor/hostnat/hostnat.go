@@ -39,6 +39,16 @@ type Rules struct {
 	// Exclude are the destinations never masqueraded: the cluster's pod
 	// subnets, the join subnet, the service CIDR, the node addresses.
 	Exclude []netip.Prefix
+	// SNAT are sources translated to a given address instead of the
+	// outgoing interface's (a centralized subnet's gatewayNode
+	// "node:IP"); checked before the masquerade, Exclude applies too.
+	SNAT []SNAT
+}
+
+// SNAT translates packets from From to the source address To.
+type SNAT struct {
+	From netip.Prefix
+	To   netip.Addr
 }
 
 // Backend names, as the setting spells them.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"syscall"
 	"time"
@@ -17,7 +18,11 @@ import (
 // nftBackend keeps two tables, `ip ovnhost` and `ip6 ovnhost` (separate
 // families rather than inet: NAT chains in inet tables need Linux 5.2),
 // each with the interval sets natoutgoing and exclude and one nat
-// postrouting chain holding one rule:
+// postrouting chain holding, after one rule per SNAT source,
+//
+//	ip saddr <from> ip daddr != @exclude counter snat to <to>
+//
+// the masquerade rule:
 //
 //	ip saddr @natoutgoing ip daddr != @exclude counter masquerade
 //
@@ -99,6 +104,36 @@ func nftRuleExprs(f family, nat, excl *nftables.Set) []expr.Any {
 	}
 }
 
+// nftSNATExprs is the rule of one SNAT source; excl carries its batch ID.
+func nftSNATExprs(f family, sn SNAT, excl *nftables.Set) []expr.Any {
+	srcOff, dstOff, l := uint32(12), uint32(16), uint32(4)
+	nfproto := uint32(unix.NFPROTO_IPV4)
+	if f == v6 {
+		srcOff, dstOff, l = 8, 24, 16
+		nfproto = unix.NFPROTO_IPV6
+	}
+	mask := net.CIDRMask(sn.From.Bits(), sn.From.Addr().BitLen())
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: srcOff, Len: l},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: l, Mask: mask, Xor: make([]byte, l)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: sn.From.Addr().AsSlice()},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: dstOff, Len: l},
+		&expr.Lookup{SourceRegister: 1, SetName: excl.Name, SetID: excl.ID, Invert: true},
+		&expr.Counter{},
+		&expr.Immediate{Register: 1, Data: sn.To.AsSlice()},
+		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: nfproto, RegAddrMin: 1, RegAddrMax: 1},
+	}
+}
+
+// nftChainRules are the signatures of the chain's rules in order.
+func nftChainRules(f family, fr familyRules, nat, excl *nftables.Set) [][]expr.Any {
+	var out [][]expr.Any
+	for _, sn := range fr.snat {
+		out = append(out, nftSNATExprs(f, sn, excl))
+	}
+	return append(out, nftRuleExprs(f, nat, excl))
+}
+
 // exprSignature describes a rule by what matters (counters and set IDs
 // left out), to compare the kernel's rule with the one we write.
 func exprSignature(es []expr.Any) string {
@@ -110,6 +145,14 @@ func exprSignature(es []expr.Any) string {
 		case *expr.Lookup:
 			parts = append(parts, fmt.Sprintf("lookup(%s,inv=%v)<%d", e.SetName, e.Invert, e.SourceRegister))
 		case *expr.Counter:
+		case *expr.Bitwise:
+			parts = append(parts, fmt.Sprintf("bitwise(%x,%x)<%d>%d", e.Mask, e.Xor, e.SourceRegister, e.DestRegister))
+		case *expr.Cmp:
+			parts = append(parts, fmt.Sprintf("cmp(%d,%x)<%d", e.Op, e.Data, e.Register))
+		case *expr.Immediate:
+			parts = append(parts, fmt.Sprintf("imm(%x)>%d", e.Data, e.Register))
+		case *expr.NAT:
+			parts = append(parts, fmt.Sprintf("nat(%d,%d,%d,%d)", e.Type, e.Family, e.RegAddrMin, e.RegAddrMax))
 		case *expr.Masq:
 			parts = append(parts, fmt.Sprintf("masq(%v,%v,%v,%v)", e.Random, e.FullyRandom, e.Persistent, e.ToPorts))
 		default:
@@ -142,7 +185,7 @@ type familyState struct {
 	elems     map[string][]setElement
 }
 
-func (b *nftBackend) read(c *nftables.Conn, f family) (familyState, error) {
+func (b *nftBackend) read(c *nftables.Conn, f family, fr familyRules) (familyState, error) {
 	st := familyState{elems: map[string][]setElement{}}
 	t := nftTable(f)
 	tables, err := c.ListTablesOfFamily(t.Family)
@@ -189,9 +232,16 @@ func (b *nftBackend) read(c *nftables.Conn, f family) (familyState, error) {
 		return st, nftErr("read the rules of chain "+nftChain, err)
 	}
 	n, e := nftSet(t, f, nftSetNAT), nftSet(t, f, nftSetExclude)
-	want := exprSignature(nftRuleExprs(f, n, e))
-	if len(rules) != 1 || exprSignature(rules[0].Exprs) != want {
-		st.structure = fmt.Sprintf("chain %s holds %d rule(s), not the masquerade rule", nftChain, len(rules))
+	want := nftChainRules(f, fr, n, e)
+	if len(rules) != len(want) {
+		st.structure = fmt.Sprintf("chain %s holds %d rule(s), want %d (SNAT rules and the masquerade rule)", nftChain, len(rules), len(want))
+		return st, nil
+	}
+	for i := range want {
+		if exprSignature(rules[i].Exprs) != exprSignature(want[i]) {
+			st.structure = fmt.Sprintf("chain %s rule %d differs from what ovnhost writes", nftChain, i+1)
+			return st, nil
+		}
 	}
 	return st, nil
 }
@@ -202,11 +252,11 @@ func (b *nftBackend) sync(n normalized) (bool, string, error) {
 		return false, "", err
 	}
 	for _, f := range families {
-		st, err := b.read(c, f)
+		fr := n[f]
+		st, err := b.read(c, f, fr)
 		if err != nil {
 			return false, "", err
 		}
-		fr := n[f]
 		if !fr.needed() {
 			if st.table {
 				return false, "table " + f.String() + " " + TableName + " present but not needed", nil
@@ -235,11 +285,11 @@ func (b *nftBackend) apply(n normalized) error {
 		return err
 	}
 	for _, f := range families {
-		st, err := b.read(c, f)
+		fr := n[f]
+		st, err := b.read(c, f, fr)
 		if err != nil {
 			return err
 		}
-		fr := n[f]
 		t := nftTable(f)
 		switch {
 		case !fr.needed():
@@ -284,9 +334,11 @@ func (b *nftBackend) apply(n normalized) error {
 				return nftErr("prepare set "+nftSetExclude, err)
 			}
 			ch := c.AddChain(nftPostrouting(t))
-			c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: nftRuleExprs(f, nat, excl)})
+			for _, exprs := range nftChainRules(f, fr, nat, excl) {
+				c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs})
+			}
 			if err := c.Flush(); err != nil {
-				return nftErr("create table "+f.String()+" "+TableName+" (sets, nat postrouting chain, masquerade rule)", err)
+				return nftErr("create table "+f.String()+" "+TableName+" (sets, nat postrouting chain, SNAT and masquerade rules)", err)
 			}
 		}
 	}
@@ -299,7 +351,7 @@ func (b *nftBackend) remove() error {
 		return err
 	}
 	for _, f := range families {
-		st, err := b.read(c, f)
+		st, err := b.read(c, f, familyRules{})
 		if err != nil {
 			return err
 		}

@@ -177,4 +177,42 @@ func testPackets(t *testing.T, router netns.NsHandle, backend string) {
 	if got := seen("198.51.100.2"); got != "10.16.0.2" {
 		t.Errorf("outside saw %s for a packet to the excluded 198.51.100.2, want the pod's 10.16.0.2", got)
 	}
+
+	// A gatewayNode "node:IP": the pod's subnet leaves with that address
+	// of the router, not the outgoing interface's first one; excluded
+	// destinations still see the pod.
+	egressIP, _ := netlink.ParseAddr("192.0.2.9/24")
+	out, err := rh.LinkByName("to-out")
+	must("to-out", err)
+	must("egress address", rh.AddrAdd(out, egressIP))
+	rules := Rules{
+		NATOutgoing: pfx("10.16.0.0/16"),
+		Exclude:     pfx("10.16.0.0/16", "198.51.100.0/24"),
+		SNAT:        []SNAT{{From: netip.MustParsePrefix("10.16.0.0/24"), To: netip.MustParseAddr("192.0.2.9")}},
+	}
+	must("Apply with SNAT", m.Apply(ctx, rules))
+	if ok, reason, err := m.be.sync(mustNormalize(t, rules)); err != nil || !ok {
+		t.Fatalf("after Apply with SNAT the kernel differs: %s %v", reason, err)
+	}
+	if got := seen("192.0.2.2"); got != "192.0.2.9" {
+		t.Errorf("outside saw %s for a packet to 192.0.2.2 with SNAT to 192.0.2.9, want 192.0.2.9", got)
+	}
+	if got := seen("198.51.100.2"); got != "10.16.0.2" {
+		t.Errorf("outside saw %s for a packet to the excluded 198.51.100.2 with SNAT, want the pod's 10.16.0.2", got)
+	}
+	// Dropping the SNAT goes back to the masquerade.
+	rules.SNAT = nil
+	must("Apply without SNAT", m.Apply(ctx, rules))
+	if got := seen("192.0.2.2"); got != "192.0.2.1" {
+		t.Errorf("outside saw %s after the SNAT was dropped, want the masqueraded 192.0.2.1", got)
+	}
+}
+
+func mustNormalize(t *testing.T, r Rules) normalized {
+	t.Helper()
+	n, err := normalize(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -141,6 +141,30 @@ func TestCentralizedGatewayFailsOverWithoutTheController(t *testing.T) {
 		t.Fatalf("node-b NotReady: outside saw %q (%v), want node-c's %s\n%s", src, err, nodeC, c.diag())
 	}
 	c.waitGatewayRank(t, "central", []string{"node-c"}, 30*time.Second)
+
+	// gatewayNode "node:IP" (Kube-OVN's format): the subnet leaves node-c
+	// with the address given for it, one of node-c's own.
+	run(t, "ip", "-n", c.nodes[2].NS, "addr", "add", "192.168.209.9/24", "dev", "wan0")
+	setGatewayNode := func(v string) {
+		t.Helper()
+		patch := []byte(fmt.Sprintf(`{"spec":{"gatewayNode":%q}}`, v))
+		if _, err := c.cp.dc.Resource(subnetsGVR).Patch(ctx, "central", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setGatewayNode("node-b,node-c:192.168.209.9")
+	if src, err := c.sourceUntil(p, "192.168.209.9", 30*time.Second); err != nil {
+		t.Fatalf(`gatewayNode "node-b,node-c:192.168.209.9": outside saw %q (%v), want node-c's egress address 192.168.209.9`+"\n%s\n%s", src, err, c.diag(), c.nodes[2].LogTail())
+	}
+	// An address node-c does not hold would black-hole the replies: the
+	// node masquerades as before and says why in its log.
+	setGatewayNode("node-b,node-c:192.168.209.77")
+	if src, err := c.sourceUntil(p, nodeC, 30*time.Second); err != nil {
+		t.Fatalf(`gatewayNode "node-b,node-c:192.168.209.77" (not an address of node-c): outside saw %q (%v), want the masqueraded %s`+"\n%s", src, err, nodeC, c.nodes[2].LogTail())
+	}
+	if raw, _ := os.ReadFile(c.nodes[2].Log()); !strings.Contains(string(raw), "egress address it does not hold") || !strings.Contains(string(raw), "192.168.209.77") {
+		t.Errorf("node-c's log does not name the egress address it does not hold (192.168.209.77):\n%s", c.nodes[2].LogTail())
+	}
 }
 
 // waitGatewayRank waits until the subnet's HA chassis group in NB ranks the
