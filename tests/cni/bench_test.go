@@ -16,7 +16,11 @@ import (
 
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/ovnhost/ovnhost/controller/kube"
 	"github.com/ovnhost/ovnhost/tests/harness/benchresult"
@@ -229,6 +233,13 @@ func report(b *testing.B, mode string, ovnSerial, brSerial, ovnConc, brConc late
 // routed annotation), so the timed ADDs find their addresses.
 func annotatedPods(b *testing.B, k *kubeNode, total int) chan string {
 	b.Helper()
+	return annotatedPodsWith(b, k, total, "kb", nil)
+}
+
+// annotatedPodsWith is annotatedPods with the pods named <prefix>-<i> and
+// carrying ann (a Subnet of their own, say).
+func annotatedPodsWith(b *testing.B, k *kubeNode, total int, prefix string, ann map[string]string) chan string {
+	b.Helper()
 	names := make(chan string, total)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -237,11 +248,11 @@ func annotatedPods(b *testing.B, k *kubeNode, total int) chan string {
 		b.Fatal(err)
 	}
 	defer func() { w.Stop() }()
-	if _, err := k.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{}); err != nil {
+	if _, err := k.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		b.Fatal(err)
 	}
 	for i := 0; i < total; i++ {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("kb-%d", i), Namespace: "bench"},
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", prefix, i), Namespace: "bench", Annotations: ann},
 			Spec: corev1.PodSpec{NodeName: "node1", Containers: []corev1.Container{{Name: "c", Image: "none"}}}}
 		if _, err := k.cs.CoreV1().Pods("bench").Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
@@ -249,7 +260,7 @@ func annotatedPods(b *testing.B, k *kubeNode, total int) chan string {
 	}
 	annotated := map[string]bool{}
 	see := func(p *corev1.Pod) {
-		if p.Annotations["ovn.kubernetes.io/routed"] == "true" && !annotated[p.Name] {
+		if p.Annotations["ovn.kubernetes.io/routed"] == "true" && strings.HasPrefix(p.Name, prefix+"-") && !annotated[p.Name] {
 			annotated[p.Name] = true
 			names <- p.Name
 		}
@@ -309,45 +320,51 @@ func unannotated(k *kubeNode, annotated map[string]bool) string {
 }
 
 // BenchmarkCNIAddDualStack compares CNI ADD (exec to result, one at a
-// time, Kubernetes mode) of a dual-stack pod with that of an IPv4 pod, in
-// the same run: a kube node of each kind in turn (target: dual-stack p50
-// within 1.1x of IPv4, issue 25).
+// time, Kubernetes mode) of a dual-stack pod with that of an IPv4 pod on
+// the same node, interleaved (IPv4, dual-stack, dual-stack, IPv4, ...) so
+// that a change of the machine's load during the run weighs on both sides
+// alike: the IPv4 pods are on the default IPv4 Subnet, the dual-stack ones
+// on a dual-stack Subnet of the same cluster, whose join network has both
+// families (target: dual-stack p50 within 1.1x of IPv4, issue 25).
 //
 //	go test -run '^$' -bench CNIAddDualStack -benchtime 1x ./tests/cni/
 func BenchmarkCNIAddDualStack(b *testing.B) {
 	const n = 80
-	serial := func(b *testing.B, tweak func(*kube.Config)) latencies {
-		k := startKubeNodeWith(b, 60*time.Second, tweak)
-		a := &adder{name: "ovnhost", bin: k.installedPlugin(), path: k.cfg.BinDir, conf: k.netconf(b, "", nil), pods: annotatedPods(b, k, n+5)}
-		a.measure(b, 5, 1) // warm-up
-		var lat latencies
-		for i := 0; i < n; i++ {
-			lat = append(lat, a.measure(b, 1, 1)...)
-		}
-		k.assertClean(b)
-		return lat
+	k := startKubeNodeWith(b, 60*time.Second, func(c *kube.Config) { c.JoinCIDR = "100.64.0.0/16,fd00:100:64::/112" })
+	dc := dynamic.NewForConfigOrDie(k.api.Config)
+	sub := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": map[string]any{"name": "dual"},
+		"spec": map[string]any{"protocol": "Dual", "cidrBlock": "10.17.0.0/16,fd00:17::/64", "gateway": "10.17.0.1,fd00:17::1"},
+	}}
+	if _, err := dc.Resource(schema.GroupVersionResource{Group: "kubeovn.io", Version: "v1", Resource: "subnets"}).Create(context.Background(), sub, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
 	}
+	conf := k.netconf(b, "", nil)
+	v4a := &adder{name: "ovnhost-v4", bin: k.installedPlugin(), path: k.cfg.BinDir, conf: conf, pods: annotatedPodsWith(b, k, n+5, "kb4", nil)}
+	dsa := &adder{name: "ovnhost-ds", bin: k.installedPlugin(), path: k.cfg.BinDir, conf: conf,
+		pods: annotatedPodsWith(b, k, n+5, "kbds", map[string]string{"ovn.kubernetes.io/logical_switch": "dual"})}
+	v4a.measure(b, 5, 1) // warm-up
+	dsa.measure(b, 5, 1)
 	var v4, ds latencies
-	if !b.Run("ipv4", func(b *testing.B) { v4 = serial(b, nil) }) {
-		b.Fatal("the IPv4 side failed")
+	for i := 0; i < n; i++ {
+		if i%2 == 0 {
+			v4 = append(v4, v4a.measure(b, 1, 1)...)
+			ds = append(ds, dsa.measure(b, 1, 1)...)
+		} else {
+			ds = append(ds, dsa.measure(b, 1, 1)...)
+			v4 = append(v4, v4a.measure(b, 1, 1)...)
+		}
 	}
-	if !b.Run("dual-stack", func(b *testing.B) {
-		ds = serial(b, func(c *kube.Config) {
-			c.JoinCIDR = "100.64.0.0/16,fd00:100:64::/112"
-			c.DefaultCIDR = "10.16.0.0/16,fd00:10:16::/64"
-		})
-	}) {
-		b.Fatal("the dual-stack side failed")
-	}
+	k.assertClean(b)
 	ratio := ds.pct(50) / v4.pct(50)
 	b.ReportMetric(v4.pct(50), "ipv4-p50-ms")
 	b.ReportMetric(ds.pct(50), "dualstack-p50-ms")
 	b.ReportMetric(ratio, "p50-ratio")
 	benchresult.Figure(b, fmt.Sprintf("CNI ADD exec to result on a dual-stack Subnet, Kubernetes mode, p50 of %d serial", len(ds)), ds.pct(50), "ms").
-		Against("IPv4-only Subnet, same run", v4.pct(50)).
+		Against("IPv4-only Subnet, same node, interleaved", v4.pct(50)).
 		Target(benchresult.RatioAtMost(1.1, "within 1.1x of IPv4-only (BRIEF 5)")).Report()
 	// A parent benchmark's log is shown only under -v: printed.
-	fmt.Printf("BenchmarkCNIAddDualStack: CNI ADD exec->result, Kubernetes mode, %d serial ADDs each, same run: IPv4 p50 %.1f ms p99 %.1f ms | dual-stack p50 %.1f ms p99 %.1f ms | p50 ratio %.2fx (target <= 1.1x: %v)\n",
+	fmt.Printf("BenchmarkCNIAddDualStack: CNI ADD exec->result, Kubernetes mode, %d serial ADDs each, interleaved on one node: IPv4 p50 %.1f ms p99 %.1f ms | dual-stack p50 %.1f ms p99 %.1f ms | p50 ratio %.2fx (target <= 1.1x: %v)\n",
 		n, v4.pct(50), v4.pct(99), ds.pct(50), ds.pct(99), ratio, ratio <= 1.1)
 }
 
