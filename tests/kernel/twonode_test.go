@@ -164,7 +164,9 @@ func hasTunnelFlow(flows string, src, dst netip.Addr) bool {
 
 // restartsKeepTheDatapath restarts node-b's components one event at a
 // time (kill -9 of ovn-controller, kill -9 of ovs-vswitchd, a SIGTERM
-// restart of ovnhost with the datapath kept) while pod-a holds a TCP
+// restart of ovnhost with the datapath kept, kill -9 of ovsdb-server, an
+// upgrade's SIGUSR2 hand-over and a kill -9 of ovnhost, both with the
+// children adopted) while pod-a holds a TCP
 // stream to pod-b (pod-b's server from the test above) with a message every
 // millisecond. After each event the tunnel device genev_sys_6081, br-int
 // and the kernel datapath's ports are the same objects as before (ifindex
@@ -210,6 +212,43 @@ func restartsKeepTheDatapath(t *testing.T, bn bins, c *geneveNodes) {
 			}
 			n.start(t)
 			readies = 1
+		}},
+		// ovnhost restarts the switch's database; ovs-vswitchd and
+		// ovn-controller reconnect to it and keep their flows.
+		{"kill -9 of ovsdb-server", false, func(t *testing.T) {
+			vm.Run(t, "pkill", "-9", "-x", "ovsdb-server")
+			if err := n.proc.WaitLogCount("msg=ready child=ovsdb-server", 2, 3*time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		// An upgrade's hand-over (the RPM's SIGUSR2): ovnhost exits 75
+		// leaving its children, the next one adopts them.
+		{"ovnhost SIGUSR2 hand-over, children adopted", false, func(t *testing.T) {
+			if err := n.proc.Signal(syscall.SIGUSR2, false); err != nil {
+				t.Fatal(err)
+			}
+			if r, err := n.proc.Wait(3 * time.Minute); err != nil || r.Exit != 75 {
+				t.Fatalf("hand-over: %v %+v\n%s", err, r, tailLines(n.log(t), 30))
+			}
+			n.args = append(n.args, "--adopt-children")
+			n.start(t)
+			if err := n.proc.WaitLog("adopted the running child", time.Second); err != nil {
+				t.Errorf("the start after the hand-over adopted nothing: %v\n%s", err, tailLines(n.log(t), 30))
+			}
+		}},
+		// The systemd home's crash: ovnhost killed, its adoptable children
+		// run on and the restarted ovnhost adopts them.
+		{"ovnhost kill -9, children adopted", false, func(t *testing.T) {
+			if err := n.proc.Signal(syscall.SIGKILL, false); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := n.proc.Wait(time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			n.start(t)
+			if err := n.proc.WaitLog("adopted the running child", time.Second); err != nil {
+				t.Errorf("the start after kill -9 adopted nothing: %v\n%s", err, tailLines(n.log(t), 30))
+			}
 		}},
 	} {
 		t.Run(ev.name, func(t *testing.T) {
