@@ -44,7 +44,7 @@ func main() {
 		t0 := time.Now()
 		// testing.Benchmark lends the harness the testing.B it expects
 		// outside go test; a Fatal or Skip inside ends only that step.
-		r := testing.Benchmark(func(b *testing.B) { s.build(b) })
+		r := testing.Benchmark(func(b *testing.B) { s.build(stepTB{b}) })
 		if r.N == 0 {
 			failed++
 			fmt.Fprintf(os.Stderr, "prebuild: %s failed (the test that needs it will build it and report why)\n", s.name)
@@ -56,3 +56,18 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// stepTB prints what the harness logs: the testing.B of testing.Benchmark
+// panics in Log (Go 1.26: no test runner behind it to report the caller).
+type stepTB struct{ testing.TB }
+
+func (s stepTB) Log(args ...any) { fmt.Fprintln(os.Stderr, append([]any{"prebuild:"}, args...)...) }
+func (s stepTB) Logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "prebuild: "+format+"\n", args...)
+}
+func (s stepTB) Error(args ...any)                 { s.Log(args...); s.Fail() }
+func (s stepTB) Errorf(format string, args ...any) { s.Logf(format, args...); s.Fail() }
+func (s stepTB) Fatal(args ...any)                 { s.Log(args...); s.FailNow() }
+func (s stepTB) Fatalf(format string, args ...any) { s.Logf(format, args...); s.FailNow() }
+func (s stepTB) Skip(args ...any)                  { s.Log(args...); s.SkipNow() }
+func (s stepTB) Skipf(format string, args ...any)  { s.Logf(format, args...); s.SkipNow() }
