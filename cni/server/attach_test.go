@@ -117,16 +117,22 @@ func TestAttachmentRequestsThatCannotBeWiredAreRefused(t *testing.T) {
 }
 
 // DEL of an attachment removes its port and releases that provider's
-// network only.
+// network only, also where its ADD was refused (a malformed provider, a
+// standalone node): DEL is never refused.
 func TestDelOfAnAttachmentRemovesItsPortOnly(t *testing.T) {
-	src := &fakeSource{kube: true}
-	w := &fakeWiring{}
-	if _, cerr := dispatchServer(t, src, w).handle(t.Context(), attachRequest("DEL", "net1", "att.ns.ovn")); cerr != nil {
-		t.Fatal(cerr)
-	}
-	port := podwire.PortName("c1", "net1")
-	if !slices.Equal(w.log(), []string{"del " + port, "forget " + port}) || len(src.refs) != 1 || src.refs[0].Provider != "att.ns.ovn" {
-		t.Fatalf("DEL net1: wiring %v, source %+v", w.log(), src.refs)
+	for _, c := range []struct {
+		kube     bool
+		provider string
+	}{{true, "att.ns.ovn"}, {true, "att.ovn"}, {false, "att.ns.ovn"}} {
+		src := &fakeSource{kube: c.kube}
+		w := &fakeWiring{}
+		if _, cerr := dispatchServer(t, src, w).handle(t.Context(), attachRequest("DEL", "net1", c.provider)); cerr != nil {
+			t.Fatalf("DEL net1 of provider %s (kube %v): %+v", c.provider, c.kube, cerr)
+		}
+		port := podwire.PortName("c1", "net1")
+		if !slices.Equal(w.log(), []string{"del " + port, "forget " + port}) || len(src.refs) != 1 || src.refs[0].Provider != c.provider {
+			t.Fatalf("DEL net1 of provider %s: wiring %v, source %+v", c.provider, w.log(), src.refs)
+		}
 	}
 }
 

@@ -65,6 +65,13 @@ func (s *Server) decodeProvider(q *request) *cniError {
 		}
 		return nil
 	}
+	if req.Command == "DEL" {
+		// DEL is never refused (the runtime retries it, and the pod's
+		// deletion waits): it removes the interface's own port, and the
+		// provider keeps the default network's address from being released.
+		q.pod.Provider = prov
+		return nil
+	}
 	ns, ok := annotations.AttachmentNamespace(prov)
 	nad := strings.TrimSuffix(strings.TrimSuffix(prov, ".ovn"), "."+ns)
 	if !ok || !isLabel(ns) || !isSubdomain(nad) {
