@@ -149,7 +149,7 @@ func TestAttachmentNetworkGivesPodsASecondInterface(t *testing.T) {
 
 	// A malformed provider fails that interface at once, naming the fix.
 	out, err := cniAttach(att[0].pod.node, "ADD", att[0].pod.netns, "default", "att-a", "net2", "attnet.ovn")
-	if err == nil || !strings.Contains(string(out), `"code": 7`) && !strings.Contains(string(out), `"code":7`) || !strings.Contains(string(out), "<nad>.<namespace>.ovn") {
+	if err == nil || !strings.Contains(string(out), `"code": 7`) || !strings.Contains(string(out), `provider \"attnet.ovn\", which is not an OVN attachment network's`) {
 		t.Fatalf("ADD net2 with provider attnet.ovn: %v\n%s", err, out)
 	}
 
