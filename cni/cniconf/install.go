@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -137,6 +138,9 @@ func (in *Installer) installAll() error {
 	if changed {
 		in.log.Info("installed CNI plugin", "path", binPath)
 	}
+	if err := in.installAlias(); err != nil {
+		return fmt.Errorf("install the CNI plugin's name %s into %s (setting cni-bin-dir): %w", KubeOVNType, in.binDir, err)
+	}
 	confPath := filepath.Join(in.confDir, Conflist)
 	portmap := in.portmapUsable()
 	changed, err = writeAtomic(confPath, Render(in.socket, in.version, portmap), 0o644)
@@ -242,6 +246,51 @@ func writeAtomic(path string, data []byte, mode os.FileMode) (bool, error) {
 	return true, os.Rename(tmp, path)
 }
 
+// KubeOVNType is Kube-OVN's CNI plugin name: existing
+// NetworkAttachmentDefinitions of attachment networks say "type":
+// "kube-ovn", and Multus executes that name from the CNI bin dir. The
+// installer makes it a symbolic link to ovnhost-cni, so those NADs work
+// unchanged (the plugin ignores Kube-OVN's server_socket and reaches the
+// ovnhost daemon's socket).
+const KubeOVNType = "kube-ovn"
+
+// IsOurAlias: path is the link installAlias makes (ovnhost-cni in the
+// same directory); a file of that name that is anything else is not ours.
+func IsOurAlias(path string) bool {
+	target, err := os.Readlink(path)
+	return err == nil && target == PluginType
+}
+
+// installAlias makes KubeOVNType a link to the plugin, unless a file of
+// that name that is not ours is there: Kube-OVN's own plugin (a node
+// migrating from Kube-OVN) is left alone, with a warning naming the fix,
+// since removing another product's binary is not the installer's call.
+func (in *Installer) installAlias() error {
+	path := filepath.Join(in.binDir, KubeOVNType)
+	if IsOurAlias(path) {
+		return nil
+	}
+	if _, err := os.Lstat(path); err == nil {
+		in.warn("a CNI plugin named kube-ovn that is not ovnhost's is in the CNI bin dir: NetworkAttachmentDefinitions with \"type\": \"kube-ovn\" run it, not ovnhost; "+
+			"remove it (Kube-OVN's plugin needs kube-ovn-cni, which a node running ovnhost does not run) and ovnhost links its own there, or write \"type\": \"ovnhost-cni\" in the NADs",
+			"path", path)
+		return nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	tmp := filepath.Join(in.binDir, "."+KubeOVNType+".tmp-link")
+	_ = os.Remove(tmp)
+	if err := os.Symlink(PluginType, tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	in.log.Info("installed the CNI plugin under Kube-OVN's name too (NetworkAttachmentDefinitions of type kube-ovn)", "path", path, "target", PluginType)
+	return nil
+}
+
 // startWatch sets up the watches before Start returns, so that no change
 // made right after start is missed.
 func (in *Installer) startWatch() (*fsnotify.Watcher, error) {
@@ -265,6 +314,8 @@ func (in *Installer) watch(ctx context.Context, w *fsnotify.Watcher) {
 	ours := map[string]bool{
 		filepath.Join(in.confDir, Conflist):  true,
 		filepath.Join(in.binDir, PluginType): true,
+		// Removed or replaced, put back; a foreign file there is reported.
+		filepath.Join(in.binDir, KubeOVNType): true,
 	}
 	// portmap is probed once its events have settled (a copy is a Create
 	// and many Writes); so are other configurations judged: Multus writing

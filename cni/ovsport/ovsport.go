@@ -35,7 +35,8 @@ const (
 	KeyOVNInstalled = "ovn-installed"
 	KeyContainerID  = "ovnhost_container_id" // for GC and DEL without state
 	KeyIfName       = "ovnhost_ifname"
-	extPort         = "ovnhost_port" // on QoS and Queue: the port they belong to
+	KeyProvider     = "ovnhost_provider" // an attachment network's interface: its provider
+	extPort         = "ovnhost_port"     // on QoS and Queue: the port they belong to
 	extMirror       = "ovnhost_mirror"
 	// Vendor is KeyVendor's value on the rows ovnhost creates.
 	Vendor = "ovnhost"

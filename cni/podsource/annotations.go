@@ -5,6 +5,7 @@ import (
 	"github.com/ovnhost/ovnhost/internal/providernet"
 
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -33,6 +34,10 @@ type PodNetwork struct {
 	// ProviderNetwork is an underlay pod's provider network ("" overlay):
 	// without a Subnet mtu, the pod gets that network's MTU on this node.
 	ProviderNetwork string
+	// Provider is the attachment network ("<nad>.<namespace>.ovn") of this
+	// interface, "" for the default network. An attachment gets no default
+	// route: the pod's default route stays on its default network (eth0).
+	Provider string
 }
 
 // AnnotationError is a bad or missing annotation: it fails that pod only.
@@ -49,6 +54,77 @@ func (e *AnnotationError) Error() string {
 
 // requiredAnnotations are what the controller writes before a pod can be wired.
 var requiredAnnotations = []string{annotations.Allocated, annotations.Routed, annotations.IPAddress, annotations.MACAddress, annotations.CIDR, annotations.Gateway}
+
+// attachmentRequired are what the controller writes for an attachment
+// network (key suffixes for annotations.ProviderKey): no routed, which
+// Kube-OVN writes for the default network only.
+var attachmentRequired = []string{annotations.KeyAllocated, annotations.KeyIPAddress, annotations.KeyMACAddress, annotations.KeyCIDR, annotations.KeyGateway}
+
+// missingFor lists what the controller has not written yet for the
+// network of ref.
+func missingFor(ref PodRef, ann map[string]string) []string {
+	if ref.Provider == "" {
+		return missingAnnotations(ann)
+	}
+	var miss []string
+	for _, s := range attachmentRequired {
+		k := ref.AnnotationKey(s)
+		v, ok := ann[k]
+		switch {
+		case !ok || v == "":
+			miss = append(miss, k)
+		case s == annotations.KeyAllocated && v != "true":
+			miss = append(miss, k+"=true")
+		}
+	}
+	return miss
+}
+
+// attachmentKeys are the attachment network's keys the node reads (key
+// suffixes): its address, and the routes its pod's author may give it.
+var attachmentKeys = []string{annotations.KeyIPAddress, annotations.KeyMACAddress, annotations.KeyCIDR, annotations.KeyGateway, annotations.KeyLogicalSwitch, "routes"}
+
+// networkAnnotations are the annotations of ref's network under the
+// default network's keys ("ovn.kubernetes.io/<key>"), so that one parser
+// and one set of checks read both; for the default network, ann itself.
+// An attachment's rates, mirror, MTU and provider network are not read
+// (Kube-OVN gives an attachment none of them).
+func networkAnnotations(ref PodRef, ann map[string]string) map[string]string {
+	if ref.Provider == "" {
+		return ann
+	}
+	out := make(map[string]string, len(attachmentKeys))
+	for _, s := range attachmentKeys {
+		if v, ok := ann[ref.AnnotationKey(s)]; ok {
+			out[annotations.Prefix+s] = v
+		}
+	}
+	return out
+}
+
+// renameKey gives an error about a key of networkAnnotations' map the
+// name of the key the pod carries.
+func renameKey(ref PodRef, key string) string {
+	if s, ok := strings.CutPrefix(key, annotations.Prefix); ok && ref.Provider != "" {
+		return ref.AnnotationKey(s)
+	}
+	return key
+}
+
+// ParseNetwork reads the network of ref (the default network or an
+// attachment) from the pod's annotations; errors name the pod's keys.
+func ParseNetwork(ref PodRef, ann map[string]string) (*PodNetwork, error) {
+	n, err := ParseAnnotations(networkAnnotations(ref, ann))
+	if err != nil {
+		var ae *AnnotationError
+		if errors.As(err, &ae) {
+			return nil, &AnnotationError{Key: renameKey(ref, ae.Key), Value: ae.Value, Problem: ae.Problem}
+		}
+		return nil, err
+	}
+	n.Provider = ref.Provider
+	return n, nil
+}
 
 // missingAnnotations lists what the controller has not written yet.
 func missingAnnotations(ann map[string]string) []string {
@@ -207,7 +283,13 @@ func parseRate(ann map[string]string, key string) (int, error) {
 
 // PodRoutes is the pod's full route list: a default route per gateway
 // family unless the routes annotation gives one, then the annotated routes.
+// An attachment network's interface gets only its annotated routes
+// ("<provider>.kubernetes.io/routes"): its subnet is on-link, and the
+// pod's default route stays on the default network.
 func (n *PodNetwork) PodRoutes() []Route {
+	if n.Provider != "" {
+		return n.Routes
+	}
 	var out []Route
 	has := func(v4 bool) bool {
 		for _, r := range n.Routes {

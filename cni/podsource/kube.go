@@ -404,7 +404,7 @@ func (k *Kube) PodNetwork(ctx context.Context, ref PodRef) (*PodNetwork, error) 
 		var miss []string
 		var mismatch *MismatchError
 		if p != nil {
-			miss = missingAnnotations(p.Annotations)
+			miss = missingFor(ref, p.Annotations)
 			if len(miss) == 0 {
 				n, wait, err := k.confirmedNetwork(ctx, ref, p)
 				switch {
@@ -444,16 +444,23 @@ func (k *Kube) PodNetwork(ctx context.Context, ref PodRef) (*PodNetwork, error) 
 // every value the node acts on and they are what OVN holds; wait says
 // what is still awaited; a *MismatchError says what differs from OVN.
 func (k *Kube) confirmedNetwork(ctx context.Context, ref PodRef, p *corev1.Pod) (_ *PodNetwork, wait string, _ error) {
-	if te := checkConfirmed(p, k.trusted); te != nil {
+	if te := checkConfirmedFor(ref, p, k.trusted); te != nil {
 		return nil, te.msg, nil
 	}
-	n, err := ParseAnnotations(p.Annotations)
+	n, err := ParseNetwork(ref, p.Annotations)
 	if err != nil {
 		return nil, "", err
 	}
 	if err := validatePodNetwork(n); err != nil {
+		var ae *AnnotationError
+		if errors.As(err, &ae) {
+			ae.Key = renameKey(ref, ae.Key)
+		}
 		return nil, "", err
 	}
+	// The checks below compare the default network's keys; an attachment's
+	// are read under those names and renamed in what refuses the pod.
+	ann := networkAnnotations(ref, p.Annotations)
 	if k.ovn != nil {
 		port, ok, err := k.ovn.Port(ctx, ref.LSP())
 		switch {
@@ -464,13 +471,15 @@ func (k *Kube) confirmedNetwork(ctx context.Context, ref PodRef, p *corev1.Pod) 
 		case !ok:
 			return nil, fmt.Sprintf("%s holds no Port_Binding for logical switch port %s yet (the controller programs it in the northbound database, ovn-northd copies it)", k.ovn.Where(), ref.LSP()), nil
 		}
-		if mm := matchOVN(ref.Key(), p.Annotations, n, port, k.ovn.Where()); mm != nil {
+		if mm := matchOVN(ref.Key(), ann, n, port, k.ovn.Where()); mm != nil {
+			mm.Field = renameKey(ref, mm.Field)
 			return nil, "", mm
 		}
 		n.Switch = port.Switch
 	}
-	w, mm := k.checkAgainstSubnet(p, n)
+	w, mm := k.checkAgainstSubnet(ref, ann, n)
 	if mm != nil {
+		mm.Field = renameKey(ref, mm.Field)
 		return nil, "", mm
 	}
 	if w != "" {
@@ -483,9 +492,13 @@ func (k *Kube) waitError(p *corev1.Pod, ref PodRef, miss []string) error {
 	if p == nil {
 		return &AnnotationTimeout{fmt.Sprintf("pod %s is not known on node %s: the node-local informer (spec.nodeName=%s) has not seen it; check that the pod is scheduled to this node", ref.Key(), k.node, k.node)}
 	}
-	msg := fmt.Sprintf("timed out waiting for the controller to annotate pod %s: missing %s", ref.Key(), strings.Join(miss, ", "))
-	if len(miss) == 1 && !strings.HasPrefix(miss[0], annotations.Prefix) {
-		msg = fmt.Sprintf("timed out waiting for the controller to confirm pod %s: %s", ref.Key(), miss[0])
+	of := ""
+	if ref.Provider != "" {
+		of = " for " + ref.Network()
+	}
+	msg := fmt.Sprintf("timed out waiting for the controller to annotate pod %s%s: missing %s", ref.Key(), of, strings.Join(miss, ", "))
+	if len(miss) == 1 && !annotations.IsNetworkKey(strings.TrimSuffix(miss[0], "=true")) {
+		msg = fmt.Sprintf("timed out waiting for the controller to confirm pod %s%s: %s", ref.Key(), of, miss[0])
 	}
 	if ev := k.lastEvent(p); ev != "" {
 		msg += "; the controller reported: " + ev

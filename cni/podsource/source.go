@@ -14,6 +14,9 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	"github.com/ovnhost/ovnhost/internal/annotations"
+	"github.com/ovnhost/ovnhost/internal/ovnnet"
 )
 
 // PodRef names the pod of a CNI request.
@@ -23,13 +26,40 @@ type PodRef struct {
 	// Annotations are the user's requests in standalone mode (from CNI_ARGS
 	// or the conflist's "args"); ignored in Kubernetes mode.
 	Annotations map[string]string
+	// Provider is the attachment network ("<nad>.<namespace>.ovn") the
+	// interface is on; "" for the pod's default network.
+	Provider string
 }
 
 // Key is "namespace/name".
 func (r PodRef) Key() string { return r.Namespace + "/" + r.Name }
 
-// LSP is the logical switch port name, "<pod>.<namespace>".
-func (r PodRef) LSP() string { return r.Name + "." + r.Namespace }
+// LSP is the logical switch port name: "<pod>.<namespace>" for the
+// default network, "<pod>.<namespace>.<provider>" for an attachment.
+func (r PodRef) LSP() string {
+	if r.Provider != "" {
+		return ovnnet.AttachmentPortName(r.Namespace, r.Name, r.Provider)
+	}
+	return r.Name + "." + r.Namespace
+}
+
+// AnnotationKey is the pod annotation of key ("ip_address", ...) for the
+// network of r: "ovn.kubernetes.io/<key>" or "<provider>.kubernetes.io/<key>".
+func (r PodRef) AnnotationKey(key string) string {
+	if r.Provider != "" {
+		return annotations.ProviderKey(r.Provider, key)
+	}
+	return annotations.Prefix + key
+}
+
+// Network names the network for messages: "" for the default network,
+// "attachment network <provider>" otherwise.
+func (r PodRef) Network() string {
+	if r.Provider != "" {
+		return "attachment network " + r.Provider
+	}
+	return ""
+}
 
 // Source tells the server a pod's network.
 type Source interface {

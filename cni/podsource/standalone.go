@@ -96,6 +96,9 @@ func (s *Standalone) Stop() {
 // PodNetwork allocates the pod's address and creates its logical switch
 // port; the request's annotations (CNI_ARGS) choose address, MAC, subnet.
 func (s *Standalone) PodNetwork(ctx context.Context, ref PodRef) (*PodNetwork, error) {
+	if ref.Provider != "" {
+		return nil, &AnnotationError{Key: "provider", Value: ref.Provider, Problem: "attachment networks need Kubernetes mode (Multus and the controller); " + standaloneNote + " wires the default network only"}
+	}
 	req := ovnnet.PodRequest{Namespace: ref.Namespace, Name: ref.Name, Subnet: ref.Annotations[annotations.LogicalSwitch],
 		MAC: ref.Annotations[annotations.MACAddress], ExternalIDs: map[string]string{ovnnb.KeyNode: s.node}, Node: s.node}
 	if v := ref.Annotations[annotations.IPAddress]; v != "" {
@@ -131,6 +134,9 @@ func (s *Standalone) PodNetwork(ctx context.Context, ref PodRef) (*PodNetwork, e
 
 // Release frees the address and deletes the logical switch port.
 func (s *Standalone) Release(ctx context.Context, ref PodRef) error {
+	if ref.Provider != "" {
+		return nil // never allocated here (PodNetwork)
+	}
 	if err := s.net.DeletePod(ctx, ref.Namespace, ref.Name); err != nil {
 		return fmt.Errorf("delete logical switch port %s: %w", ref.LSP(), err)
 	}

@@ -7,8 +7,6 @@ import (
 	"sort"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -242,7 +240,7 @@ func subnetCIDRs(u *unstructured.Unstructured) []netip.Prefix {
 // annotation): the Subnet is admin-owned, the annotations are not. It
 // returns what is awaited ("" when they agree or when the node has no
 // Subnet informer) or the mismatch that refuses the pod.
-func (k *Kube) checkAgainstSubnet(p *corev1.Pod, n *PodNetwork) (string, *MismatchError) {
+func (k *Kube) checkAgainstSubnet(ref PodRef, ann map[string]string, n *PodNetwork) (string, *MismatchError) {
 	if k.subnets == nil || n.Switch == "" {
 		return "", nil
 	}
@@ -253,7 +251,16 @@ func (k *Kube) checkAgainstSubnet(p *corev1.Pod, n *PodNetwork) (string, *Mismat
 	}
 	where := fmt.Sprintf("Subnet %s (the admin-owned Subnet of the pod's logical switch)", n.Switch)
 	mm := func(field, want string) *MismatchError {
-		return &MismatchError{Pod: p.Namespace + "/" + p.Name, Field: field, Annotation: p.Annotations[field], OVN: want, Source: where}
+		return &MismatchError{Pod: ref.Key(), Field: field, Annotation: ann[field], OVN: want, Source: where}
+	}
+	// The Subnet is the network the interface asked for: an attachment's
+	// has that provider, the default network's none of an attachment.
+	provider, _, _ := unstructured.NestedString(u.Object, "spec", "provider")
+	switch {
+	case ref.Provider != "" && provider != ref.Provider:
+		return "", mm(annotations.LogicalSwitch, fmt.Sprintf("a Subnet of provider %q, not of %s", provider, ref.Provider))
+	case ref.Provider == "" && annotations.IsAttachmentProvider(provider):
+		return "", mm(annotations.LogicalSwitch, fmt.Sprintf("the attachment network of provider %q, which is no pod's default network", provider))
 	}
 	block, _, _ := unstructured.NestedString(u.Object, "spec", "cidrBlock")
 	cidrs := subnetCIDRs(u)

@@ -250,23 +250,23 @@ func TestInterconnectedUnderlayPodsGetTheRoutersAddress(t *testing.T) {
 	pending := withSubnets(t, "n1", u.DeepCopy())
 	_ = unstructured.SetNestedField(u.Object, "10.100.0.3", "status", "u2oInterconnectionIP")
 	k := withSubnets(t, "n1", u)
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "u100", Name: "c100"}}
+	pod := PodRef{Namespace: "u100", Name: "c100"}
 	network := func() *PodNetwork {
 		return &PodNetwork{Switch: "sub100", Addrs: prefixes("10.100.0.4/24"), Gateways: []netip.Addr{netip.MustParseAddr("10.100.0.254")}}
 	}
 	n := network()
-	if wait, mm := k.checkAgainstSubnet(pod, n); wait != "" || mm != nil {
+	if wait, mm := k.checkAgainstSubnet(pod, nil, n); wait != "" || mm != nil {
 		t.Fatalf("refused or waiting: %q %v", wait, mm)
 	}
 	if want := []netip.Addr{netip.MustParseAddr("10.100.0.3")}; !slices.Equal(n.Gateways, want) {
 		t.Errorf("gateways %v, want the interconnection address %v", n.Gateways, want)
 	}
-	if wait, _ := pending.checkAgainstSubnet(pod, network()); !strings.Contains(wait, "no u2oInterconnectionIP") {
+	if wait, _ := pending.checkAgainstSubnet(pod, nil, network()); !strings.Contains(wait, "no u2oInterconnectionIP") {
 		t.Errorf("without the status address: waits for %q", wait)
 	}
 	bad := network()
 	bad.Gateways = []netip.Addr{netip.MustParseAddr("10.100.0.3")} // a forged annotation naming the router's address
-	if _, mm := k.checkAgainstSubnet(pod, bad); mm == nil || mm.Field != annotations.Gateway {
+	if _, mm := k.checkAgainstSubnet(pod, nil, bad); mm == nil || mm.Field != annotations.Gateway {
 		t.Errorf("a gateway annotation other than spec.gateway accepted: %v", mm)
 	}
 }

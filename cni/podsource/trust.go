@@ -2,6 +2,7 @@ package podsource
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -41,21 +42,25 @@ var controllerOnlyKeys = []string{annotations.Allocated, annotations.Routed, ann
 // author's last write is not newer than the controller's.
 var userSettableKeys = []string{annotations.IPAddress, annotations.MACAddress, annotations.LogicalSwitch}
 
-// slimOwners keeps of a pod's managedFields only the ovn.kubernetes.io
-// annotation ownership (kubelet's status fields are most of them).
+// slimOwners keeps of a pod's managedFields only the ownership of its
+// network annotations, the default network's (ovn.kubernetes.io/) and the
+// attachment networks' (<provider>.kubernetes.io/); kubelet's status fields
+// are most of them.
 func slimOwners(mf []metav1.ManagedFieldsEntry) []metav1.ManagedFieldsEntry {
 	var out []metav1.ManagedFieldsEntry
 	for _, e := range mf {
 		if e.FieldsV1 == nil {
 			continue
 		}
-		keys := annotations.OwnedAnnotations(e.FieldsV1.Raw, annotations.Prefix)
-		if len(keys) == 0 {
-			continue
+		ks := []string{}
+		for k := range annotations.OwnedAnnotations(e.FieldsV1.Raw, "") {
+			if annotations.IsNetworkKey(k) {
+				b, _ := json.Marshal("f:" + k)
+				ks = append(ks, string(b)+`:{}`)
+			}
 		}
-		ks := make([]string, 0, len(keys))
-		for k := range keys {
-			ks = append(ks, `"f:`+k+`":{}`)
+		if len(ks) == 0 {
+			continue
 		}
 		sort.Strings(ks)
 		raw := `{"f:metadata":{"f:annotations":{` + strings.Join(ks, ",") + `}}}`
@@ -79,6 +84,28 @@ func (e *trustError) Error() string { return e.msg }
 // checkConfirmed returns nil when every controller key of p that the node
 // reads is owned by one of trusted.
 func checkConfirmed(p *corev1.Pod, trusted map[string]bool) *trustError {
+	return checkConfirmedKeys(p, trusted, controllerOnlyKeys, userSettableKeys, annotations.Allocated)
+}
+
+// checkConfirmedFor is checkConfirmed for the network of ref: an
+// attachment network's keys follow the same rules as the default
+// network's (allocated, cidr and gateway the controller's alone; the
+// address, MAC and logical switch, which users may set, confirmed by it).
+func checkConfirmedFor(ref PodRef, p *corev1.Pod, trusted map[string]bool) *trustError {
+	if ref.Provider == "" {
+		return checkConfirmed(p, trusted)
+	}
+	k := ref.AnnotationKey
+	return checkConfirmedKeys(p, trusted,
+		[]string{k(annotations.KeyAllocated), k(annotations.KeyCIDR), k(annotations.KeyGateway)},
+		[]string{k(annotations.KeyIPAddress), k(annotations.KeyMACAddress), k(annotations.KeyLogicalSwitch)},
+		k(annotations.KeyAllocated))
+}
+
+// checkConfirmedKeys: controllerOnly must be owned by a trusted manager;
+// userSettable too, or written by their author no later than the trusted
+// manager's last write of allocated.
+func checkConfirmedKeys(p *corev1.Pod, trusted map[string]bool, controllerOnly, userSettable []string, allocated string) *trustError {
 	type owner struct {
 		manager string
 		time    time.Time
@@ -93,7 +120,7 @@ func checkConfirmed(p *corev1.Pod, trusted map[string]bool) *trustError {
 		if e.Time != nil {
 			t = e.Time.Time
 		}
-		for k := range annotations.OwnedAnnotations(e.FieldsV1.Raw, annotations.Prefix) {
+		for k := range annotations.OwnedAnnotations(e.FieldsV1.Raw, "") {
 			owners[k] = append(owners[k], owner{e.Manager, t, trusted[e.Manager]})
 		}
 	}
@@ -120,7 +147,7 @@ func checkConfirmed(p *corev1.Pod, trusted map[string]bool) *trustError {
 		trustedList = append(trustedList, m)
 	}
 	sort.Strings(trustedList)
-	for _, k := range controllerOnlyKeys {
+	for _, k := range controllerOnly {
 		if _, set := p.Annotations[k]; !set {
 			continue
 		}
@@ -131,8 +158,8 @@ func checkConfirmed(p *corev1.Pod, trusted map[string]bool) *trustError {
 				k, p.Annotations[k], p.Namespace, p.Name, w, strings.Join(trustedList, ", "))}
 		}
 	}
-	_, confirmed := trustedOwns(annotations.Allocated)
-	for _, k := range userSettableKeys {
+	_, confirmed := trustedOwns(allocated)
+	for _, k := range userSettable {
 		if _, set := p.Annotations[k]; !set {
 			continue
 		}

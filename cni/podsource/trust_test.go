@@ -145,24 +145,24 @@ func TestOVN0RoutesValidatedDefaultVPCSubnets(t *testing.T) {
 	ann := good()
 	ann[annotations.IPAddress], ann[annotations.CIDR], ann[annotations.Gateway] = "10.244.0.5", "10.244.0.0/16", "10.244.0.1"
 	n, _ := ParseAnnotations(ann)
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", Annotations: ann}}
-	if w, mm := k.checkAgainstSubnet(p, n); w != "" || mm != nil {
+	p := PodRef{Name: "p", Namespace: "ns"}
+	if w, mm := k.checkAgainstSubnet(p, ann, n); w != "" || mm != nil {
 		t.Fatalf("matching subnet: %s %v", w, mm)
 	}
 	ann[annotations.IPAddress], ann[annotations.CIDR] = "10.244.0.5", "10.244.0.0/24"
 	n, _ = ParseAnnotations(ann)
-	if _, mm := k.checkAgainstSubnet(p, n); mm == nil || mm.Field != annotations.CIDR || !strings.Contains(mm.Error(), "cidrBlock 10.244.0.0/16") ||
+	if _, mm := k.checkAgainstSubnet(p, ann, n); mm == nil || mm.Field != annotations.CIDR || !strings.Contains(mm.Error(), "cidrBlock 10.244.0.0/16") ||
 		!strings.Contains(mm.Error(), "10.244.0.0/24") || !strings.Contains(mm.Error(), "ns/p") {
 		t.Fatalf("mismatching cidr: %v", mm)
 	}
 	ann[annotations.CIDR], ann[annotations.Gateway] = "10.244.0.0/16", "10.244.0.254"
 	n, _ = ParseAnnotations(ann)
-	if _, mm := k.checkAgainstSubnet(p, n); mm == nil || mm.Field != annotations.Gateway || !strings.Contains(mm.Error(), "gateway 10.244.0.1") {
+	if _, mm := k.checkAgainstSubnet(p, ann, n); mm == nil || mm.Field != annotations.Gateway || !strings.Contains(mm.Error(), "gateway 10.244.0.1") {
 		t.Fatalf("mismatching gateway: %v", mm)
 	}
 	ann[annotations.LogicalSwitch] = "not-validated"
 	n, _ = ParseAnnotations(ann)
-	if w, _ := k.checkAgainstSubnet(p, n); !strings.Contains(w, "not known to this node as validated") {
+	if w, _ := k.checkAgainstSubnet(p, ann, n); !strings.Contains(w, "not known to this node as validated") {
 		t.Fatalf("subnet not validated: %q", w)
 	}
 }

@@ -109,6 +109,9 @@ func (w *Wirer) Start(ctx context.Context) error {
 	if owned, err := w.ovs.OwnedInterfaces(ctx); err == nil {
 		w.mu.Lock()
 		for _, o := range owned {
+			if o.ExternalIDs[ovsport.KeyProvider] != "" {
+				continue // an attachment network's interface: no rates
+			}
 			key := o.ExternalIDs[ovsport.KeyPodNamespace] + "/" + o.ExternalIDs[ovsport.KeyPodName]
 			w.wired[key] = wiredPod{port: o.Name, ids: o.ExternalIDs}
 		}
@@ -153,14 +156,23 @@ type Attachment struct {
 	// Port is the host end of the veth, the OVS port's and interface's
 	// name (PortName).
 	Port string
+	// Provider is the attachment network ("<nad>.<namespace>.ovn") of a
+	// pod's extra interface (Multus's net1 ...); "" for its default network.
+	Provider string
 }
 
 // Key is "namespace/name".
 func (a Attachment) Key() string { return a.Namespace + "/" + a.Name }
 
 // IfaceID is the logical switch port the OVS interface binds to,
-// "<pod>.<namespace>".
-func (a Attachment) IfaceID() string { return a.Name + "." + a.Namespace }
+// "<pod>.<namespace>", or "<pod>.<namespace>.<provider>" for an
+// attachment network (Kube-OVN's names).
+func (a Attachment) IfaceID() string {
+	if a.Provider != "" {
+		return a.Name + "." + a.Namespace + "." + a.Provider
+	}
+	return a.Name + "." + a.Namespace
+}
 
 // Network is what the pod's interface gets.
 type Network struct {
@@ -245,6 +257,9 @@ func (w *Wirer) Add(ctx context.Context, a Attachment, n Network, done func(*Res
 		ovsport.KeyIP: JoinAddrs(n.Addrs), ovsport.KeyAttachedMAC: n.MAC.String(), ovsport.KeyVendor: ovsport.Vendor,
 		ovsport.KeyContainerID: a.ContainerID, ovsport.KeyIfName: a.IfName,
 	}
+	if a.Provider != "" {
+		ids[ovsport.KeyProvider] = a.Provider
+	}
 	r.VethDone = time.Now()
 	if err := w.ovs.AddPort(ctx, ovsport.PortSpec{Name: a.Port, ExternalIDs: ids, IngressMbps: n.IngressMbps, EgressMbps: n.EgressMbps, Mirror: n.Mirror}); err != nil {
 		return &Error{StepPort, err}
@@ -272,9 +287,12 @@ func (w *Wirer) Add(ctx context.Context, a Attachment, n Network, done func(*Res
 		return err
 	}
 	ok = true
-	w.mu.Lock()
-	w.wired[a.Key()] = wiredPod{port: a.Port, ids: ids}
-	w.mu.Unlock()
+	if a.Provider == "" {
+		// Rates follow the default network's interface only.
+		w.mu.Lock()
+		w.wired[a.Key()] = wiredPod{port: a.Port, ids: ids}
+		w.mu.Unlock()
+	}
 	return nil
 }
 
@@ -418,7 +436,8 @@ func (w *Wirer) Owned(ctx context.Context) ([]Attachment, error) {
 	for _, o := range owned {
 		ids := o.ExternalIDs
 		out = append(out, Attachment{Namespace: ids[ovsport.KeyPodNamespace], Name: ids[ovsport.KeyPodName],
-			ContainerID: ids[ovsport.KeyContainerID], Netns: ids[ovsport.KeyPodNetns], IfName: ids[ovsport.KeyIfName], Port: o.Name})
+			ContainerID: ids[ovsport.KeyContainerID], Netns: ids[ovsport.KeyPodNetns], IfName: ids[ovsport.KeyIfName], Port: o.Name,
+			Provider: ids[ovsport.KeyProvider]})
 	}
 	return out, nil
 }

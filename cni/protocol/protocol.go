@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
 )
@@ -56,6 +57,23 @@ type Request struct {
 	Args        string          `json:"args,omitempty"` // CNI_ARGS
 	Path        string          `json:"path,omitempty"` // CNI_PATH
 	Config      json.RawMessage `json:"config"`         // the network configuration (stdin)
+	// Provider repeats an attachment network's provider (NetConf.Provider
+	// when it is neither empty nor "ovn"); empty for the default network,
+	// so those requests are what they always were. A server older than
+	// attachment networks refuses the unknown field (DecodeRequest)
+	// instead of wiring the interface on the pod's default network, where
+	// it would replace eth0's port. The server reads the provider from
+	// Config and refuses a request where the two differ.
+	Provider string `json:"provider,omitempty"`
+}
+
+// AttachmentProvider is the provider of an attachment network that conf
+// names, "" for the default network (no provider, or "ovn").
+func AttachmentProvider(conf NetConf) string {
+	if p := strings.TrimSpace(conf.Provider); p != "" && p != "ovn" {
+		return p
+	}
+	return ""
 }
 
 // Response carries either the result (already encoded in the cniVersion of
@@ -75,6 +93,13 @@ type NetConf struct {
 	TimeoutSeconds int `json:"timeoutSeconds,omitempty"`
 	// MTU overrides the pod interface MTU chosen by the daemon.
 	MTU int `json:"mtu,omitempty"`
+	// Provider is the network this interface attaches the pod to: empty
+	// (or "ovn") for the pod's default network, "<nad>.<namespace>.ovn"
+	// for an OVN attachment network (Kube-OVN's NetworkAttachmentDefinition
+	// config, which Multus passes as the delegate's configuration). The
+	// plugin forwards the configuration as it is (Request.Config) and
+	// names an attachment provider in Request.Provider too.
+	Provider string `json:"provider,omitempty"`
 }
 
 // MaxRequestBytes bounds one request (the network configuration with a

@@ -36,7 +36,75 @@ type request struct {
 // attachment is the pod interface the request names, for the wiring.
 func (q *request) attachment() podwire.Attachment {
 	return podwire.Attachment{Namespace: q.pod.Namespace, Name: q.pod.Name, ContainerID: q.ContainerID,
-		Netns: q.Netns, IfName: q.IfName, Port: q.host}
+		Netns: q.Netns, IfName: q.IfName, Port: q.host, Provider: q.pod.Provider}
+}
+
+// defaultIfName is the interface of a pod's default network: kubelet's
+// (and every CRI runtime's) CNI_IFNAME for the pod network; Multus passes it
+// on to the default network's delegate and names the extra ones net1 ...
+const defaultIfName = "eth0"
+
+// decodeProvider sets the network the request's interface is on: the
+// default network, or the attachment network of the configuration's
+// provider (a NetworkAttachmentDefinition's, through Multus).
+func (s *Server) decodeProvider(q *request) *cniError {
+	req := q.Request
+	prov := protocol.AttachmentProvider(q.conf)
+	if req.Provider != "" && req.Provider != prov {
+		return fail(types.ErrDecodingFailure, "bad_request", "the request names provider %q but its network configuration %q", req.Provider, prov)
+	}
+	what := fmt.Sprintf("%s %s interface %s of pod %s", req.Command, shortID(req.ContainerID), req.IfName, q.pod.Key())
+	if prov == "" {
+		if s.src.Kubernetes() && req.IfName != defaultIfName && (req.Command == "ADD" || req.Command == "CHECK") {
+			// It would bind to the pod's default port (<pod>.<namespace>)
+			// and take it from eth0.
+			return fail(types.ErrInvalidNetworkConfig, "bad_request",
+				"%s: network %q asks for the pod's default network (its configuration has no attachment provider), which the pod has on %s already; "+
+					"to give the pod an OVN network on %s, set \"provider\": \"<nad>.<namespace>.ovn\" in the NetworkAttachmentDefinition's config (the NAD's own name and namespace) and create a Subnet with that spec.provider",
+				what, q.conf.Name, defaultIfName, req.IfName)
+		}
+		return nil
+	}
+	if req.Command == "DEL" {
+		// DEL is never refused (the runtime retries it, and the pod's
+		// deletion waits): it removes the interface's own port, and the
+		// provider keeps the default network's address from being released.
+		q.pod.Provider = prov
+		return nil
+	}
+	ns, ok := annotations.AttachmentNamespace(prov)
+	nad := strings.TrimSuffix(strings.TrimSuffix(prov, ".ovn"), "."+ns)
+	if !ok || !isLabel(ns) || !isSubdomain(nad) {
+		return fail(types.ErrInvalidNetworkConfig, "bad_request",
+			"%s: network %q has provider %q, which is not an OVN attachment network's: write it as \"<nad>.<namespace>.ovn\" (the NetworkAttachmentDefinition's own name and namespace), or leave it out for the pod's default network",
+			what, q.conf.Name, prov)
+	}
+	if !s.src.Kubernetes() {
+		return fail(types.ErrInvalidNetworkConfig, "bad_request",
+			"%s: network %q has provider %q: attachment networks need a node in Kubernetes mode (Multus and ovnhost-controller allocate them); this node runs standalone and wires the default network only",
+			what, q.conf.Name, prov)
+	}
+	if req.IfName == defaultIfName && (req.Command == "ADD" || req.Command == "CHECK") {
+		return fail(types.ErrInvalidNetworkConfig, "bad_request",
+			"%s: network %q (provider %q) asks for %s, the pod's default network's interface; an attachment network is an extra interface (Multus names them net1, net2 ...): "+
+				"the pod's default network as an attachment (v1.multus-cni.io/default-network) is not supported yet",
+			what, q.conf.Name, prov, defaultIfName)
+	}
+	q.pod.Provider = prov
+	return nil
+}
+
+// isSubdomain: a DNS-1123 subdomain (a NetworkAttachmentDefinition's name).
+func isSubdomain(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, l := range strings.Split(s, ".") {
+		if !isLabel(l) {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Server) decode(req *protocol.Request) (*request, *cniError) {
@@ -88,6 +156,9 @@ func (s *Server) decode(req *protocol.Request) (*request, *cniError) {
 		if v, ok := args[k]; ok {
 			q.pod.Annotations[a] = v
 		}
+	}
+	if cerr := s.decodeProvider(q); cerr != nil {
+		return nil, cerr
 	}
 	q.host = podwire.PortName(req.ContainerID, req.IfName)
 	return q, nil
@@ -271,7 +342,7 @@ func (s *Server) add(ctx context.Context, q *request) (_ []byte, cerr *cniError)
 	ok = true
 	now := time.Now()
 	ms := func(a, b time.Time) float64 { return float64(b.Sub(a).Microseconds()) / 1000 }
-	s.log.Info("pod wired", "pod", q.pod.Key(), "container", shortID(q.ContainerID), "port", q.host, "ip", podwire.JoinAddrs(n.Addrs),
+	s.log.Info("pod wired", "pod", q.pod.Key(), "container", shortID(q.ContainerID), "ifname", q.IfName, "lsp", q.pod.LSP(), "port", q.host, "ip", podwire.JoinAddrs(n.Addrs),
 		"ms_total", ms(t0, now), "ms_pod_network", ms(t0, tNet), "ms_stale", ms(tNet, res.StaleDone), "ms_veth", ms(res.StaleDone, res.VethDone),
 		"ms_ovs_port", ms(res.VethDone, res.PortDone), "ms_ovn_installed", ms(res.PortDone, now))
 	return out, nil
@@ -499,16 +570,24 @@ func (s *Server) gc(ctx context.Context, q *request) *cniError {
 		return fail(types.ErrDecodingFailure, "bad_request", "GC: %v", err)
 	}
 	valid := map[string]bool{}
+	liveContainer := map[string]bool{}
 	for _, a := range conf.Valid {
 		valid[a.ContainerID+"/"+a.IfName] = true
+		liveContainer[a.ContainerID] = true
 	}
 	owned, err := s.wire.Owned(ctx)
 	if err != nil {
 		return fail(types.ErrTryAgainLater, "ovs", "GC: %v", err)
 	}
+	// An attachment network's interface (net1 ...) is Multus's delegate:
+	// the runtime lists the sandbox under its own interface (eth0) only,
+	// so a live container keeps its attachment ports.
+	isValid := func(a podwire.Attachment) bool {
+		return valid[a.ContainerID+"/"+a.IfName] || (a.Provider != "" && liveContainer[a.ContainerID])
+	}
 	keep := 0
 	for _, a := range owned {
-		if valid[a.ContainerID+"/"+a.IfName] {
+		if isValid(a) {
 			keep++
 		}
 	}
@@ -519,11 +598,11 @@ func (s *Server) gc(ctx context.Context, q *request) *cniError {
 	var errs []string
 	for _, a := range owned {
 		cid := a.ContainerID
-		if valid[cid+"/"+a.IfName] {
+		if isValid(a) {
 			continue
 		}
 		unlock := s.locks.lock(cid)
-		ref := podsource.PodRef{Namespace: a.Namespace, Name: a.Name, ContainerID: cid}
+		ref := podsource.PodRef{Namespace: a.Namespace, Name: a.Name, ContainerID: cid, Provider: a.Provider}
 		err := errors.Join(s.wire.Remove(ctx, a.Port), s.src.Release(ctx, ref))
 		unlock()
 		if err != nil {

@@ -39,6 +39,7 @@ type fakeSource struct {
 
 	mu    sync.Mutex
 	calls []string
+	refs  []podsource.PodRef
 }
 
 func (f *fakeSource) record(c string) {
@@ -49,11 +50,17 @@ func (f *fakeSource) record(c string) {
 
 func (f *fakeSource) PodNetwork(_ context.Context, ref podsource.PodRef) (*podsource.PodNetwork, error) {
 	f.record("network " + ref.Key())
+	f.mu.Lock()
+	f.refs = append(f.refs, ref)
+	f.mu.Unlock()
 	return f.net, f.netErr
 }
 
 func (f *fakeSource) Release(_ context.Context, ref podsource.PodRef) error {
 	f.record("release " + ref.Key())
+	f.mu.Lock()
+	f.refs = append(f.refs, ref)
+	f.mu.Unlock()
 	return f.releaseErr
 }
 
@@ -75,6 +82,7 @@ type fakeWiring struct {
 	mu       sync.Mutex
 	calls    []string
 	added    podwire.Network
+	addedTo  podwire.Attachment
 	expected podwire.Expected
 }
 
@@ -100,7 +108,7 @@ func (f *fakeWiring) Del(_ context.Context, a podwire.Attachment) error {
 
 func (f *fakeWiring) Add(_ context.Context, a podwire.Attachment, n podwire.Network, done func(*podwire.Result) error) error {
 	f.mu.Lock()
-	f.added = n
+	f.added, f.addedTo = n, a
 	f.mu.Unlock()
 	if err := f.record("add " + a.Port); err != nil {
 		return err

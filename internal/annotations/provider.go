@@ -51,3 +51,26 @@ func IsAttachmentProvider(p string) bool {
 	nad, ns, ok := strings.Cut(rest, ".")
 	return ok && nad != "" && ns != ""
 }
+
+// AttachmentNamespace is the namespace of the NetworkAttachmentDefinition
+// an attachment provider "<nad>.<namespace>.ovn" names (namespaces have no
+// dots, NAD names may), ok false when p is not an attachment provider.
+func AttachmentNamespace(p string) (namespace string, ok bool) {
+	if !IsAttachmentProvider(p) {
+		return "", false
+	}
+	rest := strings.TrimSuffix(p, ".ovn")
+	i := strings.LastIndexByte(rest, '.')
+	return rest[i+1:], true
+}
+
+// IsNetworkKey: k is a key of a pod's network, the default network's
+// ("ovn.kubernetes.io/<key>") or an attachment network's
+// ("<nad>.<namespace>.ovn.kubernetes.io/<key>").
+func IsNetworkKey(k string) bool {
+	if strings.HasPrefix(k, prefix) {
+		return true
+	}
+	p, _, ok := strings.Cut(k, ".kubernetes.io/")
+	return ok && IsAttachmentProvider(p)
+}

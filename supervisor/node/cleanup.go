@@ -73,6 +73,9 @@ func Cleanup(o CleanupOptions) ([]string, error) {
 	if isOurPlugin(plugin) {
 		rm(plugin)
 	}
+	if alias := filepath.Join(o.CNI.BinDir, cniconf.KubeOVNType); cniconf.IsOurAlias(alias) {
+		rm(alias)
+	}
 	conflist := filepath.Join(o.CNI.ConfDir, cniconf.Conflist)
 	if isOurConflist(conflist) {
 		rm(conflist)

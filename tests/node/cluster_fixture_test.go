@@ -45,6 +45,8 @@ type clusterSpec struct {
 	// underlay too: node i's ul0 has fd00:192:168:100::<i+1>/64 (no IPv4
 	// address), its Node's InternalIP, so Geneve runs over IPv6.
 	ipv6Only bool
+	// crds are more CRDs for the control plane (controlPlaneSpec.crds).
+	crds []string
 }
 
 // Address plans of startClusterWith: dual-stack and IPv6-only.
@@ -72,7 +74,7 @@ func (s clusterSpec) ranges() (def, join, svc string) {
 // startClusterWith starts the control plane and spec.nodes ready node daemons.
 func startClusterWith(t testing.TB, spec clusterSpec, extraArgs ...string) *cluster {
 	t.Helper()
-	var cps controlPlaneSpec
+	cps := controlPlaneSpec{crds: spec.crds}
 	def, join, svc := spec.ranges()
 	if def != "" {
 		cps.api.ServiceCIDRs = svc

@@ -46,6 +46,10 @@ type controlPlaneSpec struct {
 	// ctrlArgs are added to the controller's flags (also when it is
 	// started again).
 	ctrlArgs []string
+	// crds are more CRD manifests (paths from the repository root),
+	// installed before the controller starts (it looks for some at start:
+	// NetworkAttachmentDefinitions).
+	crds []string
 }
 
 // startControlPlane starts the apiserver, the central and the controller.
@@ -62,6 +66,9 @@ func startControlPlaneWith(t testing.TB, spec controlPlaneSpec) *controlPlane {
 	api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", "crd-provider-networks.yaml"))
 	api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", "crd-vlans.yaml"))
 	api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", "crd-vpcs.yaml"))
+	for _, c := range spec.crds {
+		api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), c))
+	}
 	central := ovncentral.Start(t)
 	if err := central.WaitNorthd(context.Background()); err != nil {
 		t.Fatal(err)

@@ -51,7 +51,7 @@ func forward(cmd string) func(*skel.CmdArgs) error {
 		}
 		body, err := json.Marshal(protocol.Request{
 			Command: cmd, ContainerID: a.ContainerID, Netns: a.Netns, IfName: a.IfName,
-			Args: a.Args, Path: a.Path, Config: a.StdinData,
+			Args: a.Args, Path: a.Path, Config: a.StdinData, Provider: protocol.AttachmentProvider(conf),
 		})
 		if err != nil {
 			return types.NewError(types.ErrInternal, err.Error(), "")

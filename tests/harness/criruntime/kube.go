@@ -81,6 +81,10 @@ type ControlPlane struct {
 // ControlPlaneOptions are the cluster's ranges ("": the IPv4 defaults).
 type ControlPlaneOptions struct {
 	DefaultCIDR, JoinCIDR, ServiceCIDRs string
+	// CRDs are more CRD manifests (paths from the repository root),
+	// installed before the controller starts (it looks for the
+	// NetworkAttachmentDefinition CRD at start).
+	CRDs []string
 }
 
 // DualStack are the ranges of a dual-stack cluster.
@@ -99,6 +103,9 @@ func StartControlPlaneWith(t testing.TB, dir string, o ControlPlaneOptions) *Con
 	t.Helper()
 	api := kubeapi.StartWith(t, kubeapi.Options{ServiceCIDRs: o.ServiceCIDRs})
 	api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", "crd-subnets.yaml"))
+	for _, c := range o.CRDs {
+		api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), c))
+	}
 	central := ovncentral.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
