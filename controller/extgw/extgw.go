@@ -85,8 +85,8 @@ type Reconciler struct {
 	via      map[string]netip.Addr         // pod key -> the next hop its policy was written with
 	eips     map[netip.Addr]string         // EIP -> the pod holding it
 	snats    map[netip.Addr]map[string]bool
-	waiting  map[string]bool   // pods refused for a conflict or waiting for the gateway
-	reported map[string]string // object+reason -> last message (one event per new problem)
+	waiting  map[string]bool      // pods refused for a conflict or waiting for the gateway
+	reported map[string]string    // object+reason -> last message (one event per new problem)
 	ready    []ovnnet.GatewayNode // the programmed gateway's nodes, highest priority first
 
 	// reserved names the object (a custom VPC's OvnEip) holding an
