@@ -107,7 +107,7 @@ type Reconciler struct {
 }
 
 // Installed says whether the API server serves the OvnEip CRD (the four
-// NAT CRDs come together: packaging/kubernetes/base/crd-ovn-nat.yaml).
+// NAT CRDs come together: packaging/kubernetes/base/crd-ovn-*.yaml).
 func Installed(d discovery.DiscoveryInterface, resource string) bool {
 	if d == nil {
 		return false
@@ -123,7 +123,7 @@ func New(cfg Config) *Reconciler {
 	}
 	r := &Reconciler{cfg: cfg, log: cfg.Log, q: reconcile.NewDefaultQueue("vpc-nat"), held: map[netip.Addr]string{}, reported: map[string]string{}}
 	if !Installed(cfg.Discovery, kubeovnv1.OvnEipGVR.Resource) || !Installed(cfg.Discovery, kubeovnv1.VpcGVR.Resource) {
-		cfg.Log.Info("VPC NAT is not reconciled: the Vpc or OvnEip CRD is not installed; apply packaging/kubernetes/base/crd-vpcs.yaml and crd-ovn-nat.yaml and restart to use enableExternal, OvnEip, OvnFip and OvnSnatRule")
+		cfg.Log.Info("VPC NAT is not reconciled: the Vpc or OvnEip CRD is not installed; apply packaging/kubernetes/base/crd-vpcs.yaml and crd-ovn-eips.yaml, crd-ovn-fips.yaml, crd-ovn-snat-rules.yaml, crd-ovn-dnat-rules.yaml and restart to use enableExternal, OvnEip, OvnFip and OvnSnatRule")
 		return r
 	}
 	specOnly := cache.ResourceEventHandlerFuncs{
@@ -138,7 +138,7 @@ func New(cfg Config) *Reconciler {
 	}
 	watch := func(gvr schema.GroupVersionResource, h cache.ResourceEventHandler) cache.SharedIndexInformer {
 		if !Installed(cfg.Discovery, gvr.Resource) {
-			cfg.Log.Warn("VPC NAT: a CRD is not installed; apply packaging/kubernetes/base/crd-ovn-nat.yaml and restart", "resource", gvr.Resource)
+			cfg.Log.Warn("VPC NAT: a CRD is not installed; apply packaging/kubernetes/base/crd-<resource>.yaml and restart", "resource", gvr.Resource)
 			return nil
 		}
 		inf := cfg.DInformers.ForResource(gvr).Informer()
