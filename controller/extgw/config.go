@@ -184,8 +184,9 @@ func (x *Reconciler) program(ctx context.Context, cm *corev1.ConfigMap, ref stri
 		return err
 	}
 	x.mu.Lock()
-	x.cfg, x.why, x.bridged, x.unusable = &cfg, "", st.bridged, st.unusable
+	x.cfg, x.why, x.bridged, x.unusable, x.ready = &cfg, "", st.bridged, st.unusable, st.ready
 	x.mu.Unlock()
+	x.notify()
 	where := "on gateway nodes"
 	if cfg.Distributed {
 		where = "distributed (each EIP NATed on its pod's node); SNAT and the router's own address on gateway nodes"
@@ -273,12 +274,13 @@ func (x *Reconciler) disable(ctx context.Context, cm *corev1.ConfigMap, why stri
 		return err
 	}
 	x.mu.Lock()
-	x.cfg, x.why, x.bridged, x.unusable = nil, why, nil, nil
+	x.cfg, x.why, x.bridged, x.unusable, x.ready = nil, why, nil, nil, nil
 	x.held, x.via, x.eips, x.snats = map[string]ovnnet.PodNAT{}, map[string]netip.Addr{}, map[netip.Addr]string{}, map[netip.Addr]map[string]bool{}
 	x.mu.Unlock()
 	if had {
 		x.requeuePods()
 	}
+	x.notify()
 	return nil
 }
 

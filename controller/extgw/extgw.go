@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -84,8 +85,18 @@ type Reconciler struct {
 	via      map[string]netip.Addr         // pod key -> the next hop its policy was written with
 	eips     map[netip.Addr]string         // EIP -> the pod holding it
 	snats    map[netip.Addr]map[string]bool
-	waiting  map[string]bool   // pods refused for a conflict or waiting for the gateway
-	reported map[string]string // object+reason -> last message (one event per new problem)
+	waiting  map[string]bool      // pods refused for a conflict or waiting for the gateway
+	reported map[string]string    // object+reason -> last message (one event per new problem)
+	ready    []ovnnet.GatewayNode // the programmed gateway's nodes, highest priority first
+
+	// reserved names the object (a custom VPC's OvnEip) holding an
+	// address, "" for none: pods cannot take it (UseReserved).
+	reserved func(netip.Addr) string
+	// changed is told when the programmed gateway or a pod's EIP/SNAT
+	// address changes (OnChange).
+	changed []func()
+	// first is closed once the ConfigMap has been looked at (Started).
+	first chan struct{}
 }
 
 // configKey is the queue key of the ConfigMap (pod keys contain a '/').
@@ -101,7 +112,7 @@ func New(cfg Config) (*Reconciler, error) {
 	}
 	x := &Reconciler{deps: cfg, log: cfg.Log, pods: cfg.Informers.Core().V1().Pods().Lister(), nodes: cfg.Informers.Core().V1().Nodes().Lister(), held: map[string]ovnnet.PodNAT{}, via: map[string]netip.Addr{}, eips: map[netip.Addr]string{},
 		snats: map[netip.Addr]map[string]bool{}, waiting: map[string]bool{}, reported: map[string]string{},
-		why: "ConfigMap " + cmName() + " not read yet"}
+		why: "ConfigMap " + cmName() + " not read yet", first: make(chan struct{})}
 	x.q = reconcile.NewDefaultQueue("external-gateway")
 	// Only the one ConfigMap: its Role can name it (resourceNames).
 	x.factory = informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0, informers.WithNamespace(ovnnet.ExternalGatewayNamespace),
@@ -233,6 +244,7 @@ func (x *Reconciler) Start(ctx context.Context, wg *sync.WaitGroup) error {
 			x.log.Warn("EIP/SNAT: first ConfigMap sync failed, will retry", "err", err)
 			x.q.AddRateLimited(configKey)
 		}
+		close(x.first)
 		pods, _ := x.pods.List(labels.Everything())
 		for _, p := range pods {
 			if wantsExternal(p) {
@@ -297,3 +309,50 @@ func (x *Reconciler) forgetReason(ref, reason string) {
 	defer x.mu.Unlock()
 	delete(x.reported, ref+"|"+reason)
 }
+
+// UseReserved makes the addresses f names (a custom VPC's OvnEips) unusable
+// as a pod's EIP or SNAT address. Call before Start.
+func (x *Reconciler) UseReserved(f func(netip.Addr) string) { x.reserved = f }
+
+// OnChange calls f (which must not block) whenever the programmed gateway
+// or the addresses pods hold change. Call before Start.
+func (x *Reconciler) OnChange(f func()) { x.changed = append(x.changed, f) }
+
+func (x *Reconciler) notify() {
+	for _, f := range x.changed {
+		f()
+	}
+}
+
+// WakeWaiting looks again at the pods refused for a conflict (an address
+// was let go elsewhere).
+func (x *Reconciler) WakeWaiting() { x.wakeAll() }
+
+// Gateway is the programmed external gateway and its nodes (highest
+// priority first), or why there is none.
+func (x *Reconciler) Gateway() (cfg ovnnet.ExternalGatewayConfig, nodes []ovnnet.GatewayNode, ok bool, why string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.cfg == nil {
+		return ovnnet.ExternalGatewayConfig{}, nil, false, x.why
+	}
+	return *x.cfg, slices.Clone(x.ready), true, ""
+}
+
+// PodHolder is the default-VPC pod holding a as its EIP or SNAT address
+// ("" for none).
+func (x *Reconciler) PodHolder(a netip.Addr) string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if p := x.eips[a]; p != "" {
+		return p
+	}
+	if users := otherPods(x.snats[a], ""); len(users) > 0 {
+		return users[0]
+	}
+	return ""
+}
+
+// Started is closed once the ConfigMap has been looked at after start:
+// Gateway then says what is programmed, not "not read yet".
+func (x *Reconciler) Started() <-chan struct{} { return x.first }

@@ -1,7 +1,9 @@
 package extgw
 
 import (
+	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -151,4 +153,46 @@ func TestUnknownGatewayNodeChangesNothing(t *testing.T) {
 	if on, _ := e.Net.ExternalGatewayProgrammed(e.Ctx); on {
 		t.Fatal("gateway programmed with an unknown node listed")
 	}
+}
+
+// An address a custom VPC's OvnEip holds (UseReserved) is refused as a
+// pod's EIP with the holder named; once let go, the pod gets it. Gateway
+// and PodHolder say what is programmed, and OnChange is told.
+func TestReservedAddressIsRefusedToPods(t *testing.T) {
+	e := ctltest.NewOVSDB(t, []runtime.Object{gatewayConfig(centralized), gatewayNode("n1"),
+		eipPod("a", "10.16.0.5", map[string]string{annotations.EIP: "172.56.0.10"}), eipPod("b", "10.16.0.6", map[string]string{annotations.SNAT: "172.56.0.11"})})
+	x, err := New(Config{Log: e.Log, Kube: e.Kube, Recorder: e.Recorder, Informers: e.Informers, Net: e.Net})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	reserved := map[netip.Addr]string{netip.MustParseAddr("172.56.0.10"): "OvnEip eip-f"}
+	x.UseReserved(func(a netip.Addr) string { mu.Lock(); defer mu.Unlock(); return reserved[a] })
+	changed := make(chan struct{}, 100)
+	x.OnChange(func() { changed <- struct{}{} })
+	e.Start()
+	if err := x.Start(e.Ctx, &e.WG); err != nil {
+		t.Fatal(err)
+	}
+	<-x.Started()
+	if ev := e.AwaitEvent("Warning EIPConflict"); !strings.Contains(ev, "172.56.0.10 is OvnEip eip-f") {
+		t.Fatalf("event %q", ev)
+	}
+	e.AwaitNB("b's SNAT rule", func() bool { return x.PodHolder(netip.MustParseAddr("172.56.0.11")) == "default/b" })
+	if cfg, nodes, ok, _ := x.Gateway(); !ok || cfg.GatewayIP.String() != "172.56.0.1" || len(nodes) != 1 || nodes[0].Chassis != "ch-n1" {
+		t.Fatalf("Gateway() = %+v %v %v", cfg, nodes, ok)
+	}
+	select {
+	case <-changed:
+	default:
+		t.Fatal("OnChange was not told of the gateway or the SNAT")
+	}
+	if n := nat(t, e, "172.56.0.10"); n != nil {
+		t.Fatalf("a reserved address became a pod's EIP: %+v", n)
+	}
+	mu.Lock()
+	delete(reserved, netip.MustParseAddr("172.56.0.10"))
+	mu.Unlock()
+	x.WakeWaiting()
+	e.AwaitNB("a's EIP rule once the OvnEip let go", func() bool { n := nat(t, e, "172.56.0.10"); return n != nil && n.LogicalIP == "10.16.0.5" })
 }

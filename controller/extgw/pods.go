@@ -77,6 +77,7 @@ func (x *Reconciler) release(ctx context.Context, key string) error {
 	}
 	x.mu.Unlock()
 	x.log.Info("EIP/SNAT removed", "pod", key)
+	x.notify()
 	for _, k := range wake {
 		x.q.Add(k)
 	}
@@ -174,7 +175,7 @@ func (x *Reconciler) wanted(pod *corev1.Pod, ref string, cfg *ovnnet.ExternalGat
 		return want, false, true
 	}
 	if vpc := x.deps.Net.PodVPC(want.Pod); vpc != "" {
-		x.report(pod, ref, corev1.EventTypeWarning, "InvalidEIP", fmt.Sprintf("EIP/SNAT of the ovn-external-gw-config ConfigMap is the default VPC's; this pod is in VPC %q (its address may be another VPC's too): remove the %s/%s annotations, custom VPCs have no external gateway yet", vpc, annotations.EIP, annotations.SNAT))
+		x.report(pod, ref, corev1.EventTypeWarning, "InvalidEIP", fmt.Sprintf("EIP/SNAT of the ovn-external-gw-config ConfigMap is the default VPC's; this pod is in VPC %q (its address may be another VPC's too): remove the %s/%s annotations; a custom VPC's pods get an OvnFip or OvnSnatRule on a Vpc with enableExternal: true", vpc, annotations.EIP, annotations.SNAT))
 		return want, false, true
 	}
 	return want, true, false
@@ -229,6 +230,13 @@ func (x *Reconciler) conflict(key string, want ovnnet.PodNAT, pol ovnnet.Externa
 			conflict = fmt.Sprintf("EIP %s is held by pod %s; remove its %s annotation or choose another address (this pod gets it once %s lets it go)", want.EIP, owner, annotations.EIP, owner)
 		} else if users := otherPods(x.snats[want.EIP], key); len(users) > 0 {
 			conflict = fmt.Sprintf("EIP %s is the SNAT address of pod(s) %s; choose another address", want.EIP, strings.Join(users, ", "))
+		}
+	}
+	if x.reserved != nil {
+		for _, a := range []netip.Addr{want.EIP, want.SNAT} {
+			if h := x.reserved(a); a.IsValid() && h != "" {
+				return "EIPConflict", fmt.Sprintf("address %s is %s (a custom VPC's address on the external network); choose another address (this pod gets it once that object lets it go)", a, h)
+			}
 		}
 	}
 	if want.SNAT.IsValid() {
@@ -310,6 +318,9 @@ func (x *Reconciler) commit(ctx context.Context, pod *corev1.Pod, ref string, cf
 	x.report(pod, ref, corev1.EventTypeNormal, "ExternalNATProgrammed", strings.Join(parts, "; ")+" through "+ovnnet.ExternalRouterPort(ovnnet.DefaultRouter))
 	if had && (old.EIP != want.EIP || old.SNAT != want.SNAT) {
 		x.wakeAll()
+	}
+	if !had || old.EIP != want.EIP || old.SNAT != want.SNAT {
+		x.notify()
 	}
 	return nil
 }

@@ -44,6 +44,7 @@ import (
 	"github.com/ovnhost/ovnhost/controller/services"
 	"github.com/ovnhost/ovnhost/controller/subnets"
 	"github.com/ovnhost/ovnhost/controller/underlay"
+	"github.com/ovnhost/ovnhost/controller/vpcnat"
 	"github.com/ovnhost/ovnhost/controller/vpcs"
 	"github.com/ovnhost/ovnhost/internal/ovnnb"
 	"github.com/ovnhost/ovnhost/internal/ovnnet"
@@ -191,8 +192,13 @@ func (c *Controller) wire(rec record.EventRecorder, nb *ovnnb.Client) error {
 	wakeNAD = c.pods.WakeNAD
 	c.subnets.Use(c.pods, c.gateways)
 	// Custom VPCs (idle without the Vpc CRD: their Subnets wait).
+	var nat *vpcnat.Reconciler // built after extgw, whose gateway it joins
 	c.vpcs = vpcs.New(vpcs.Config{Log: log, Recorder: rec, Discovery: c.kc.Discovery(), Dynamic: c.dc, DInformers: c.dfactory,
-		Net: n, Subnets: c.subnets})
+		Net: n, Subnets: c.subnets, Changed: func(string) {
+			if nat != nil {
+				nat.Queue()
+			}
+		}})
 	c.subnets.UseVpcs(c.vpcs)
 	c.addons = append(c.addons, c.vpcs)
 	if cfg.EnableLB {
@@ -219,6 +225,14 @@ func (c *Controller) wire(rec record.EventRecorder, nb *ovnnb.Client) error {
 		return fmt.Errorf("kube: external gateway: %w", err)
 	}
 	c.addons = append(c.addons, ext)
+	// OVN-native NAT of custom VPCs (enableExternal, OvnEip, OvnFip,
+	// OvnSnatRule): idle without the CRDs. It follows the VPCs (their
+	// Subnets' changes reach it through the Vpc reconciler) and extgw.
+	nat = vpcnat.New(vpcnat.Config{Log: log, Recorder: rec, Discovery: c.kc.Discovery(), Dynamic: c.dc, DInformers: c.dfactory,
+		Net: n, Gateway: ext, Vpcs: c.vpcs, Subnets: c.subnets, IPAM: n.IPAM})
+	ext.UseReserved(nat.Reserved)
+	ext.OnChange(nat.Queue)
+	c.addons = append(c.addons, nat)
 	return nil
 }
 

@@ -69,6 +69,9 @@ type Config struct {
 	DInformers dynamicinformer.DynamicSharedInformerFactory
 	Net        Network
 	Subnets    Subnets
+	// Changed, when set, is told (without blocking) that a VPC was
+	// programmed or removed (its external gateway follows it).
+	Changed func(vpc string)
 }
 
 // Condition reasons of a Vpc.
@@ -320,6 +323,7 @@ func (r *Reconciler) sync(ctx context.Context, name string) error {
 			r.log.Info("vpc removed", "vpc", name)
 		}
 		r.cfg.Subnets.QueueVpc(name) // they wait now
+		r.changed(name)
 		return nil
 	}
 	u := obj.(*unstructured.Unstructured)
@@ -353,8 +357,15 @@ func (r *Reconciler) sync(ctx context.Context, name string) error {
 	if !had {
 		r.cfg.Subnets.QueueVpc(name) // Subnets waiting for it
 	}
+	r.changed(name)
 	r.record(u, v, st)
 	return r.writeStatus(ctx, u, v, st)
+}
+
+func (r *Reconciler) changed(vpc string) {
+	if r.cfg.Changed != nil {
+		r.cfg.Changed(vpc)
+	}
 }
 
 // exists: a Vpc of that name is in the cache (and not being deleted).
@@ -420,6 +431,9 @@ func (r *Reconciler) writeStatus(ctx context.Context, u *unstructured.Unstructur
 		if v.Spec.DefaultSubnet != "" {
 			status.DefaultLogicalSwitch = v.Spec.DefaultSubnet
 		}
+		// The gateway port itself is controller/vpcnat's (its events say
+		// when it cannot be programmed).
+		status.EnableExternal = custom && v.Spec.EnableExternal
 		for _, p := range v.Spec.VpcPeerings {
 			if p != nil && p.RemoteVpc != "" && r.exists(p.RemoteVpc) && kubeovnv1.PeeringProblem(name, p) == "" {
 				status.VpcPeerings = append(status.VpcPeerings, p.RemoteVpc)

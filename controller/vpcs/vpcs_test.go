@@ -18,6 +18,7 @@ import (
 	"github.com/ovnhost/ovnhost/controller/subnets"
 	"github.com/ovnhost/ovnhost/internal/ovnnb"
 	"github.com/ovnhost/ovnhost/internal/ovnnb/nbtest"
+	"github.com/ovnhost/ovnhost/internal/ovnnet"
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
 )
 
@@ -135,7 +136,7 @@ func TestValidateVpc(t *testing.T) {
 		}
 	}
 	if v, probs := kubeovnv1.ValidateVpc(vpcObj("ok", map[string]any{"namespaces": []any{"a"}, "enableExternal": true})); v == nil || len(probs) != 0 ||
-		!strings.Contains(kubeovnv1.VpcNotAppliedMessage(v.Spec), "enableExternal is not applied") {
+		kubeovnv1.VpcNotAppliedMessage(v.Spec) != "" {
 		t.Errorf("a valid Vpc with enableExternal: %v %v", probs, v)
 	}
 }
@@ -336,5 +337,80 @@ func TestVpcNamespacesAndDefaultSubnet(t *testing.T) {
 	})
 	if got := f.sr.SubnetFor("team", nil); got != "bound" {
 		t.Errorf("SubnetFor(team) = %q, want the Subnet binding it (bound) before the Vpc's defaultSubnet", got)
+	}
+}
+
+// At start-up ProgramAll leaves a VPC router's routes and policies as a
+// previous run left them (same rows, same UUIDs): the Subnets that hold
+// their next hops are not programmed yet, so a full sync there would
+// remove them all (the bug of 248de42).
+func TestProgramAllLeavesRoutesAlone(t *testing.T) {
+	e := ctltest.New(t, nil,
+		vpcObj("vpc-a", map[string]any{
+			"staticRoutes": []any{map[string]any{"cidr": "0.0.0.0/0", "nextHopIP": "10.200.0.254"}},
+			"policyRoutes": []any{map[string]any{"priority": int64(30000), "match": "ip4.src == 10.200.0.0/24", "action": "reroute", "nextHopIP": "10.200.0.253"}},
+		}),
+		ctltest.Subnet("a1", map[string]any{"cidrBlock": "10.200.0.0/24", "vpc": "vpc-a"}),
+	)
+	e.Kube.Resources = []*metav1.APIResourceList{{GroupVersion: kubeovnv1.GroupVersion.String(),
+		APIResources: []metav1.APIResource{{Name: "subnets"}, {Name: "vpcs"}}}}
+	sr, err := subnets.New(subnets.Config{Log: e.Log, Recorder: e.Recorder, Dynamic: e.Dynamic, Informers: e.DInformers, Net: e.Net,
+		IPAM: e.Net.IPAM, Registry: prometheus.NewRegistry(), StatusDelay: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := New(Config{Log: e.Log, Recorder: e.Recorder, Discovery: e.Kube.Discovery(), Dynamic: e.Dynamic, DInformers: e.DInformers, Net: e.Net, Subnets: sr})
+	sr.Use(noPods{}, noGateways{})
+	sr.UseVpcs(r)
+	// What the previous controller programmed.
+	prev := ovnnet.VPC{Name: "vpc-a",
+		Routes:   []ovnnb.VPCRoute{{Prefix: netip.MustParsePrefix("0.0.0.0/0"), Nexthop: netip.MustParseAddr("10.200.0.254")}},
+		Policies: []ovnnb.RouterPolicy{{Priority: 30000, Match: "ip4.src == 10.200.0.0/24", Action: "reroute", Nexthops: []netip.Addr{netip.MustParseAddr("10.200.0.253")}}}}
+	if err := e.Net.EnsureVPC(e.Ctx, prev); err != nil {
+		t.Fatal(err)
+	}
+	rows := func() []string {
+		var out []string
+		for _, x := range nbtest.Rows[*nbdb.LogicalRouterStaticRoute](t, e.NBServer, e.NB, nbdb.LogicalRouterStaticRouteTable) {
+			out = append(out, x.UUID+" "+x.IPPrefix+" via "+x.Nexthop)
+		}
+		for _, x := range nbtest.Rows[*nbdb.LogicalRouterPolicy](t, e.NBServer, e.NB, nbdb.LogicalRouterPolicyTable) {
+			out = append(out, x.UUID+" "+x.Match+" "+x.Action+" "+strings.Join(x.Nexthops, ","))
+		}
+		slices.Sort(out)
+		return out
+	}
+	before := rows()
+	if len(before) != 2 {
+		t.Fatalf("set-up: %v", before)
+	}
+	e.Start()
+	if err := r.ProgramAll(e.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	if after := rows(); !slices.Equal(after, before) {
+		t.Fatalf("ProgramAll changed the router before the Subnets were programmed:\nbefore %v\nafter  %v", before, after)
+	}
+	if ok, why := r.Ready("vpc-a"); !ok {
+		t.Fatalf("vpc-a not ready after ProgramAll: %s", why)
+	}
+	// The full sync, after the Subnets, keeps the same rows.
+	names, err := sr.ProgramAll(e.Ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr.Start(e.Ctx, &e.WG, names)
+	if err := r.Start(e.Ctx, &e.WG); err != nil {
+		t.Fatal(err)
+	}
+	ctltest.Await(t, r.inf, "vpc-a", func(obj any) bool {
+		if obj == nil {
+			return false
+		}
+		v, _ := kubeovnv1.VpcFromUnstructured(obj.(*unstructured.Unstructured))
+		return v.Status.Standby && slices.Equal(v.Status.Subnets, []string{"a1"})
+	})
+	if after := rows(); !slices.Equal(after, before) {
+		t.Fatalf("the full sync changed the rows:\nbefore %v\nafter  %v", before, after)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/ovn-kubernetes/libovsdb/client"
+	"github.com/ovn-kubernetes/libovsdb/model"
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 
 	"github.com/ovnhost/ovnhost/internal/ovsdb/nbdb"
@@ -58,31 +60,10 @@ func (c *Client) EnsureGatewayPort(ctx context.Context, g GatewayPort) error {
 		Localnet: &Localnet{Port: LocalnetPortName(g.Switch), Network: g.Network}}); err != nil {
 		return err
 	}
-	var ops []ovsdb.Operation
-	// HA_Chassis_Group is not in the monitored tables: read it from the server.
-	cur, err := c.haGroup(ctx, g.Switch)
+	// HA_Chassis_Group is not in the monitored tables: read from the server.
+	ops, groupRef, err := c.haGroupOps(ctx, g.Switch, g.Chassis, g.IDs)
 	if err != nil {
 		return err
-	}
-	groupRef := ""
-	if cur == nil || !slices.Equal(cur.chassis, g.Chassis) {
-		if cur != nil {
-			ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationDelete, Table: nbdb.HAChassisGroupTable,
-				Where: []ovsdb.Condition{{Column: "name", Function: ovsdb.ConditionEqual, Value: g.Switch}}})
-		}
-		var refs []any
-		for i, ch := range g.Chassis {
-			id := "hach" + strconv.Itoa(i)
-			ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationInsert, Table: nbdb.HAChassisTable, UUIDName: id,
-				Row: ovsdb.Row{"chassis_name": ch.Name, "priority": ch.Priority}})
-			refs = append(refs, ovsdb.UUID{GoUUID: id})
-		}
-		ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationInsert, Table: nbdb.HAChassisGroupTable, UUIDName: "hagroup",
-			Row: ovsdb.Row{"name": g.Switch, "ha_chassis": ovsdb.OvsSet{GoSet: refs},
-				"external_ids": ovsdb.OvsMap{GoMap: anyMap(vendorIDs(g.IDs))}}})
-		groupRef = "hagroup"
-	} else {
-		groupRef = cur.uuid
 	}
 	lrpName := RouterPortName(g.Router, g.Switch)
 	lrp := &nbdb.LogicalRouterPort{Name: lrpName}
@@ -280,4 +261,219 @@ func (c *Client) SetStaticMACBindings(ctx context.Context, port string, want map
 	}
 	_, err = c.transact(ctx, "set static MAC bindings of "+port, ops)
 	return err
+}
+
+// GatewayAttachment is another router's distributed gateway port on an
+// existing gateway switch (a custom VPC's port on ovn-external): the
+// switch, its localnet port and the other routers on it are left as they
+// are. Group names its own HA chassis group.
+type GatewayAttachment struct {
+	Router  string
+	Switch  string // the existing gateway switch
+	Group   string // its HA chassis group's name
+	Address netip.Prefix
+	MAC     string // "" = RouterPortMAC of the port's name
+	Chassis []HAChassis
+	IDs     map[string]string // on the router port, its switch port and the group
+}
+
+// EnsureGatewayAttachment creates or updates the router port
+// "<router>-<switch>" with Address and MAC, its switch port
+// "<switch>-<router>" (announcing the router's NAT addresses from the
+// active chassis) and its HA chassis group, in one transaction. The
+// router and the switch must exist.
+func (c *Client) EnsureGatewayAttachment(ctx context.Context, g GatewayAttachment) error {
+	switch {
+	case len(g.Chassis) == 0:
+		return fmt.Errorf("ovnnb: gateway port of %q on %q: no chassis; name at least one gateway node", g.Router, g.Switch)
+	case !g.Address.IsValid():
+		return fmt.Errorf("ovnnb: gateway port of %q on %q: no address", g.Router, g.Switch)
+	case g.Group == "":
+		return fmt.Errorf("ovnnb: gateway port of %q on %q: no HA chassis group name", g.Router, g.Switch)
+	}
+	r, err := c.router(ctx, g.Router)
+	if err != nil {
+		return err
+	}
+	if r == nil {
+		return fmt.Errorf("ovnnb: gateway port on %q: router %q does not exist", g.Switch, g.Router)
+	}
+	ls, err := c.lswitch(ctx, g.Switch)
+	if err != nil {
+		return err
+	}
+	if ls == nil {
+		return fmt.Errorf("ovnnb: gateway port of %q: switch %q does not exist (the external gateway is not programmed)", g.Router, g.Switch)
+	}
+	lrpName, lspName := RouterPortName(g.Router, g.Switch), SwitchRouterPortName(g.Router, g.Switch)
+	mac := g.MAC
+	if mac == "" {
+		mac = RouterPortMAC(lrpName)
+	}
+	ids := vendorIDs(maps.Clone(g.IDs))
+	ids[KeySwitch] = g.Switch
+	ops, groupRef, err := c.haGroupOps(ctx, g.Group, g.Chassis, g.IDs)
+	if err != nil {
+		return err
+	}
+	nets := []string{g.Address.String()}
+	lrp := &nbdb.LogicalRouterPort{Name: lrpName}
+	err = c.cl.Get(ctx, lrp)
+	switch {
+	case errors.Is(err, client.ErrNotFound):
+		ref := groupRef
+		lrp = &nbdb.LogicalRouterPort{UUID: "newgwlrp", Name: lrpName, MAC: mac, Networks: nets, ExternalIDs: ids, HaChassisGroup: &ref}
+		o, err := c.cl.Create(lrp)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, o...)
+		o, err = c.cl.Where(r).Mutate(r, model.Mutation{Field: &r.Ports, Mutator: ovsdb.MutateOperationInsert, Value: []string{lrp.UUID}})
+		if err != nil {
+			return err
+		}
+		ops = append(ops, o...)
+	case err != nil:
+		return err
+	default:
+		if !slices.Contains(r.Ports, lrp.UUID) {
+			return fmt.Errorf("ovnnb: router port %s exists on another router; remove it or rename router %q", lrpName, g.Router)
+		}
+		if lrp.MAC != mac || !slices.Equal(lrp.Networks, nets) || !maps.Equal(lrp.ExternalIDs, ids) || lrp.HaChassisGroup == nil || *lrp.HaChassisGroup != groupRef {
+			ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationUpdate, Table: nbdb.LogicalRouterPortTable,
+				Where: []ovsdb.Condition{{Column: "_uuid", Function: ovsdb.ConditionEqual, Value: ovsdb.UUID{GoUUID: lrp.UUID}}},
+				Row: ovsdb.Row{"mac": mac, "networks": ovsdb.OvsSet{GoSet: []any{nets[0]}}, "external_ids": ovsdb.OvsMap{GoMap: anyMap(ids)},
+					"ha_chassis_group": ovsdb.OvsSet{GoSet: []any{uuidOrName(groupRef)}}}})
+		}
+	}
+	opts := map[string]string{"router-port": lrpName, "nat-addresses": "router"}
+	lsp := &nbdb.LogicalSwitchPort{Name: lspName}
+	err = c.cl.Get(ctx, lsp)
+	switch {
+	case errors.Is(err, client.ErrNotFound):
+		lsp = &nbdb.LogicalSwitchPort{UUID: "newgwlsp", Name: lspName, Type: "router", Addresses: []string{"router"}, Options: opts, ExternalIDs: ids}
+		o, err := c.cl.Create(lsp)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, o...)
+		o, err = c.mutateSwitchPorts(g.Switch, ovsdb.MutateOperationInsert, lsp.UUID)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, o...)
+	case err != nil:
+		return err
+	default:
+		// The cache has no switch ports column: the port's own IDs say
+		// where it is (a port no switch holds is gone with its switch).
+		if lsp.ExternalIDs[KeySwitch] != g.Switch {
+			return fmt.Errorf("ovnnb: switch port %s exists and is not ovnhost's port on %s; remove it", lspName, g.Switch)
+		}
+		if lsp.Type != "router" || !maps.Equal(lsp.Options, opts) || !maps.Equal(lsp.ExternalIDs, ids) || !slices.Equal(lsp.Addresses, []string{"router"}) {
+			ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationUpdate, Table: nbdb.LogicalSwitchPortTable,
+				Where: []ovsdb.Condition{{Column: "_uuid", Function: ovsdb.ConditionEqual, Value: ovsdb.UUID{GoUUID: lsp.UUID}}},
+				Row: ovsdb.Row{"type": "router", "addresses": ovsdb.OvsSet{GoSet: []any{"router"}}, "options": ovsdb.OvsMap{GoMap: anyMap(opts)},
+					"external_ids": ovsdb.OvsMap{GoMap: anyMap(ids)}}})
+		}
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	_, err = c.transact(ctx, "ensure gateway port "+lrpName, ops)
+	return err
+}
+
+// haGroupOps are the operations that make HA chassis group name hold
+// exactly chassis (a changed group is replaced), and the reference to use
+// for it in the same transaction.
+func (c *Client) haGroupOps(ctx context.Context, name string, chassis []HAChassis, ids map[string]string) ([]ovsdb.Operation, string, error) {
+	cur, err := c.haGroup(ctx, name)
+	if err != nil {
+		return nil, "", err
+	}
+	if cur != nil && slices.Equal(cur.chassis, chassis) {
+		return nil, cur.uuid, nil
+	}
+	var ops []ovsdb.Operation
+	if cur != nil {
+		ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationDelete, Table: nbdb.HAChassisGroupTable,
+			Where: []ovsdb.Condition{{Column: "name", Function: ovsdb.ConditionEqual, Value: name}}})
+	}
+	var refs []any
+	for i, ch := range chassis {
+		id := "hach" + strconv.Itoa(i)
+		ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationInsert, Table: nbdb.HAChassisTable, UUIDName: id,
+			Row: ovsdb.Row{"chassis_name": ch.Name, "priority": ch.Priority}})
+		refs = append(refs, ovsdb.UUID{GoUUID: id})
+	}
+	ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationInsert, Table: nbdb.HAChassisGroupTable, UUIDName: "hagroup",
+		Row: ovsdb.Row{"name": name, "ha_chassis": ovsdb.OvsSet{GoSet: refs},
+			"external_ids": ovsdb.OvsMap{GoMap: anyMap(vendorIDs(ids))}}})
+	return ops, "hagroup", nil
+}
+
+// DeleteGatewayAttachment removes a router's port on a gateway switch, its
+// switch port and HA chassis group; absent parts (the router too) are fine.
+func (c *Client) DeleteGatewayAttachment(ctx context.Context, router, sw, group string) error {
+	var ops []ovsdb.Operation
+	lrp := &nbdb.LogicalRouterPort{Name: RouterPortName(router, sw)}
+	switch err := c.cl.Get(ctx, lrp); {
+	case err == nil:
+		// The port lets go of the group first: ovsdb-server checks the
+		// group's references before it collects the unreferenced port.
+		ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationUpdate, Table: nbdb.LogicalRouterPortTable,
+			Where: []ovsdb.Condition{{Column: "_uuid", Function: ovsdb.ConditionEqual, Value: ovsdb.UUID{GoUUID: lrp.UUID}}},
+			Row:   ovsdb.Row{"ha_chassis_group": ovsdb.OvsSet{GoSet: []any{}}}})
+		if r, err := c.router(ctx, router); err != nil {
+			return err
+		} else if r != nil && slices.Contains(r.Ports, lrp.UUID) {
+			o, err := c.cl.Where(r).Mutate(r, model.Mutation{Field: &r.Ports, Mutator: ovsdb.MutateOperationDelete, Value: []string{lrp.UUID}})
+			if err != nil {
+				return err
+			}
+			ops = append(ops, o...)
+		}
+	case !errors.Is(err, client.ErrNotFound):
+		return err
+	}
+	lsp := &nbdb.LogicalSwitchPort{Name: SwitchRouterPortName(router, sw)}
+	switch err := c.cl.Get(ctx, lsp); {
+	case err == nil:
+		ops = append(ops, unrefPort(lsp.UUID)...)
+	case !errors.Is(err, client.ErrNotFound):
+		return err
+	}
+	ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationDelete, Table: nbdb.HAChassisGroupTable,
+		Where: []ovsdb.Condition{{Column: "name", Function: ovsdb.ConditionEqual, Value: group}}})
+	_, err := c.transact(ctx, "delete gateway port "+lrp.Name, ops)
+	return err
+}
+
+// GatewayAttachments are the values of external_ids key on the ovnhost
+// router ports and switch ports of gateway switch sw that carry it (the
+// routers EnsureGatewayAttachment gave a port there with key: router in
+// their IDs). Both sides are read: a router or a switch deleted meanwhile
+// leaves the other side to be found.
+func (c *Client) GatewayAttachments(ctx context.Context, sw, key string) ([]string, error) {
+	mine := func(ids map[string]string) bool {
+		return ids[KeyVendor] == Vendor && ids[KeySwitch] == sw && ids[key] != ""
+	}
+	var lsps []nbdb.LogicalSwitchPort
+	if err := c.cl.WhereCache(func(p *nbdb.LogicalSwitchPort) bool { return p.Type == "router" && mine(p.ExternalIDs) }).List(ctx, &lsps); err != nil {
+		return nil, err
+	}
+	var lrps []nbdb.LogicalRouterPort
+	if err := c.cl.WhereCache(func(p *nbdb.LogicalRouterPort) bool { return mine(p.ExternalIDs) }).List(ctx, &lrps); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range lsps {
+		out = append(out, p.ExternalIDs[key])
+	}
+	for _, p := range lrps {
+		out = append(out, p.ExternalIDs[key])
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }

@@ -210,6 +210,9 @@ func restartsKeepTheDatapath(t *testing.T, bn bins, c *geneveNodes) {
 			if code := n.stop(t); code != 0 {
 				t.Fatalf("ovnhost exited %d on SIGTERM\n%s", code, tailLines(n.log(t), 30))
 			}
+			// From here on as in the systemd home: the daemons outlive a
+			// crash or hand-over of ovnhost (the events below).
+			n.args = append(n.args, "--adopt-children")
 			n.start(t)
 			readies = 1
 		}},
@@ -230,7 +233,6 @@ func restartsKeepTheDatapath(t *testing.T, bn bins, c *geneveNodes) {
 			if r, err := n.proc.Wait(3 * time.Minute); err != nil || r.Exit != 75 {
 				t.Fatalf("hand-over: %v %+v\n%s", err, r, tailLines(n.log(t), 30))
 			}
-			n.args = append(n.args, "--adopt-children")
 			n.start(t)
 			if err := n.proc.WaitLog("adopted the running child", time.Second); err != nil {
 				t.Errorf("the start after the hand-over adopted nothing: %v\n%s", err, tailLines(n.log(t), 30))

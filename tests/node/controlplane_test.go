@@ -66,6 +66,9 @@ func startControlPlaneWith(t testing.TB, spec controlPlaneSpec) *controlPlane {
 	api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", "crd-provider-networks.yaml"))
 	api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", "crd-vlans.yaml"))
 	api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", "crd-vpcs.yaml"))
+	for _, crd := range []string{"crd-ovn-eips.yaml", "crd-ovn-fips.yaml", "crd-ovn-snat-rules.yaml", "crd-ovn-dnat-rules.yaml"} {
+		api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base", crd))
+	}
 	for _, c := range spec.crds {
 		api.InstallCRD(t, filepath.Join(testenv.RepoRoot(), c))
 	}

@@ -12,7 +12,7 @@ import (
 // Kube-OVN's OVN-native NAT of custom VPCs (v1.15 field names), all
 // cluster-scoped: an OvnEip is an address on the external network, an
 // OvnFip, OvnSnatRule or OvnDnatRule uses one on a VPC's router. The CRDs
-// are packaging/kubernetes/base/crd-ovn-nat.yaml.
+// are packaging/kubernetes/base/crd-ovn-{eips,fips,snat-rules,dnat-rules}.yaml.
 var (
 	OvnEipGVR      = GroupVersion.WithResource("ovn-eips")
 	OvnEipGVK      = GroupVersion.WithKind("OvnEip")

@@ -284,8 +284,6 @@ var vpcNotApplied = []struct {
 	{"staticRoutes.routeTable", func(s VpcSpec) bool {
 		return slices.ContainsFunc(s.StaticRoutes, func(r *StaticRoute) bool { return r != nil && r.RouteTable != "" })
 	}, "staticRoutes routeTable is not applied: every route is in the router's main route table."},
-	{"enableExternal", func(s VpcSpec) bool { return s.EnableExternal },
-		"enableExternal is not applied: the VPC's router has no gateway port on an external network, its pods do not leave the VPC."},
 	{"extraExternalSubnets", func(s VpcSpec) bool { return len(s.ExtraExternalSubnets) > 0 },
 		"extraExternalSubnets is not applied: the VPC's router has no port on those Subnets."},
 	{"enableBfd", func(s VpcSpec) bool { return s.EnableBfd },
