@@ -295,11 +295,12 @@ func TestLocalAndClusterPoliciesFollowTheirPods(t *testing.T) {
 		addressedPod("other", "client", "10.16.0.30", map[string]string{"app": "client"}),
 		addressedPod("other", "web", "10.16.0.31", map[string]string{"app": "web"}),
 		other, webPolicy(), cross)
+	local, pgCross := PortGroupName("default", "web"), PortGroupName("default", "cross")
+	e.AwaitNB("both port groups", func() bool { return readPolicy(t, e, local) != nil && readPolicy(t, e, pgCross) != nil })
+	// Both policies' add events have been handled once their rows exist.
 	if got := r.clusterPolicies(); !slices.Equal(got, []string{"default/cross"}) {
 		t.Fatalf("cluster-scoped policies %v, want [default/cross]", got)
 	}
-	local, pgCross := PortGroupName("default", "web"), PortGroupName("default", "cross")
-	e.AwaitNB("both port groups", func() bool { return readPolicy(t, e, local) != nil && readPolicy(t, e, pgCross) != nil })
 	if v := readPolicy(t, e, local); !slices.Equal(v.ports, []string{"web.default"}) || !slices.Equal(v.peers(), []string{"10.16.0.20"}) {
 		t.Fatalf("local policy: ports %v peers %v, want its namespace's web and client only", v.ports, v.peers())
 	}
