@@ -19,7 +19,7 @@ MISSING_PKGS = $(shell for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' 
 
 PROGRAMS := supervisor/cmd/ovnhost cni/cmd/ovnhost-cni controller/cmd/ovnhost-controller netctl/cmd/netctl
 
-.PHONY: all deps build run test test-race test-unit bench bench-doc fuzz clean bundle image talos-extension rpm package
+.PHONY: all deps build run test test-race test-unit bench bench-doc scale fuzz clean bundle image talos-extension rpm package
 
 # Fuzz targets as package:Target; their seed corpora run in `make test` as
 # unit tests. `make test` also fuzzes the ones without client-go in their
@@ -116,6 +116,24 @@ bench: deps build
 bench-doc:
 	$(BENCHJSON) merge -into docs/bench-results.json $(OUT)/bench.json
 	$(BENCHJSON) doc -results docs/bench-results.json docs/benchmarks.md
+
+# The control-plane simulation of a large cluster (issue 29, docs/scale.md):
+# simulated nodes against the real apiserver, OVN central and controller,
+# grown in SCALE_STEPS (nodes:pods:services:policies, cumulative). Not part
+# of `make test` or `make bench` (build tag `scale`); everything it starts
+# is stopped and removed at the end. Figures in _out/scale (scale.csv,
+# scale.json, bench.json, heap profiles); the SVG curves are copied to
+# docs/scale/. SCALE_PROFILE=N takes N s of controller CPU profile per step.
+SCALE_STEPS ?= 50:5000:1000:500,100:10000:2000:1000,250:20000:5000:2000,500:30000:5000:2000
+SCALE_PROFILE ?= 0
+scale: deps build
+	@mkdir -p $(OUT)/scale docs/scale
+	@start=$$(date +%s); \
+	OVNHOST_TEST_STRICT=1 OVNHOST_BIN=$(BIN) $(BENCHJSON) run -out $(OUT)/scale/bench.json -- \
+		$(GO) test -tags scale -run '^$$' -bench '^BenchmarkScale$$' -benchtime 1x -timeout 120m -v ./tests/scale \
+		-args -scale.steps=$(SCALE_STEPS) -scale.out=$(OUT)/scale -scale.profile=$(SCALE_PROFILE); \
+	rc=$$?; echo "make scale: $$(( $$(date +%s) - start )) s, exit $$rc"; \
+	[ $$rc = 0 ] && cp $(OUT)/scale/*.svg docs/scale/; exit $$rc
 
 # Release artefacts (docs/install.md), built in Go by packaging/cmd/ovnhost-package.
 OUT := $(CURDIR)/_out

@@ -625,6 +625,46 @@ func Relevant(np *networkingv1.NetworkPolicy, p *Pod, nsLabels map[string]string
 	return false
 }
 
+// Local says whether everything the policy reads lies in its own
+// namespace: no peer has a namespaceSelector, and no egress rule without
+// peers (to anywhere) names a port (named ports resolve on the peer pods,
+// which are then every pod). Pods and namespaces elsewhere cannot change a
+// local policy's rows (Relevant is false for them), so the reconciler
+// translates it over its namespace's pods and ignores other namespaces'
+// events. An invalid policy counts as not local (it is re-checked on every
+// change, as before).
+func Local(np *networkingv1.NetworkPolicy) bool {
+	if _, err := compile(np); err != nil {
+		return false
+	}
+	peersLocal := func(peers []networkingv1.NetworkPolicyPeer) bool {
+		for _, p := range peers {
+			if p.NamespaceSelector != nil {
+				return false
+			}
+		}
+		return true
+	}
+	for _, r := range np.Spec.Ingress {
+		if !peersLocal(r.From) {
+			return false
+		}
+	}
+	for _, r := range np.Spec.Egress {
+		if !peersLocal(r.To) {
+			return false
+		}
+		if len(r.To) == 0 {
+			for _, pp := range r.Ports {
+				if pp.Port != nil && pp.Port.Type != 0 {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
 // NamedPorts keeps the named container ports of a pod spec, all the
 // translation reads of it.
 func NamedPorts(containers []corev1.Container) []corev1.ContainerPort {

@@ -353,3 +353,28 @@ func TestDualStackPolicyHasEachFamilysACLsAndSets(t *testing.T) {
 		}
 	}
 }
+
+func TestLocalPolicies(t *testing.T) {
+	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}
+	named, num := intstr.FromString("http"), intstr.FromInt32(80)
+	for _, c := range []struct {
+		name string
+		spec networkingv1.NetworkPolicySpec
+		want bool
+	}{
+		{"default deny", networkingv1.NetworkPolicySpec{}, true},
+		{"pod peers", networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{PodSelector: sel}}}}}, true},
+		{"ipBlock", networkingv1.NetworkPolicySpec{Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/8"}}}}}}, true},
+		{"ingress from anywhere to a named port", networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{Ports: []networkingv1.NetworkPolicyPort{{Port: &named}}}}}, true},
+		{"egress anywhere on a number", networkingv1.NetworkPolicySpec{Egress: []networkingv1.NetworkPolicyEgressRule{{Ports: []networkingv1.NetworkPolicyPort{{Port: &num}}}}}, true},
+		{"egress anywhere on a named port", networkingv1.NetworkPolicySpec{Egress: []networkingv1.NetworkPolicyEgressRule{{Ports: []networkingv1.NetworkPolicyPort{{Port: &named}}}}}, false},
+		{"namespace selector in ingress", networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: sel}}}}}, false},
+		{"namespace and pod selector in egress", networkingv1.NetworkPolicySpec{Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}, PodSelector: sel}}}}}, false},
+		{"invalid", networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{}}}}}, false},
+	} {
+		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}, Spec: c.spec}
+		if got := Local(np); got != c.want {
+			t.Errorf("%s: Local = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

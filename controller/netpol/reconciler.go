@@ -66,6 +66,9 @@ type Reconciler struct {
 	mu      sync.Mutex
 	invalid map[string]string    // policy -> message of the last event
 	applied map[string]time.Time // policy -> last successful sync
+	// cluster holds the policies that are not Local: the only ones a pod
+	// of another namespace, or a namespace's labels, can matter to.
+	cluster map[string]bool
 	workers int
 }
 
@@ -80,7 +83,7 @@ func New(cfg Config) (*Reconciler, error) {
 	if cfg.ACLLogRate == 0 {
 		cfg.ACLLogRate = ovnnb.DefaultACLLogRate
 	}
-	p := &Reconciler{cfg: cfg, log: cfg.Log, nb: cfg.NB, invalid: map[string]string{}, applied: map[string]time.Time{}, workers: 4,
+	p := &Reconciler{cfg: cfg, log: cfg.Log, nb: cfg.NB, invalid: map[string]string{}, applied: map[string]time.Time{}, cluster: map[string]bool{}, workers: 4,
 		podL: cfg.Informers.Core().V1().Pods().Lister(), nss: cfg.Informers.Core().V1().Namespaces().Lister()}
 	join := cfg.JoinCIDR
 	if join == "" {
@@ -98,13 +101,14 @@ func New(cfg Config) (*Reconciler, error) {
 	p.nps, p.inf = npInf.Lister(), npInf.Informer()
 	enq := reconcile.Enqueue(p.q)
 	if _, err := p.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: enq,
+		AddFunc: func(obj any) { p.scope(obj, false); enq(obj) },
 		UpdateFunc: func(o, n any) {
 			if o.(*networkingv1.NetworkPolicy).ResourceVersion != n.(*networkingv1.NetworkPolicy).ResourceVersion {
+				p.scope(n, false)
 				enq(n)
 			}
 		},
-		DeleteFunc: enq,
+		DeleteFunc: func(obj any) { p.scope(obj, true); enq(obj) },
 	}); err != nil {
 		return nil, err
 	}
@@ -124,14 +128,16 @@ func New(cfg Config) (*Reconciler, error) {
 	}); err != nil {
 		return nil, err
 	}
+	// Namespaces matter to the policies with a namespaceSelector only (a
+	// namespace's pods come and go with their own events).
 	if _, err := cfg.Informers.Core().V1().Namespaces().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { p.enqueueAll() },
+		AddFunc: func(any) { p.enqueueCluster() },
 		UpdateFunc: func(o, n any) {
 			if !maps.Equal(o.(*corev1.Namespace).Labels, n.(*corev1.Namespace).Labels) {
-				p.enqueueAll()
+				p.enqueueCluster()
 			}
 		},
-		DeleteFunc: func(any) { p.enqueueAll() },
+		DeleteFunc: func(any) { p.enqueueCluster() },
 	}); err != nil {
 		return nil, err
 	}
@@ -140,6 +146,42 @@ func New(cfg Config) (*Reconciler, error) {
 
 func (p *Reconciler) enqueueAll() {
 	for _, k := range p.inf.GetIndexer().ListKeys() {
+		p.q.Add(k)
+	}
+}
+
+// scope records whether a policy is Local (gone: forgotten).
+func (p *Reconciler) scope(obj any, gone bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	np, ok := obj.(*networkingv1.NetworkPolicy)
+	if !ok || np == nil {
+		return
+	}
+	key := np.Namespace + "/" + np.Name
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if gone || Local(np) {
+		delete(p.cluster, key)
+	} else {
+		p.cluster[key] = true
+	}
+}
+
+// clusterPolicies lists the keys of the policies that are not Local.
+func (p *Reconciler) clusterPolicies() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]string, 0, len(p.cluster))
+	for k := range p.cluster {
+		out = append(out, k)
+	}
+	return out
+}
+
+func (p *Reconciler) enqueueCluster() {
+	for _, k := range p.clusterPolicies() {
 		p.q.Add(k)
 	}
 }
@@ -159,7 +201,18 @@ func (p *Reconciler) podChanged(old, cur any) {
 			nsLabels = ns.Labels
 		}
 		pp := Pod{Namespace: pod.Namespace, Name: pod.Name, Labels: pod.Labels, ContainerPorts: NamedPorts(pod.Spec.Containers)}
-		nps, _ := p.nps.List(labels.Everything())
+		// The policies of the pod's namespace, and those that reach
+		// across namespaces: no other can select or peer it (Local).
+		nps, _ := p.nps.NetworkPolicies(pod.Namespace).List(labels.Everything())
+		for _, key := range p.clusterPolicies() {
+			ns, name, _ := cache.SplitMetaNamespaceKey(key)
+			if ns == pod.Namespace {
+				continue // listed above
+			}
+			if np, err := p.nps.NetworkPolicies(ns).Get(name); err == nil {
+				nps = append(nps, np)
+			}
+		}
 		for _, np := range nps {
 			if Relevant(np, &pp, nsLabels) {
 				p.q.Add(np.Namespace + "/" + np.Name)
@@ -216,7 +269,13 @@ func (p *Reconciler) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	pods, err := p.pods()
+	// A Local policy reads its own namespace's pods only: its sync costs
+	// what that namespace holds, not what the cluster holds.
+	podNS := ""
+	if Local(np) {
+		podNS = ns
+	}
+	pods, err := p.pods(podNS)
 	if err != nil {
 		return err
 	}
@@ -286,9 +345,15 @@ func (p *Reconciler) sync(ctx context.Context, key string) error {
 }
 
 // pods are the pods policies can see: with an address, not host-network,
-// not finished.
-func (p *Reconciler) pods() ([]Pod, error) {
-	all, err := p.podL.List(labels.Everything())
+// not finished; those of one namespace, or of all when namespace is "".
+func (p *Reconciler) pods(namespace string) ([]Pod, error) {
+	var all []*corev1.Pod
+	var err error
+	if namespace != "" {
+		all, err = p.podL.Pods(namespace).List(labels.Everything())
+	} else {
+		all, err = p.podL.List(labels.Everything())
+	}
 	if err != nil {
 		return nil, err
 	}

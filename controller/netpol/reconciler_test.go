@@ -274,3 +274,76 @@ func TestLoggingACLsAreRateLimitedByAMeter(t *testing.T) {
 		t.Fatalf("bands %+v, want one drop band at the configured 7 pktps", bands)
 	}
 }
+
+// TestLocalAndClusterPoliciesFollowTheirPods: a policy that reads only its
+// namespace (Local) is synced over that namespace's pods and takes no pod
+// of another namespace even with matching labels; one with a
+// namespaceSelector follows pods of the namespaces it selects as they
+// come, and a namespace relabelled into its selector.
+func TestLocalAndClusterPoliciesFollowTheirPods(t *testing.T) {
+	cross := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "cross"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "blue"}},
+				PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}}}}},
+		}}
+	other := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "other", Labels: map[string]string{"team": "red"}}}
+	e, r := startPolicies(t, true,
+		addressedPod("default", "web", "10.16.0.10", map[string]string{"app": "web"}),
+		addressedPod("default", "client", "10.16.0.20", map[string]string{"app": "client"}),
+		addressedPod("other", "client", "10.16.0.30", map[string]string{"app": "client"}),
+		addressedPod("other", "web", "10.16.0.31", map[string]string{"app": "web"}),
+		other, webPolicy(), cross)
+	local, pgCross := PortGroupName("default", "web"), PortGroupName("default", "cross")
+	e.AwaitNB("both port groups", func() bool { return readPolicy(t, e, local) != nil && readPolicy(t, e, pgCross) != nil })
+	// Both policies' add events have been handled once their rows exist.
+	if got := r.clusterPolicies(); !slices.Equal(got, []string{"default/cross"}) {
+		t.Fatalf("cluster-scoped policies %v, want [default/cross]", got)
+	}
+	if v := readPolicy(t, e, local); !slices.Equal(v.ports, []string{"web.default"}) || !slices.Equal(v.peers(), []string{"10.16.0.20"}) {
+		t.Fatalf("local policy: ports %v peers %v, want its namespace's web and client only", v.ports, v.peers())
+	}
+	if v := readPolicy(t, e, pgCross); len(v.peers()) != 0 {
+		t.Fatalf("cross policy peers %v before namespace other is team=blue", v.peers())
+	}
+	// The namespace is relabelled into the selector: its client becomes a peer.
+	other.Labels = map[string]string{"team": "blue"}
+	if _, err := e.Kube.CoreV1().Namespaces().Update(e.Ctx, other, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.AwaitNB("the other namespace's client as a peer of the cross policy", func() bool {
+		v := readPolicy(t, e, pgCross)
+		return v != nil && slices.Equal(v.peers(), []string{"10.16.0.30"})
+	})
+	// A new client there follows through the pod event alone.
+	c2 := addressedPod("other", "client2", "10.16.0.32", map[string]string{"app": "client"})
+	addPort(t, e, c2)
+	if _, err := e.Kube.CoreV1().Pods("other").Create(e.Ctx, c2, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.AwaitNB("the new client as a peer", func() bool {
+		v := readPolicy(t, e, pgCross)
+		return v != nil && slices.Equal(v.peers(), []string{"10.16.0.30", "10.16.0.32"})
+	})
+	if v := readPolicy(t, e, local); !slices.Equal(v.ports, []string{"web.default"}) || !slices.Equal(v.peers(), []string{"10.16.0.20"}) {
+		t.Fatalf("local policy changed: ports %v peers %v", v.ports, v.peers())
+	}
+	// The cross policy made local: it leaves the cluster set.
+	cur, err := e.Kube.NetworkingV1().NetworkPolicies("default").Get(e.Ctx, "cross", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Spec.Ingress[0].From[0].NamespaceSelector = nil
+	cur.ResourceVersion = "2" // the fake clientset does not bump it; the handler skips an update without a new version
+	if _, err := e.Kube.NetworkingV1().NetworkPolicies("default").Update(e.Ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.AwaitNB("the cross policy with its own namespace's client only", func() bool {
+		v := readPolicy(t, e, pgCross)
+		return v != nil && slices.Equal(v.peers(), []string{"10.16.0.20"})
+	})
+	if got := r.clusterPolicies(); len(got) != 0 {
+		t.Fatalf("cluster-scoped policies %v after the change, want none", got)
+	}
+}

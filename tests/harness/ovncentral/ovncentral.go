@@ -324,3 +324,21 @@ func (n *notify) poke() {
 func (n *notify) OnAdd(string, model.Model)                 { n.poke() }
 func (n *notify) OnUpdate(string, model.Model, model.Model) { n.poke() }
 func (n *notify) OnDelete(string, model.Model)              { n.poke() }
+
+// PID is the process id of a daemon ("nb", "sb", "northd"), 0 when it is
+// not running (benchmarks read its RSS and CPU from /proc).
+func (c *Central) PID(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.proc[name]; p != nil {
+		return p.cmd.Process.Pid
+	}
+	return 0
+}
+
+// Ctl is the unixctl socket of a daemon ("nb", "sb", "northd"), for
+// ovn-appctl -t (stopwatch/show, ovsdb-server/compact).
+func (c *Central) Ctl(name string) string { return filepath.Join(c.Dir, name+".ctl") }
+
+// DBFile is the database file of "nb" or "sb".
+func (c *Central) DBFile(name string) string { return filepath.Join(c.Dir, name+".db") }
