@@ -53,7 +53,27 @@ const pendingTTL = 30 * time.Second
 
 // lbIndexes is the client index that lets load balancers be found by name
 // without scanning (and cloning) the whole table.
-var lbIndexes = map[string][]model.ClientIndex{nbdb.LoadBalancerTable: {{Columns: []model.ColumnKey{{Column: "name"}}}}}
+var lbIndexes = []model.ClientIndex{{Columns: []model.ColumnKey{{Column: "name"}}}}
+
+// indexedPortKeys are the external_ids keys of Logical_Switch_Port with a
+// client index: the owner keys Ports is most often asked for.
+var indexedPortKeys = []string{KeyPod, KeyNode}
+
+// clientIndexes are the NB client's indexes: load balancers by name, logical
+// switch ports by owner key.
+var clientIndexes = map[string][]model.ClientIndex{
+	nbdb.LoadBalancerTable:      lbIndexes,
+	nbdb.LogicalSwitchPortTable: portIndexes(),
+}
+
+func portIndexes() []model.ClientIndex {
+	var out []model.ClientIndex
+	for _, k := range indexedPortKeys {
+		key := k
+		out = append(out, model.ClientIndex{Columns: []model.ColumnKey{{Column: "external_ids", Key: key}}})
+	}
+	return out
+}
 
 // lbByName returns the UUID and current row of the load balancer called
 // name (row nil when only a pending create is known), or "" when none.

@@ -131,7 +131,7 @@ func Connect(ctx context.Context, o Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	dbm.SetIndexes(lbIndexes)
+	dbm.SetIndexes(clientIndexes)
 	// Logical_Switch without its ports column: with 10k ports on a switch,
 	// every port change would otherwise copy the whole set into the cache
 	// (libovsdb clones rows through JSON), which dominated CPU at scale.
@@ -816,8 +816,24 @@ func (c *Client) Ports(_ context.Context, match map[string]string) ([]Port, erro
 	if t == nil {
 		return nil, errors.New("ovnnb: Logical_Switch_Port is not monitored")
 	}
+	rows := t.RowsShallow() // read-only rows
+	// A pod's or a node's ports come from the client index on that key
+	// (portIndexes): a scan of every port on each pod sync made pod
+	// throughput fall with the cluster's size (docs/scale.md).
+	for _, k := range indexedPortKeys {
+		v, ok := match[k]
+		if !ok || v == "" {
+			continue
+		}
+		found, err := t.RowsByModels([]model.Model{&nbdb.LogicalSwitchPort{ExternalIDs: map[string]string{k: v}}})
+		if err != nil {
+			return nil, fmt.Errorf("ovnnb: ports with external_ids:%s=%s: %w", k, v, err)
+		}
+		rows = found
+		break
+	}
 	var out []Port
-	for _, m := range t.RowsShallow() { // read-only rows
+	for _, m := range rows {
 		l, ok := m.(*nbdb.LogicalSwitchPort)
 		if !ok || l.Type != "" || l.ExternalIDs[KeyVendor] != Vendor {
 			continue

@@ -223,3 +223,69 @@ func TestUnderlaySwitchHasALocalnetPortAndNoRouterPort(t *testing.T) {
 		}
 	})
 }
+
+// Ports by owner key come from the client index on external_ids (no scan
+// of every port): the index follows creates, moves and deletes, and the
+// other keys of the match still filter.
+func TestPortsByOwnerFollowTheIndex(t *testing.T) {
+	bothServers(t, func(t *testing.T, s *nbtest.Server, nb *ovnnb.Client) {
+		topology(t, nb)
+		ctx := context.Background()
+		port := func(name, ip string, ids map[string]string) ovnnb.Port {
+			return ovnnb.Port{Name: name, Switch: "ovn-default", MAC: "0a:00:00:00:00:" + ip[len(ip)-2:], IPs: []netip.Addr{mustAddr(ip)}, ExternalIDs: ids}
+		}
+		for _, p := range []ovnnb.Port{
+			port("web.default", "10.16.0.11", map[string]string{ovnnb.KeyPod: "default/web"}),
+			port("web.default.net1.default.ovn", "10.16.0.12", map[string]string{ovnnb.KeyPod: "default/web", ovnnb.KeyProvider: "net1.default.ovn"}),
+			port("api.default", "10.16.0.13", map[string]string{ovnnb.KeyPod: "default/api"}),
+			port("node-n1", "10.16.0.14", map[string]string{ovnnb.KeyNode: "n1"}),
+		} {
+			if err := nb.EnsurePort(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		names := func(match map[string]string) []string {
+			t.Helper()
+			ps, err := nb.Ports(ctx, match)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []string
+			for _, p := range ps {
+				out = append(out, p.Name)
+			}
+			slices.Sort(out)
+			return out
+		}
+		for _, tc := range []struct {
+			match map[string]string
+			want  []string
+		}{
+			{map[string]string{ovnnb.KeyPod: "default/web"}, []string{"web.default", "web.default.net1.default.ovn"}},
+			{map[string]string{ovnnb.KeyPod: "default/web", ovnnb.KeyProvider: "net1.default.ovn"}, []string{"web.default.net1.default.ovn"}},
+			{map[string]string{ovnnb.KeyPod: "default/api"}, []string{"api.default"}},
+			{map[string]string{ovnnb.KeyPod: "default/none"}, nil},
+			{map[string]string{ovnnb.KeyNode: "n1"}, []string{"node-n1"}},
+			{nil, []string{"api.default", "node-n1", "web.default", "web.default.net1.default.ovn"}},
+		} {
+			if got := names(tc.match); !slices.Equal(got, tc.want) {
+				t.Errorf("Ports(%v) = %v, want %v", tc.match, got, tc.want)
+			}
+		}
+		// Moved to another switch: still found by its owner.
+		moved := port("api.default", "10.17.0.13", map[string]string{ovnnb.KeyPod: "default/api"})
+		moved.Switch = "other"
+		if err := nb.EnsurePort(ctx, moved); err != nil {
+			t.Fatal(err)
+		}
+		if got := names(map[string]string{ovnnb.KeyPod: "default/api"}); !slices.Equal(got, []string{"api.default"}) {
+			t.Errorf("after the move: Ports(pod default/api) = %v", got)
+		}
+		if err := nb.DeletePort(ctx, "api.default", ovnnb.PodPortOwner("default", "api")); err != nil {
+			t.Fatal(err)
+		}
+		if got := names(map[string]string{ovnnb.KeyPod: "default/api"}); got != nil {
+			t.Errorf("after the delete: Ports(pod default/api) = %v, want none", got)
+		}
+	})
+}
