@@ -816,10 +816,11 @@ func (c *Client) Ports(_ context.Context, match map[string]string) ([]Port, erro
 	if t == nil {
 		return nil, errors.New("ovnnb: Logical_Switch_Port is not monitored")
 	}
-	rows := t.RowsShallow() // read-only rows
 	// A pod's or a node's ports come from the client index on that key
 	// (portIndexes): a scan of every port on each pod sync made pod
 	// throughput fall with the cluster's size (docs/scale.md).
+	var rows map[string]model.Model
+	indexed := false
 	for _, k := range indexedPortKeys {
 		v, ok := match[k]
 		if !ok || v == "" {
@@ -829,8 +830,11 @@ func (c *Client) Ports(_ context.Context, match map[string]string) ([]Port, erro
 		if err != nil {
 			return nil, fmt.Errorf("ovnnb: ports with external_ids:%s=%s: %w", k, v, err)
 		}
-		rows = found
+		rows, indexed = found, true
 		break
+	}
+	if !indexed {
+		rows = t.RowsShallow() // read-only rows
 	}
 	var out []Port
 	for _, m := range rows {
