@@ -52,7 +52,9 @@ func TestNormalizeRejects(t *testing.T) {
 }
 
 func TestNormalizeSNAT(t *testing.T) {
-	sn := func(from, to string) SNAT { return SNAT{From: netip.MustParsePrefix(from), To: netip.MustParseAddr(to)} }
+	sn := func(from, to string) SNAT {
+		return SNAT{From: netip.MustParsePrefix(from), To: netip.MustParseAddr(to)}
+	}
 	n, err := normalize(Rules{SNAT: []SNAT{sn("10.16.0.0/16", "192.0.2.9"), sn("10.16.5.7/24", "192.0.2.10"), sn("fd00::/64", "2001:db8::9"), sn("10.16.0.0/16", "192.0.2.9")}})
 	if err != nil {
 		t.Fatal(err)
