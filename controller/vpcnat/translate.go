@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
@@ -59,7 +60,11 @@ type Result struct {
 	Vpc     string
 	V4Eip   string // FIP/SNAT/DNAT: the EIP's address; OvnEip: its own
 	V4Ip    string // FIP/DNAT: the internal address; SNAT: the CIDR
-	Nat     string // OvnEip: what uses it (fip, snat, lrp)
+	Nat     string // OvnEip: what uses it (fip, snat, dnat, lrp)
+	// DNAT: the protocol and ports as programmed.
+	Protocol     string
+	ExternalPort string
+	InternalPort string
 }
 
 // Gateway is a VPC's port on the external network.
@@ -70,8 +75,9 @@ type Gateway struct {
 
 // Plan is what the NB and the statuses get.
 type Plan struct {
-	Gateways map[string]Gateway     // vpc -> its gateway port (absent: none)
-	NATs     map[string][]ovnnb.NAT // vpc -> its NAT rows (every VPC with enableExternal has an entry)
+	Gateways map[string]Gateway              // vpc -> its gateway port (absent: none)
+	NATs     map[string][]ovnnb.NAT          // vpc -> its NAT rows (every VPC with enableExternal has an entry)
+	Forwards map[string][]ovnnet.PortForward // vpc -> its OvnDnatRules' port forwards
 	// CreateLRPEips are the lrp OvnEips to create (name -> address) for
 	// VPCs with enableExternal that have none (Kube-OVN creates them too).
 	CreateLRPEips map[string]netip.Addr
@@ -95,7 +101,7 @@ const (
 // Translate computes the gateway ports, NAT rows and statuses. It is
 // pure: the reconciler reads the objects and applies the plan.
 func Translate(in Input) Plan {
-	p := Plan{Gateways: map[string]Gateway{}, NATs: map[string][]ovnnb.NAT{}, CreateLRPEips: map[string]netip.Addr{},
+	p := Plan{Gateways: map[string]Gateway{}, NATs: map[string][]ovnnb.NAT{}, Forwards: map[string][]ovnnet.PortForward{}, CreateLRPEips: map[string]netip.Addr{},
 		Eips: map[string]Result{}, Fips: map[string]Result{}, Snats: map[string]Result{}, Dnats: map[string]Result{}, VpcProblems: map[string]string{}}
 	eips := map[string]*kubeovnv1.OvnEip{}
 	taken := map[netip.Addr]string{} // address -> the OvnEip holding it
@@ -315,8 +321,50 @@ func Translate(in Input) Plan {
 			p.Eips[s.Spec.OvnEip] = Result{Ready: true, V4Eip: eip.String(), Vpc: vpc, Nat: "snat"}
 		}
 	}
-	for _, d := range in.Dnats {
-		p.Dnats[d.Name] = Result{Vpc: d.Spec.Vpc, Problem: "OvnDnatRule is not implemented by ovnhost yet (OVN's NAT rows carry no ports; a router load balancer per VPC is not written); use an OvnFip for the address, or a Service"}
+	dnats := slices.Clone(in.Dnats)
+	sort.Slice(dnats, func(i, j int) bool { return dnats[i].Name < dnats[j].Name })
+	forwarded := map[string]string{} // "eip proto port" -> the OvnDnatRule forwarding it
+	for _, d := range dnats {
+		r := Result{Vpc: d.Spec.Vpc, Protocol: d.Spec.Protocol, ExternalPort: d.Spec.ExternalPort, InternalPort: d.Spec.InternalPort}
+		proto, ext, intl, problem := checkForward(d)
+		var ip, eip netip.Addr
+		vpc := d.Spec.Vpc
+		if problem == "" {
+			ip, vpc, problem = internal(d.Spec.IPName, d.Spec.V4Ip, d.Spec.Vpc)
+		}
+		if problem == "" {
+			eip, problem = usable(d.Spec.OvnEip, vpc)
+		}
+		key := fmt.Sprintf("%s %s %d", d.Spec.OvnEip, proto, ext)
+		if problem == "" {
+			u, ok := used[d.Spec.OvnEip]
+			switch {
+			case ok && strings.HasPrefix(u, "OvnFip"):
+				problem = fmt.Sprintf("spec.ovnEip %q is used by %s, which takes every port of it; give the OvnDnatRule another OvnEip", d.Spec.OvnEip, u)
+			case ok && !strings.HasSuffix(u, "vpc "+vpc):
+				problem = fmt.Sprintf("spec.ovnEip %q is used by another VPC (%s); an EIP serves one VPC", d.Spec.OvnEip, u)
+			case forwarded[key] != "":
+				problem = fmt.Sprintf("%s port %d of OvnEip %q is forwarded by OvnDnatRule %q already; give this rule another externalPort", proto, ext, d.Spec.OvnEip, forwarded[key])
+			}
+		}
+		if problem != "" {
+			r.Problem, r.Vpc = problem, vpc
+			if ip.IsValid() {
+				r.V4Ip = ip.String()
+			}
+			p.Dnats[d.Name] = r
+			continue
+		}
+		forwarded[key] = d.Name
+		if _, ok := used[d.Spec.OvnEip]; !ok {
+			used[d.Spec.OvnEip] = "OvnDnatRule " + d.Name + " of vpc " + vpc
+		}
+		p.Forwards[vpc] = append(p.Forwards[vpc], ovnnet.PortForward{Protocol: proto, ExternalIP: eip, ExternalPort: ext, InternalIP: ip, InternalPort: intl})
+		p.Dnats[d.Name] = Result{Ready: true, Vpc: vpc, V4Eip: eip.String(), V4Ip: ip.String(), Protocol: proto,
+			ExternalPort: strconv.Itoa(int(ext)), InternalPort: strconv.Itoa(int(intl))}
+		if !p.Eips[d.Spec.OvnEip].Ready {
+			p.Eips[d.Spec.OvnEip] = Result{Ready: true, V4Eip: eip.String(), Vpc: vpc, Nat: "dnat"}
+		}
 	}
 	// An OvnEip nothing uses: ready (the address is held), nat "".
 	for name, r := range p.Eips {
@@ -326,6 +374,43 @@ func Translate(in Input) Plan {
 		}
 	}
 	return p
+}
+
+// checkForward validates an OvnDnatRule's own fields: protocol (tcp when
+// empty, as Kube-OVN), ports, and what ovnhost does not do.
+func checkForward(d *kubeovnv1.OvnDnatRule) (string, uint16, uint16, string) {
+	proto := strings.ToLower(strings.TrimSpace(d.Spec.Protocol))
+	if proto == "" {
+		proto = "tcp"
+	}
+	switch {
+	case proto != "tcp" && proto != "udp" && proto != "sctp":
+		return "", 0, 0, fmt.Sprintf("spec.protocol %q is not tcp, udp or sctp", d.Spec.Protocol)
+	case d.Spec.IPType == "vip":
+		return "", 0, 0, "spec.ipType vip is not supported (ovnhost has no Vip objects); use ipType ip with an IP object or spec.vpc and spec.v4Ip"
+	case d.Spec.V6Ip != "":
+		return "", 0, 0, "spec.v6Ip is not supported (OVN-native NAT of custom VPCs is IPv4 here); remove it"
+	case d.Spec.ServiceName != "" || d.Spec.ServiceNamespace != "":
+		return "", 0, 0, "spec.serviceName/serviceNamespace are not supported; forward to a pod's address (spec.ipName or spec.v4Ip)"
+	}
+	ext, err := parsePort(d.Spec.ExternalPort)
+	if err != nil {
+		return "", 0, 0, "spec.externalPort " + err.Error()
+	}
+	intl, err := parsePort(d.Spec.InternalPort)
+	if err != nil {
+		return "", 0, 0, "spec.internalPort " + err.Error()
+	}
+	return proto, ext, intl, ""
+}
+
+// parsePort reads one port number (Kube-OVN's ports are strings).
+func parsePort(s string) (uint16, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || n < 1 || n > 65535 {
+		return 0, fmt.Errorf("%q is not a port number; give one from 1 to 65535", s)
+	}
+	return uint16(n), nil
 }
 
 // checkEip validates an OvnEip against the external network.

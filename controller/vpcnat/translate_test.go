@@ -1,6 +1,7 @@
 package vpcnat
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -143,5 +144,55 @@ func TestTranslateBadObjects(t *testing.T) {
 	p = Translate(in)
 	if len(p.Gateways) != 0 || !strings.Contains(p.VpcProblems["vpc-x"], "ConfigMap absent") || p.Fips["ok"].Ready {
 		t.Errorf("without the external network: gateways %v problems %v ok %+v", p.Gateways, p.VpcProblems, p.Fips["ok"])
+	}
+}
+
+// Port forwards: by IP object and by spec.vpc + v4Ip, on a SNAT's EIP and
+// on one of their own; tcp when the protocol is empty; each bad one
+// refused alone, naming the fix.
+func TestTranslateDnat(t *testing.T) {
+	in := baseInput()
+	in.Eips = []*kubeovnv1.OvnEip{eip("vpc-x-ovn-external", "172.56.0.252", "lrp"), eip("fip-a", "172.56.0.10", "nat"),
+		eip("snat-a", "172.56.0.20", "nat"), eip("dnat-a", "172.56.0.21", "nat")}
+	in.Fips = []*kubeovnv1.OvnFip{{ObjectMeta: meta("f1"), Spec: kubeovnv1.OvnFipSpec{OvnEip: "fip-a", IPName: "web.team"}}}
+	in.Snats = []*kubeovnv1.OvnSnatRule{{ObjectMeta: meta("s1"), Spec: kubeovnv1.OvnSnatRuleSpec{OvnEip: "snat-a", VpcSubnet: "sx"}}}
+	dnat := func(name, eip, ipName, vpc, v4, proto, ext, intl string) *kubeovnv1.OvnDnatRule {
+		return &kubeovnv1.OvnDnatRule{ObjectMeta: meta(name), Spec: kubeovnv1.OvnDnatRuleSpec{OvnEip: eip, IPName: ipName, Vpc: vpc, V4Ip: v4,
+			Protocol: proto, ExternalPort: ext, InternalPort: intl}}
+	}
+	in.Dnats = []*kubeovnv1.OvnDnatRule{
+		dnat("ssh", "snat-a", "web.team", "", "", "", "2222", "22"),
+		dnat("dns", "dnat-a", "", "vpc-x", "10.50.0.7", "UDP", "53", "5353"),
+		dnat("zz-dup", "snat-a", "", "vpc-x", "10.50.0.8", "tcp", "2222", "22"),
+		dnat("on-fip", "fip-a", "web.team", "", "", "tcp", "80", "80"),
+		dnat("bad-port", "dnat-a", "web.team", "", "", "tcp", "http", "80"),
+		dnat("bad-proto", "dnat-a", "web.team", "", "", "icmp", "1", "1"),
+		dnat("other-vpc", "dnat-a", "", "vpc-y", "10.50.0.9", "tcp", "81", "80"),
+		dnat("outside", "dnat-a", "", "vpc-x", "10.99.0.1", "tcp", "82", "80"),
+	}
+	p := Translate(in)
+	if got := fmt.Sprint(p.Forwards["vpc-x"]); got != "[{udp 172.56.0.21 53 10.50.0.7 5353} {tcp 172.56.0.20 2222 10.50.0.5 22}]" {
+		t.Fatalf("vpc-x's forwards %s", got)
+	}
+	if r := p.Dnats["ssh"]; !r.Ready || r.Protocol != "tcp" || r.V4Eip != "172.56.0.20" || r.V4Ip != "10.50.0.5" || r.ExternalPort != "2222" || r.InternalPort != "22" {
+		t.Errorf("ssh %+v", r)
+	}
+	if r := p.Eips["dnat-a"]; !r.Ready || r.Nat != "dnat" || r.Vpc != "vpc-x" {
+		t.Errorf("OvnEip dnat-a %+v", r)
+	}
+	if r := p.Eips["snat-a"]; r.Nat != "snat" {
+		t.Errorf("OvnEip snat-a (SNAT and a forward) %+v, want nat snat", r)
+	}
+	for name, want := range map[string]string{
+		"zz-dup":    `tcp port 2222 of OvnEip "snat-a" is forwarded by OvnDnatRule "ssh" already`,
+		"on-fip":    `is used by OvnFip f1, which takes every port of it`,
+		"bad-port":  `spec.externalPort "http" is not a port number`,
+		"bad-proto": `spec.protocol "icmp" is not tcp, udp or sctp`,
+		"other-vpc": `Vpc "vpc-y": the Vpc has no external gateway`,
+		"outside":   `spec.v4Ip 10.99.0.1 is in no Subnet of Vpc "vpc-x"`,
+	} {
+		if r := p.Dnats[name]; r.Ready || !strings.Contains(r.Problem, want) {
+			t.Errorf("OvnDnatRule %s: %+v, want a problem containing %q", name, r, want)
+		}
 	}
 }

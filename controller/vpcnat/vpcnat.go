@@ -331,7 +331,7 @@ func (r *Reconciler) sync(ctx context.Context, _ string) error {
 	for _, v := range vpcNames {
 		g := plan.Gateways[v]
 		ext := ovnnet.VPCExternal{VPC: v, Address: g.Address, GatewayIP: gwCfg.GatewayIP, DefaultRoute: !hasDefaultRoute(in.Vpcs[v]),
-			Nodes: nodes, NATs: plan.NATs[v]}
+			Nodes: nodes, NATs: plan.NATs[v], Forwards: plan.Forwards[v]}
 		if err := r.cfg.Net.EnsureVPCExternal(ctx, ext); err != nil {
 			errs = append(errs, fmt.Errorf("vpc %s: external gateway: %w", v, err))
 		}
@@ -396,8 +396,8 @@ func (r *Reconciler) sync(ctx context.Context, _ string) error {
 	}
 	for _, d := range in.Dnats {
 		res := plan.Dnats[d.Name]
-		st := kubeovnv1.OvnDnatRuleStatus{Vpc: res.Vpc, Ready: false, ExternalPort: d.Spec.ExternalPort, InternalPort: d.Spec.InternalPort,
-			Protocol: d.Spec.Protocol, IPName: d.Spec.IPName}
+		st := kubeovnv1.OvnDnatRuleStatus{Vpc: res.Vpc, V4Eip: res.V4Eip, V4Ip: res.V4Ip, Ready: res.Ready, ExternalPort: res.ExternalPort,
+			InternalPort: res.InternalPort, Protocol: res.Protocol, IPName: d.Spec.IPName}
 		errs = append(errs, r.status(ctx, kubeovnv1.OvnDnatRuleGVR, kubeovnv1.OvnDnatRuleGVK.Kind, raw["dnat"][d.Name], &st, &st.Conditions, res))
 	}
 	return errors.Join(errs...)
@@ -486,6 +486,9 @@ func programmedMessage(kind string, res Result) string {
 		return fmt.Sprintf("%s of Vpc %s reached at and leaving from %s (dnat_and_snat on %s)", res.V4Ip, res.Vpc, res.V4Eip, ovnnet.ExternalRouterPort(res.Vpc))
 	case kubeovnv1.OvnSnatRuleGVK.Kind:
 		return fmt.Sprintf("%s of Vpc %s leaving from %s (snat on %s)", res.V4Ip, res.Vpc, res.V4Eip, ovnnet.ExternalRouterPort(res.Vpc))
+	case kubeovnv1.OvnDnatRuleGVK.Kind:
+		return fmt.Sprintf("%s %s:%s forwarded to %s:%s of Vpc %s (load balancer %s on its router)", res.Protocol, res.V4Eip, res.ExternalPort,
+			res.V4Ip, res.InternalPort, res.Vpc, ovnnet.VPCForwardLB(res.Vpc, res.Protocol))
 	}
 	return "programmed"
 }

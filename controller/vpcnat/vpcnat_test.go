@@ -2,6 +2,7 @@ package vpcnat
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -157,6 +158,8 @@ func TestVpcExternalGatewayAndNAT(t *testing.T) {
 		obj("OvnSnatRule", "snat-a", map[string]any{"ovnEip": "eip-s", "vpcSubnet": "net-a"}),
 		obj("OvnSnatRule", "snat-b", map[string]any{"ovnEip": "eip-s", "vpcSubnet": "net-b", "vpc": "vpc-a"}),
 		obj("OvnDnatRule", "dnat-a", map[string]any{"ovnEip": "eip-f", "ipName": "web.team", "internalPort": "80", "externalPort": "8080", "protocol": "tcp"}),
+		obj("OvnDnatRule", "dnat-s", map[string]any{"ovnEip": "eip-s", "ipName": "web.team", "internalPort": "22", "externalPort": "2222"}),
+		obj("OvnDnatRule", "dnat-t", map[string]any{"ovnEip": "eip-s", "vpc": "vpc-a", "v4Ip": "10.200.0.6", "internalPort": "22", "externalPort": "2222"}),
 	)
 	// The gateway address: the lowest address outside the namespace pool.
 	awaitStatus(t, f, kubeovnv1.OvnEipGVR, "vpc-a-ovn-external", func(st map[string]any) bool {
@@ -184,6 +187,16 @@ func TestVpcExternalGatewayAndNAT(t *testing.T) {
 	awaitStatus(t, f, kubeovnv1.OvnSnatRuleGVR, "snat-a", func(st map[string]any) bool {
 		return st["ready"] == true && st["v4IpCidr"] == "10.200.0.0/24"
 	})
+	// A port forward on the SNAT's EIP: a load balancer on vpc-a's router
+	// (tcp when the protocol is empty), its status with the addresses.
+	f.AwaitNB("vpc-a's port forward", func() bool {
+		fw, _ := f.Net.VPCForwards(f.Ctx, "vpc-a")
+		return fmt.Sprint(fw) == "[{tcp 172.56.0.21 2222 10.200.0.5 22}]"
+	})
+	awaitStatus(t, f, kubeovnv1.OvnDnatRuleGVR, "dnat-s", func(st map[string]any) bool {
+		return st["ready"] == true && st["v4Eip"] == "172.56.0.21" && st["v4Ip"] == "10.200.0.5" && st["protocol"] == "tcp" &&
+			st["externalPort"] == "2222" && st["internalPort"] == "22"
+	})
 	for _, c := range []struct {
 		gvr  schema.GroupVersionResource
 		name string
@@ -192,7 +205,8 @@ func TestVpcExternalGatewayAndNAT(t *testing.T) {
 		{kubeovnv1.OvnEipGVR, "eip-out", "spec.v4Ip 10.99.0.1 is outside the external Subnet 172.56.0.0/16"},
 		{kubeovnv1.OvnFipGVR, "fip-ghost", `spec.ipName "ghost.team": no such IP object`},
 		{kubeovnv1.OvnSnatRuleGVR, "snat-b", `spec.vpc "vpc-a", but Subnet "net-b" is in Vpc "vpc-b"`},
-		{kubeovnv1.OvnDnatRuleGVR, "dnat-a", "OvnDnatRule is not implemented"},
+		{kubeovnv1.OvnDnatRuleGVR, "dnat-a", `spec.ovnEip "eip-f" is used by OvnFip fip-web, which takes every port of it`},
+		{kubeovnv1.OvnDnatRuleGVR, "dnat-t", `tcp port 2222 of OvnEip "eip-s" is forwarded by OvnDnatRule "dnat-s" already`},
 	} {
 		awaitStatus(t, f, c.gvr, c.name, func(st map[string]any) bool {
 			return st["ready"] == false && strings.Contains(conditionMessage(st), c.want)
@@ -214,6 +228,12 @@ func TestVpcExternalGatewayAndNAT(t *testing.T) {
 	f.AwaitNB("fip-web's row removed", func() bool {
 		return slices.Equal(f.nats(t, "vpc-a"), []string{"snat 172.56.0.21 10.200.0.0/24 vpc-a-ovn-external"})
 	})
+	// Its EIP free, the port forward that wanted it is programmed.
+	f.AwaitNB("dnat-a's forward once the FIP is gone", func() bool {
+		fw, _ := f.Net.VPCForwards(f.Ctx, "vpc-a")
+		return fmt.Sprint(fw) == "[{tcp 172.56.0.20 8080 10.200.0.5 80} {tcp 172.56.0.21 2222 10.200.0.5 22}]"
+	})
+	awaitStatus(t, f, kubeovnv1.OvnDnatRuleGVR, "dnat-a", func(st map[string]any) bool { return st["ready"] == true })
 	// enableExternal dropped (a new generation): everything goes.
 	u, err := f.Dynamic.Resource(kubeovnv1.VpcGVR).Get(f.Ctx, "vpc-a", metav1.GetOptions{})
 	if err != nil {
@@ -227,7 +247,9 @@ func TestVpcExternalGatewayAndNAT(t *testing.T) {
 	f.AwaitNB("vpc-a's gateway port, route and rows removed", func() bool {
 		ports, _ := f.NB.RouterPorts(f.Ctx, "vpc-a")
 		have, _ := f.Net.VPCExternals(f.Ctx)
-		return len(f.nats(t, "vpc-a")) == 0 && !slices.Contains(ports, "vpc-a-ovn-external") && len(have) == 0
+		fw, _ := f.Net.VPCForwards(f.Ctx, "vpc-a")
+		lbs, _ := f.NB.LoadBalancers(f.Ctx, map[string]string{ovnnet.KeyVPCExternal: "vpc-a"})
+		return len(f.nats(t, "vpc-a")) == 0 && !slices.Contains(ports, "vpc-a-ovn-external") && len(have) == 0 && len(fw) == 0 && len(lbs) == 0
 	})
 	awaitStatus(t, f, kubeovnv1.OvnSnatRuleGVR, "snat-a", func(st map[string]any) bool {
 		return st["ready"] == false && strings.Contains(conditionMessage(st), "set spec.enableExternal: true on Vpc vpc-a")

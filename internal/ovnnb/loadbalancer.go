@@ -217,6 +217,43 @@ func (c *Client) missingGroups(have []string) []string {
 // the group, changed ones updated, the rest of names deleted, all in one
 // transaction. A caller owns its names (e.g. a Service's, one per protocol).
 func (c *Client) SetLoadBalancers(ctx context.Context, group string, names []string, want []LoadBalancer) error {
+	err := c.setLBs(ctx, lbHolder{table: nbdb.LoadBalancerGroupTable, name: group}, names, want)
+	var tx *ovsdbconn.TxError
+	if errors.As(err, &tx) && tx.TimedOut() {
+		return fmt.Errorf("ovnnb: load balancer group %q does not exist; call EnsureLBGroup first", group)
+	}
+	return err
+}
+
+// SetRouterLoadBalancers is SetLoadBalancers for load balancers held by a
+// logical router's own load_balancer column (a custom VPC's port
+// forwards, which no other datapath may see). With router "" the rows of
+// names are only deleted (their router is gone).
+func (c *Client) SetRouterLoadBalancers(ctx context.Context, router string, names []string, want []LoadBalancer) error {
+	if router == "" && len(want) > 0 {
+		return fmt.Errorf("ovnnb: load balancers %v: no router to hold them", names)
+	}
+	err := c.setLBs(ctx, lbHolder{table: nbdb.LogicalRouterTable, name: router}, names, want)
+	var tx *ovsdbconn.TxError
+	if errors.As(err, &tx) && tx.TimedOut() {
+		return fmt.Errorf("ovnnb: router %q does not exist; create it before its load balancers", router)
+	}
+	return err
+}
+
+// lbHolder is the row whose load_balancer column holds a set of load
+// balancers: a Load_Balancer_Group or a Logical_Router, by name ("": none).
+type lbHolder struct{ table, name string }
+
+func (h lbHolder) mutate(op ovsdb.Mutator, uuid string) ovsdb.Operation {
+	return ovsdb.Operation{
+		Op: ovsdb.OperationMutate, Table: h.table,
+		Where:     []ovsdb.Condition{{Column: "name", Function: ovsdb.ConditionEqual, Value: h.name}},
+		Mutations: []ovsdb.Mutation{{Column: "load_balancer", Mutator: op, Value: ovsdb.OvsSet{GoSet: []any{ovsdb.UUID{GoUUID: uuid}}}}},
+	}
+}
+
+func (c *Client) setLBs(ctx context.Context, holder lbHolder, names []string, want []LoadBalancer) error {
 	byName := map[string]*LoadBalancer{}
 	for i := range want {
 		lb := &want[i]
@@ -239,11 +276,10 @@ func (c *Client) SetLoadBalancers(ctx context.Context, group string, names []str
 		switch {
 		case w == nil && uuid == "":
 		case w == nil:
-			ops = append(ops, ovsdb.Operation{
-				Op: ovsdb.OperationMutate, Table: nbdb.LoadBalancerGroupTable,
-				Where:     []ovsdb.Condition{{Column: "name", Function: ovsdb.ConditionEqual, Value: group}},
-				Mutations: []ovsdb.Mutation{{Column: "load_balancer", Mutator: ovsdb.MutateOperationDelete, Value: ovsdb.OvsSet{GoSet: []any{ovsdb.UUID{GoUUID: uuid}}}}},
-			}, ovsdb.Operation{Op: ovsdb.OperationDelete, Table: nbdb.LoadBalancerTable,
+			if holder.name != "" {
+				ops = append(ops, holder.mutate(ovsdb.MutateOperationDelete, uuid))
+			}
+			ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationDelete, Table: nbdb.LoadBalancerTable,
 				Where: []ovsdb.Condition{{Column: "_uuid", Function: ovsdb.ConditionEqual, Value: ovsdb.UUID{GoUUID: uuid}}}})
 			deleted = append(deleted, name)
 		case uuid == "":
@@ -255,11 +291,7 @@ func (c *Client) SetLoadBalancers(ctx context.Context, group string, names []str
 				return err
 			}
 			ops = append(ops, o...)
-			ops = append(ops, ovsdb.Operation{
-				Op: ovsdb.OperationMutate, Table: nbdb.LoadBalancerGroupTable,
-				Where:     []ovsdb.Condition{{Column: "name", Function: ovsdb.ConditionEqual, Value: group}},
-				Mutations: []ovsdb.Mutation{{Column: "load_balancer", Mutator: ovsdb.MutateOperationInsert, Value: ovsdb.OvsSet{GoSet: []any{ovsdb.UUID{GoUUID: row.UUID}}}}},
-			})
+			ops = append(ops, holder.mutate(ovsdb.MutateOperationInsert, row.UUID))
 			created = append(created, name)
 		default:
 			ids := vendorIDs(w.ExternalIDs)
@@ -280,18 +312,17 @@ func (c *Client) SetLoadBalancers(ctx context.Context, group string, names []str
 	if len(ops) == 0 {
 		return nil
 	}
-	// First: the group must exist, or the transaction would leave rows no
-	// group holds (Load_Balancer is a root table, nothing collects them).
-	zero := 0
-	guard := ovsdb.Operation{Op: ovsdb.OperationWait, Table: nbdb.LoadBalancerGroupTable, Timeout: &zero,
-		Where:   []ovsdb.Condition{{Column: "name", Function: ovsdb.ConditionEqual, Value: group}},
-		Columns: []string{"name"}, Until: string(ovsdb.WaitConditionEqual), Rows: []ovsdb.Row{{"name": group}}}
-	ops = append([]ovsdb.Operation{guard}, ops...)
-	res, err := c.transact(ctx, fmt.Sprintf("set load balancers %v in group %s", names, group), ops)
-	var tx *ovsdbconn.TxError
-	if errors.As(err, &tx) && tx.TimedOut() {
-		return fmt.Errorf("ovnnb: load balancer group %q does not exist; call EnsureLBGroup first", group)
+	// First: the holder must exist, or the transaction would leave rows
+	// nothing holds (Load_Balancer is a root table, nothing collects them).
+	// Its absence fails the wait: a TxError that times out.
+	if holder.name != "" {
+		zero := 0
+		guard := ovsdb.Operation{Op: ovsdb.OperationWait, Table: holder.table, Timeout: &zero,
+			Where:   []ovsdb.Condition{{Column: "name", Function: ovsdb.ConditionEqual, Value: holder.name}},
+			Columns: []string{"name"}, Until: string(ovsdb.WaitConditionEqual), Rows: []ovsdb.Row{{"name": holder.name}}}
+		ops = append([]ovsdb.Operation{guard}, ops...)
 	}
+	res, err := c.transact(ctx, fmt.Sprintf("set load balancers %v of %s %s", names, holder.table, holder.name), ops)
 	if err != nil {
 		return err
 	}

@@ -2,9 +2,11 @@ package ovnnb_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ovnhost/ovnhost/internal/ovnnb"
@@ -125,6 +127,75 @@ func TestSetLoadBalancersRefusesWhatItCannotWrite(t *testing.T) {
 	}
 	if lbs := lbRows(t, s, nb); len(lbs) != 0 {
 		t.Fatalf("refused calls wrote %v", lbs)
+	}
+}
+
+// A router's own load balancers (a VPC's port forwards): created in its
+// load_balancer column, updated, deleted; refused without the router;
+// deleted alone once the router is gone.
+func TestSetRouterLoadBalancers(t *testing.T) {
+	s, nb := nbtest.Client(t)
+	ctx := context.Background()
+	names := []string{"fw-tcp", "fw-udp"}
+	tcp := ovnnb.LoadBalancer{Name: "fw-tcp", Protocol: "tcp", VIPs: map[string]string{"172.56.0.21:2222": "10.200.0.5:22"}}
+	if err := nb.SetRouterLoadBalancers(ctx, "vpc-a", names, []ovnnb.LoadBalancer{tcp}); err == nil || !strings.Contains(err.Error(), `router "vpc-a" does not exist`) {
+		t.Fatalf("without the router: %v", err)
+	}
+	if lbs := lbRows(t, s, nb); len(lbs) != 0 {
+		t.Fatalf("a refused call wrote %v", lbs)
+	}
+	if err := nb.EnsureRouter(ctx, "vpc-a"); err != nil {
+		t.Fatal(err)
+	}
+	udp := ovnnb.LoadBalancer{Name: "fw-udp", Protocol: "udp", VIPs: map[string]string{"172.56.0.21:53": "10.200.0.7:5353"}}
+	if err := nb.SetRouterLoadBalancers(ctx, "vpc-a", names, []ovnnb.LoadBalancer{tcp, udp}); err != nil {
+		t.Fatal(err)
+	}
+	held := func() []string {
+		var out []string
+		lbs := lbRows(t, s, nb)
+		for _, r := range nbtest.Rows[*nbdb.LogicalRouter](t, s, nb, nbdb.LogicalRouterTable) {
+			for _, u := range r.LoadBalancer {
+				for n, lb := range lbs {
+					if lb.UUID == u {
+						out = append(out, r.Name+" "+n+" "+fmt.Sprint(lb.Vips))
+					}
+				}
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := held(); !slices.Equal(got, []string{"vpc-a fw-tcp map[172.56.0.21:2222:10.200.0.5:22]", "vpc-a fw-udp map[172.56.0.21:53:10.200.0.7:5353]"}) {
+		t.Fatalf("router's load balancers %q", got)
+	}
+	tcp.VIPs = map[string]string{"172.56.0.21:2222": "10.200.0.6:22"}
+	if err := nb.SetRouterLoadBalancers(ctx, "vpc-a", names, []ovnnb.LoadBalancer{tcp}); err != nil {
+		t.Fatal(err)
+	}
+	if got := held(); !slices.Equal(got, []string{"vpc-a fw-tcp map[172.56.0.21:2222:10.200.0.6:22]"}) {
+		t.Fatalf("after the update and udp's removal %q", got)
+	}
+	if lbs := lbRows(t, s, nb); len(lbs) != 1 {
+		t.Fatalf("rows %v, want fw-tcp alone", lbs)
+	}
+	// The router deleted by someone else: its rows are left (a root table)
+	// and "" deletes them.
+	ops, err := nb.Raw().WhereCache(func(r *nbdb.LogicalRouter) bool { return r.Name == "vpc-a" }).Delete()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nb.Raw().Transact(ctx, ops...); err != nil {
+		t.Fatal(err)
+	}
+	if err := nb.SetRouterLoadBalancers(ctx, "", names, []ovnnb.LoadBalancer{tcp}); err == nil {
+		t.Fatal("no error for load balancers without a router")
+	}
+	if err := nb.SetRouterLoadBalancers(ctx, "", names, nil); err != nil {
+		t.Fatal(err)
+	}
+	if lbs := lbRows(t, s, nb); len(lbs) != 0 {
+		t.Fatalf("rows left after the router went: %v", lbs)
 	}
 }
 

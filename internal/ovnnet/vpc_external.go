@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 
 	"github.com/ovnhost/ovnhost/internal/ovnnb"
 )
@@ -33,6 +35,61 @@ type VPCExternal struct {
 	DefaultRoute bool
 	Nodes        []GatewayNode // highest priority first
 	NATs         []ovnnb.NAT
+	// Forwards are the VPC's port forwards (OvnDnatRule): OVN's NAT rows
+	// carry no ports, so they are load balancers on the VPC's router,
+	// one per protocol, which OVN applies on the gateway chassis.
+	Forwards []PortForward
+}
+
+// PortForward sends ExternalIP:ExternalPort to InternalIP:InternalPort.
+type PortForward struct {
+	Protocol     string // tcp, udp or sctp
+	ExternalIP   netip.Addr
+	ExternalPort uint16
+	InternalIP   netip.Addr
+	InternalPort uint16
+}
+
+// forwardProtocols are the protocols of a VPC's port-forward load
+// balancers: every name is set on each sync, so a protocol's last forward
+// removed deletes its row.
+var forwardProtocols = []string{"tcp", "udp", "sctp"}
+
+// VPCForwardLB is the name of a VPC's port-forward load balancer for proto.
+func VPCForwardLB(vpc, proto string) string { return "vpc-dnat-" + vpc + "-" + proto }
+
+func vpcForwardNames(vpc string) []string {
+	var names []string
+	for _, p := range forwardProtocols {
+		names = append(names, VPCForwardLB(vpc, p))
+	}
+	return names
+}
+
+// vpcForwardLBs groups forwards into one load balancer per protocol.
+func vpcForwardLBs(vpc string, fs []PortForward) ([]ovnnb.LoadBalancer, error) {
+	byProto := map[string]map[string]string{}
+	for _, f := range fs {
+		if !slices.Contains(forwardProtocols, f.Protocol) {
+			return nil, fmt.Errorf("ovnnet: port forward %s:%d of VPC %s: protocol %q is not tcp, udp or sctp", f.ExternalIP, f.ExternalPort, vpc, f.Protocol)
+		}
+		if byProto[f.Protocol] == nil {
+			byProto[f.Protocol] = map[string]string{}
+		}
+		vip := netip.AddrPortFrom(f.ExternalIP, f.ExternalPort).String()
+		backend := netip.AddrPortFrom(f.InternalIP, f.InternalPort).String()
+		if cur, ok := byProto[f.Protocol][vip]; ok && cur != backend {
+			return nil, fmt.Errorf("ovnnet: port forward %s/%s of VPC %s goes to both %s and %s", vip, f.Protocol, vpc, cur, backend)
+		}
+		byProto[f.Protocol][vip] = backend
+	}
+	var out []ovnnb.LoadBalancer
+	for _, p := range forwardProtocols {
+		if vips := byProto[p]; len(vips) > 0 {
+			out = append(out, ovnnb.LoadBalancer{Name: VPCForwardLB(vpc, p), Protocol: p, VIPs: vips, ExternalIDs: vpcExternalIDs(vpc)})
+		}
+	}
+	return out, nil
 }
 
 // VPCExternalGroup is the HA chassis group of a VPC's gateway port.
@@ -62,7 +119,14 @@ func (n *Network) EnsureVPCExternal(ctx context.Context, v VPCExternal) error {
 	if err := n.NB.SetRouterRoutesAndPolicies(ctx, v.VPC, vpcExternalIDs(v.VPC), routes, nil); err != nil {
 		return err
 	}
-	return n.NB.SetRouterNAT(ctx, v.VPC, vpcExternalIDs(v.VPC), v.NATs, nil)
+	if err := n.NB.SetRouterNAT(ctx, v.VPC, vpcExternalIDs(v.VPC), v.NATs, nil); err != nil {
+		return err
+	}
+	lbs, err := vpcForwardLBs(v.VPC, v.Forwards)
+	if err != nil {
+		return err
+	}
+	return n.NB.SetRouterLoadBalancers(ctx, v.VPC, vpcForwardNames(v.VPC), lbs)
 }
 
 // RemoveVPCExternal removes a VPC's NAT rows, default route and gateway
@@ -72,12 +136,19 @@ func (n *Network) RemoveVPCExternal(ctx context.Context, vpc string) error {
 	if err := n.NB.SetRouterNAT(ctx, vpc, vpcExternalIDs(vpc), nil, nil); err != nil {
 		return err
 	}
-	if routers, err := n.NB.VPCRouters(ctx); err != nil {
+	routers, err := n.NB.VPCRouters(ctx)
+	if err != nil {
 		return err
-	} else if containsString(routers, vpc) {
+	}
+	holder := "" // the router is gone: its port forwards' rows are only deleted
+	if containsString(routers, vpc) {
+		holder = vpc
 		if err := n.NB.SetRouterRoutesAndPolicies(ctx, vpc, vpcExternalIDs(vpc), nil, nil); err != nil {
 			return err
 		}
+	}
+	if err := n.NB.SetRouterLoadBalancers(ctx, holder, vpcForwardNames(vpc), nil); err != nil {
+		return err
 	}
 	return n.NB.DeleteGatewayAttachment(ctx, vpc, ExternalSwitch, VPCExternalGroup(vpc))
 }
@@ -85,6 +156,39 @@ func (n *Network) RemoveVPCExternal(ctx context.Context, vpc string) error {
 // VPCExternals are the VPCs with a gateway port on ovn-external.
 func (n *Network) VPCExternals(ctx context.Context) ([]string, error) {
 	return n.NB.GatewayAttachments(ctx, ExternalSwitch, KeyVPCExternal)
+}
+
+// VPCForwards are the port forwards of a VPC's external gateway, as its
+// load balancers hold them.
+func (n *Network) VPCForwards(ctx context.Context, vpc string) ([]PortForward, error) {
+	lbs, err := n.NB.LoadBalancers(ctx, vpcExternalIDs(vpc))
+	if err != nil {
+		return nil, err
+	}
+	var out []PortForward
+	for _, lb := range lbs {
+		if !slices.Contains(vpcForwardNames(vpc), lb.Name) {
+			continue
+		}
+		for vip, backend := range lb.VIPs {
+			e, err1 := netip.ParseAddrPort(vip)
+			i, err2 := netip.ParseAddrPort(backend)
+			if err1 != nil || err2 != nil {
+				continue // not a forward ovnhost wrote (one backend)
+			}
+			out = append(out, PortForward{Protocol: lb.Protocol, ExternalIP: e.Addr(), ExternalPort: e.Port(), InternalIP: i.Addr(), InternalPort: i.Port()})
+		}
+	}
+	slices.SortFunc(out, func(a, b PortForward) int {
+		if c := strings.Compare(a.Protocol, b.Protocol); c != 0 {
+			return c
+		}
+		if c := a.ExternalIP.Compare(b.ExternalIP); c != 0 {
+			return c
+		}
+		return int(a.ExternalPort) - int(b.ExternalPort)
+	})
+	return out, nil
 }
 
 // VPCNATs are the NAT rows of a VPC's external gateway.

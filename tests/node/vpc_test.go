@@ -274,8 +274,8 @@ func vpcRouterRows(t *testing.T, c *svcCluster, names []string) string {
 		}
 		r := rs[i]
 		var rows []string
-		out = append(out, fmt.Sprintf("router %s %s ports=[%s] routes=[%s] policies=[%s] nat=[%s] ids=%v", r.Name, r.UUID,
-			sorted(r.Ports), sorted(r.StaticRoutes), sorted(r.Policies), sorted(r.Nat), r.ExternalIDs))
+		out = append(out, fmt.Sprintf("router %s %s ports=[%s] routes=[%s] policies=[%s] nat=[%s] lbs=[%s] ids=%v", r.Name, r.UUID,
+			sorted(r.Ports), sorted(r.StaticRoutes), sorted(r.Policies), sorted(r.Nat), sorted(r.LoadBalancer), r.ExternalIDs))
 		for _, p := range ports {
 			if slices.Contains(r.Ports, p.UUID) {
 				rows = append(rows, fmt.Sprintf("  port %s %s mac=%s networks=%v peer=%v ids=%v", p.UUID, p.Name, p.MAC, p.Networks, deref(p.Peer), p.ExternalIDs))

@@ -25,6 +25,9 @@ import (
 //   - an OvnFip makes pod fip-pod reachable from the outside at its EIP,
 //     and its own connections arrive from the EIP;
 //   - an OvnSnatRule makes snat-pod's connections arrive from its EIP;
+//   - an OvnDnatRule on the SNAT's EIP (by the pod's IP object) forwards
+//     one port of it to a port of snat-pod, and only that port; a second
+//     rule on the same port is refused alone; deleting the rule closes it;
 //   - an OvnFip naming an address in no Subnet of the VPC is refused
 //     alone (status and event naming the fix);
 //   - the VPC's router (ports, routes, NAT rows) is the same rows after
@@ -112,6 +115,29 @@ func TestVPCNATFipAndSnat(t *testing.T) {
 		t.Fatalf("outside -> SNAT address 172.56.0.31 answered %q; snat must not accept connections", got)
 	}
 
+	// A port forward on the SNAT's EIP to snat-pod (named by its IP
+	// object): the outside reaches snat-pod at 172.56.0.31:8022 and sees
+	// its own address; other ports of the EIP stay closed.
+	create(kubeovnv1.OvnDnatRuleGVR, "OvnDnatRule", "dnat-1", map[string]any{"ovnEip": "eip-snat", "ipName": "snat-pod." + ns,
+		"externalPort": "8022", "internalPort": "8000", "protocol": "tcp"})
+	create(kubeovnv1.OvnDnatRuleGVR, "OvnDnatRule", "dnat-dup", map[string]any{"ovnEip": "eip-snat", "vpc": "vpc-n", "v4Ip": "10.220.0.10",
+		"externalPort": "8022", "internalPort": "8000"})
+	if st := waitReady(kubeovnv1.OvnDnatRuleGVR, "dnat-1"); st["v4Eip"] != "172.56.0.31" || st["v4Ip"] != "10.220.0.11" || st["vpc"] != "vpc-n" {
+		t.Fatalf("dnat-1's status %v", st)
+	}
+	t0 = time.Now()
+	if got, err := askUntil(c.world.ns, "172.56.0.31:8022", "snat-pod "+worldExt, 30*time.Second); err != nil {
+		t.Fatalf("outside -> 172.56.0.31:8022 (dnat-1): %q (%v), want snat-pod answering %s\n%s", got, err, worldExt, c.diag())
+	}
+	t.Logf("outside reached the port forward %s after its status was ready", time.Since(t0).Round(time.Millisecond))
+	if got, err := askFrom(c.world.ns, "172.56.0.31:8000", time.Second); err == nil {
+		t.Fatalf("outside -> 172.56.0.31:8000 answered %q; only the forwarded port 8022 may", got)
+	}
+	if got, err := askUntil(snatPod.netns, worldEcho, "172.56.0.31", 10*time.Second); err != nil {
+		t.Fatalf("SNAT pod -> outside with a port forward beside the SNAT: the outside saw %q (%v), want 172.56.0.31", got, err)
+	}
+	c.waitEvent(t, "default", "OvnDnatRule", "dnat-dup", "InvalidOvnDnatRule", 30*time.Second, `forwarded by OvnDnatRule "dnat-1" already`)
+
 	// The bad FIP fails alone, naming the fix.
 	c.waitEvent(t, "default", "OvnFip", "fip-bad", "InvalidOvnFip", 30*time.Second, "10.99.0.10 is in no Subnet of Vpc \"vpc-n\"")
 	if st := status(kubeovnv1.OvnFipGVR, "fip-bad"); st == nil || st["ready"] != false {
@@ -139,6 +165,35 @@ func TestVPCNATFipAndSnat(t *testing.T) {
 	}
 	if got, err := askUntil(c.world.ns, "172.56.0.30:8000", "fip-pod "+worldExt, 10*time.Second); err != nil {
 		t.Fatalf("after the restart: outside -> FIP 172.56.0.30: %q (%v)", got, err)
+	}
+	if got, err := askUntil(c.world.ns, "172.56.0.31:8022", "snat-pod "+worldExt, 10*time.Second); err != nil {
+		t.Fatalf("after the restart: outside -> 172.56.0.31:8022 (dnat-1): %q (%v)", got, err)
+	}
+
+	// Deleting the port forward closes the port; the duplicate, now alone
+	// on it, takes it (to fip-pod).
+	if err := c.cp.dc.Resource(kubeovnv1.OvnDnatRuleGVR).Delete(ctx, "dnat-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(kubeovnv1.OvnDnatRuleGVR, "dnat-dup")
+	if got, err := askUntil(c.world.ns, "172.56.0.31:8022", "fip-pod "+worldExt, 30*time.Second); err != nil {
+		t.Fatalf("outside -> 172.56.0.31:8022 after dnat-1 was deleted: %q (%v), want fip-pod through dnat-dup", got, err)
+	}
+	if err := c.cp.dc.Resource(kubeovnv1.OvnDnatRuleGVR).Delete(ctx, "dnat-dup", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the outside no longer reaching 172.56.0.31:8022", func() bool {
+		_, err := askFrom(c.world.ns, "172.56.0.31:8022", 500*time.Millisecond)
+		return err != nil
+	})
+	var lbs []nbdb.LoadBalancer
+	if err := c.nb.List(ctx, &lbs); err != nil {
+		t.Fatal(err)
+	}
+	for _, lb := range lbs {
+		if strings.HasPrefix(lb.Name, "vpc-dnat-vpc-n") {
+			t.Errorf("load balancer %s %v left after vpc-n's last port forward was deleted", lb.Name, lb.Vips)
+		}
 	}
 
 	// Deleting the FIP: the outside no longer reaches the pod.
