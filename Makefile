@@ -13,7 +13,7 @@ GOBUILD := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 DEB_PKGS := openvswitch-switch openvswitch-common ovn-central ovn-host ovn-common \
 	iproute2 iputils-ping ethtool iptables nftables rpm systemd curl openssl procps ca-certificates dbus-daemon skopeo \
 	containerd runc busybox-static containernetworking-plugins iperf3 podman tcpdump \
-	qemu-system-x86 kmod xz-utils
+	qemu-system-x86 kmod xz-utils dnsmasq-base
 # A package is missing when dpkg does not report it installed.
 MISSING_PKGS = $(shell for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done)
 

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/ovnhost/ovnhost/internal/ovsdb/sbdb"
 )
@@ -21,8 +23,9 @@ import (
 // endpoint; pods get one IPv6 address; a pod reaches the pod on the other
 // node (Geneve over IPv6), its own node and the other node's address; a
 // ClusterIP Service spreads over both pods from the real EndpointSlices;
-// the node reaches the ClusterIP; a pod leaves masqueraded to its node's
-// IPv6 address.
+// the node reaches the ClusterIP; a pod resolves names through a real DNS
+// server (dnsmasq) behind an IPv6 Service, over UDP and TCP; a pod leaves
+// masqueraded to its node's IPv6 address.
 func TestIPv6OnlyCluster(t *testing.T) {
 	c := startServiceClusterWith(t, clusterSpec{nodes: 2, ipv6Only: true})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -92,6 +95,43 @@ func TestIPv6OnlyCluster(t *testing.T) {
 	}
 	if got, err := ask(c.nodes[1].NS, addr, 3*time.Second); err != nil || (got != "pa" && got != "pb") {
 		t.Errorf("node-b to %s: %q %v\n%s", addr, got, err, diag(c.nodes[1].NS))
+	}
+
+	// DNS over IPv6: a real DNS server (dnsmasq) in a pod behind a
+	// Service with UDP and TCP port 53, as kube-dns is; pa resolves the
+	// Service's name over each and connects to what it got.
+	dnsPod := c.addPod(t, 1, ns, "dns", map[string]string{"app": "dns"}, nil)
+	c.markReady(t, dnsPod)
+	startDNS(t, dnsPod.netns, 5353, "web.v6.svc.cluster.local="+vip, "pb.v6.pod.cluster.local="+pb.ip)
+	dnsSvc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "kube-dns"}, Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "dns"},
+		Ports: []corev1.ServicePort{{Name: "dns", Port: 53, TargetPort: intstr.FromInt32(5353), Protocol: corev1.ProtocolUDP},
+			{Name: "dns-tcp", Port: 53, TargetPort: intstr.FromInt32(5353), Protocol: corev1.ProtocolTCP}}}}
+	dnsSvc, err := c.cp.kc.CoreV1().Services(ns).Create(ctx, dnsSvc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dnsAddr := net.JoinHostPort(dnsSvc.Spec.ClusterIP, "53")
+	c.waitBackends(t, ns, "kube-dns", corev1.ProtocolUDP, dnsAddr, dnsPod.ip)
+	c.waitBackends(t, ns, "kube-dns", corev1.ProtocolTCP, dnsAddr, dnsPod.ip)
+	c.waitChassisCaughtUp(t)
+	for _, network := range []string{"udp", "tcp"} {
+		var got []string
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got, err = resolveIn(pa.netns, dnsAddr, network, "web.v6.svc.cluster.local.", 2*time.Second)
+			if (err == nil && slices.Equal(got, []string{vip})) || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil || !slices.Equal(got, []string{vip}) {
+			t.Fatalf("pa resolving web.v6.svc.cluster.local over %s through %s: %v %v, want [%s]\n%s", network, dnsAddr, got, err, vip, diag(pa.node.NS))
+		}
+		if got, err := ask(pa.netns, net.JoinHostPort(got[0], "80"), 3*time.Second); err != nil || (got != "pa" && got != "pb") {
+			t.Errorf("pa to the resolved %s: %q %v", vip, got, err)
+		}
+	}
+	if got, err := resolveIn(pa.netns, dnsAddr, "udp", "pb.v6.pod.cluster.local.", 3*time.Second); err != nil || !slices.Equal(got, []string{pb.ip}) {
+		t.Errorf("pa resolving pb's name: %v %v, want [%s]", got, err, pb.ip)
 	}
 
 	// Egress: masqueraded to the node's IPv6 address.
