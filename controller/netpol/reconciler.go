@@ -30,7 +30,7 @@ import (
 
 // keyPolicy is the external ID naming the NetworkPolicy ("namespace/name")
 // a port group or address set belongs to.
-const keyPolicy = "np"
+const keyPolicy = ovnnb.KeyPolicy
 
 // Config is what the reconciler needs.
 type Config struct {

@@ -99,15 +99,15 @@ func portGroupTables(on bool) []ovsdbconn.Table {
 // (Options.PortGroups); the port group calls need them.
 func (c *Client) MonitorsPortGroups() bool { return c.portGroups }
 
+// portGroup reads the group called name through the schema's name index.
 func (c *Client) portGroup(ctx context.Context, name string) (*nbdb.PortGroup, error) {
-	var pgs []nbdb.PortGroup
-	if err := c.cl.WhereCache(func(p *nbdb.PortGroup) bool { return p.Name == name }).List(ctx, &pgs); err != nil {
+	pg := &nbdb.PortGroup{Name: name}
+	if err := c.cl.Get(ctx, pg); errors.Is(err, client.ErrNotFound) {
+		return nil, nil
+	} else if err != nil {
 		return nil, err
 	}
-	if len(pgs) == 0 {
-		return nil, nil
-	}
-	return &pgs[0], nil
+	return pg, nil
 }
 
 // EnsurePortGroup brings the port group, its ACLs and its address sets to
@@ -215,17 +215,21 @@ func (c *Client) portGroupOps(ctx context.Context, pg PortGroup, ids map[string]
 	}
 	// The owner's port groups under another name (a naming change across
 	// an upgrade) go: their ACLs would apply beside the new ones.
-	var renamed []nbdb.PortGroup
+	var renamed []*nbdb.PortGroup
 	if len(pg.ExternalIDs) > 0 {
-		if err := c.cl.WhereCache(func(p *nbdb.PortGroup) bool {
-			return p.Name != pg.Name && owned(p.ExternalIDs, pg.ExternalIDs)
-		}).List(ctx, &renamed); err != nil {
+		owners, err := c.ownedPortGroups(pg.ExternalIDs)
+		if err != nil {
 			return nil, err
+		}
+		for _, p := range owners {
+			if p.Name != pg.Name {
+				renamed = append(renamed, p)
+			}
 		}
 	}
 	var dropOld []ovsdb.Operation
-	for i := range renamed {
-		o, err := c.cl.Where(&renamed[i]).Delete()
+	for _, p := range renamed {
+		o, err := c.cl.Where(&nbdb.PortGroup{UUID: p.UUID}).Delete()
 		if err != nil {
 			return nil, err
 		}
@@ -341,47 +345,83 @@ func (c *Client) existingACLs(ctx context.Context, uuids []string, match map[str
 // them) and address sets whose external IDs contain match and for which
 // keep is false (nil keep: all of them), in one transaction.
 func (c *Client) DeletePortGroups(ctx context.Context, match map[string]string, keep func(ids map[string]string) bool) error {
-	var pgs []nbdb.PortGroup
-	if err := c.cl.WhereCache(func(p *nbdb.PortGroup) bool {
-		return owned(p.ExternalIDs, match) && (keep == nil || !keep(p.ExternalIDs))
-	}).List(ctx, &pgs); err != nil {
+	owners, err := c.ownedPortGroups(match)
+	if err != nil {
 		return err
 	}
-	var sets []nbdb.AddressSet
-	if err := c.cl.WhereCache(func(a *nbdb.AddressSet) bool {
-		return owned(a.ExternalIDs, match) && (keep == nil || !keep(a.ExternalIDs))
-	}).List(ctx, &sets); err != nil {
+	var pgs []*nbdb.PortGroup
+	for _, p := range owners {
+		if keep == nil || !keep(p.ExternalIDs) {
+			pgs = append(pgs, p)
+		}
+	}
+	all, err := c.AddressSets(ctx, match)
+	if err != nil {
 		return err
+	}
+	var sets []AddressSet
+	for _, a := range all {
+		if keep == nil || !keep(a.ExternalIDs) {
+			sets = append(sets, a)
+		}
 	}
 	var ops []ovsdb.Operation
-	for i := range pgs {
-		o, err := c.cl.Where(&pgs[i]).Delete()
+	for _, p := range pgs {
+		o, err := c.cl.Where(&nbdb.PortGroup{UUID: p.UUID}).Delete()
 		if err != nil {
 			return err
 		}
 		ops = append(ops, o...)
 	}
-	for i := range sets {
-		o, err := c.cl.Where(&sets[i]).Delete()
+	for _, a := range sets {
+		o, err := c.cl.Where(&nbdb.AddressSet{Name: a.Name}).Delete()
 		if err != nil {
 			return err
 		}
 		ops = append(ops, o...)
 	}
-	_, err := c.transact(ctx, fmt.Sprintf("delete %d port groups and %d address sets", len(pgs), len(sets)), ops)
+	_, err = c.transact(ctx, fmt.Sprintf("delete %d port groups and %d address sets", len(pgs), len(sets)), ops)
 	return err
 }
 
 // PortGroupsOwned lists the external IDs of the ovnhost port groups whose
 // external IDs contain match.
-func (c *Client) PortGroupsOwned(ctx context.Context, match map[string]string) ([]map[string]string, error) {
-	var pgs []nbdb.PortGroup
-	if err := c.cl.WhereCache(func(p *nbdb.PortGroup) bool { return owned(p.ExternalIDs, match) }).List(ctx, &pgs); err != nil {
+func (c *Client) PortGroupsOwned(_ context.Context, match map[string]string) ([]map[string]string, error) {
+	pgs, err := c.ownedPortGroups(match)
+	if err != nil {
 		return nil, err
 	}
 	out := make([]map[string]string, len(pgs))
 	for i := range pgs {
-		out[i] = pgs[i].ExternalIDs
+		out[i] = maps.Clone(pgs[i].ExternalIDs)
 	}
+	return out, nil
+}
+
+// ownedPortGroups are the ovnhost port groups whose external IDs contain
+// match, as read-only cache rows: a policy's (match with KeyPolicy) from
+// the client index, others by visiting every group.
+func (c *Client) ownedPortGroups(match map[string]string) ([]*nbdb.PortGroup, error) {
+	t := c.cl.Cache().Table(nbdb.PortGroupTable)
+	if t == nil {
+		return nil, errors.New("ovnnb: Port_Group is not monitored")
+	}
+	var rows map[string]model.Model
+	if v := match[KeyPolicy]; v != "" {
+		found, err := t.RowsByModels([]model.Model{&nbdb.PortGroup{ExternalIDs: map[string]string{KeyPolicy: v}}})
+		if err != nil {
+			return nil, fmt.Errorf("ovnnb: port groups with external_ids:%s=%s: %w", KeyPolicy, v, err)
+		}
+		rows = found
+	} else {
+		rows = t.RowsShallow()
+	}
+	var out []*nbdb.PortGroup
+	for _, m := range rows {
+		if p, ok := m.(*nbdb.PortGroup); ok && owned(p.ExternalIDs, match) {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b *nbdb.PortGroup) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }

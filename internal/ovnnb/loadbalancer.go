@@ -60,11 +60,15 @@ var lbIndexes = []model.ClientIndex{{Columns: []model.ColumnKey{{Column: "name"}
 var indexedPortKeys = []string{KeyPod, KeyNode}
 
 // clientIndexes are the NB client's indexes: load balancers by name, logical
-// switch ports by owner key.
+// switch ports by owner key, address sets and port groups by owning NetworkPolicy.
 var clientIndexes = map[string][]model.ClientIndex{
 	nbdb.LoadBalancerTable:      lbIndexes,
 	nbdb.LogicalSwitchPortTable: portIndexes(),
+	nbdb.AddressSetTable:        policyIndex,
+	nbdb.PortGroupTable:         policyIndex,
 }
+
+var policyIndex = []model.ClientIndex{{Columns: []model.ColumnKey{{Column: "external_ids", Key: KeyPolicy}}}}
 
 func portIndexes() []model.ClientIndex {
 	var out []model.ClientIndex

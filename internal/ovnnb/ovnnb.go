@@ -56,8 +56,12 @@ const (
 	// ("<nad>.<namespace>.ovn"); absent on the pod's default port.
 	KeyProvider = "provider"
 	KeyNode     = "node" // node name of a node port or route
-	KeyCIDR     = "cidr" // a switch's CIDR
-	KeyVPC      = "vpc"  // a custom VPC's switch, router, routes, policies
+	// KeyPolicy is "namespace/name" of the NetworkPolicy owning a port
+	// group and its address sets (indexed: a policy's sync finds its sets
+	// without visiting every policy's).
+	KeyPolicy = "np"
+	KeyCIDR   = "cidr" // a switch's CIDR
+	KeyVPC    = "vpc"  // a custom VPC's switch, router, routes, policies
 )
 
 // Options configure Connect.

@@ -7,7 +7,9 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 
+	"github.com/ovn-kubernetes/libovsdb/client"
 	"github.com/ovn-kubernetes/libovsdb/model"
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 
@@ -23,15 +25,17 @@ type AddressSet struct {
 	ExternalIDs map[string]string
 }
 
+// addressSet reads the set called name through the schema's name index
+// (a predicate would visit, and List clone, every set: milliseconds per
+// lookup with thousands of NetworkPolicy sets).
 func (c *Client) addressSet(ctx context.Context, name string) (*nbdb.AddressSet, error) {
-	var as []nbdb.AddressSet
-	if err := c.cl.WhereCache(func(a *nbdb.AddressSet) bool { return a.Name == name }).List(ctx, &as); err != nil {
+	a := &nbdb.AddressSet{Name: name}
+	if err := c.cl.Get(ctx, a); errors.Is(err, client.ErrNotFound) {
+		return nil, nil
+	} else if err != nil {
 		return nil, err
 	}
-	if len(as) == 0 {
-		return nil, nil
-	}
-	return &as[0], nil
+	return a, nil
 }
 
 // EnsureAddressSet creates the set or sets its addresses to exactly these.
@@ -289,14 +293,29 @@ func (c *Client) CreateAddressSetIfMissing(ctx context.Context, s AddressSet) er
 }
 
 // AddressSets lists the ovnhost address sets whose external IDs contain match.
-func (c *Client) AddressSets(ctx context.Context, match map[string]string) ([]AddressSet, error) {
-	var cur []nbdb.AddressSet
-	if err := c.cl.WhereCache(func(a *nbdb.AddressSet) bool { return owned(a.ExternalIDs, match) }).List(ctx, &cur); err != nil {
-		return nil, err
+// A policy's sets (match with KeyPolicy) come from the client index, not a
+// visit of every set.
+func (c *Client) AddressSets(_ context.Context, match map[string]string) ([]AddressSet, error) {
+	t := c.cl.Cache().Table(nbdb.AddressSetTable)
+	if t == nil {
+		return nil, errors.New("ovnnb: Address_Set is not monitored")
 	}
-	out := make([]AddressSet, len(cur))
-	for i, a := range cur {
-		out[i] = AddressSet{Name: a.Name, Addresses: a.Addresses, ExternalIDs: a.ExternalIDs}
+	var rows map[string]model.Model
+	if v := match[KeyPolicy]; v != "" {
+		found, err := t.RowsByModels([]model.Model{&nbdb.AddressSet{ExternalIDs: map[string]string{KeyPolicy: v}}})
+		if err != nil {
+			return nil, fmt.Errorf("ovnnb: address sets with external_ids:%s=%s: %w", KeyPolicy, v, err)
+		}
+		rows = found
+	} else {
+		rows = t.RowsShallow() // read-only rows
 	}
+	var out []AddressSet
+	for _, m := range rows {
+		if a, ok := m.(*nbdb.AddressSet); ok && owned(a.ExternalIDs, match) {
+			out = append(out, AddressSet{Name: a.Name, Addresses: slices.Clone(a.Addresses), ExternalIDs: maps.Clone(a.ExternalIDs)})
+		}
+	}
+	slices.SortFunc(out, func(a, b AddressSet) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }

@@ -220,6 +220,20 @@ func TestDeletePortGroupsKeepsWhatKeepSays(t *testing.T) {
 	if n := len(nbtest.Rows[*nbdb.ACL](t, s, nb, nbdb.ACLTable)); n != 1 {
 		t.Fatalf("%d ACL rows, want np_a's one", n)
 	}
+	// By owner (the client index on external_ids:np): np_a, its set and
+	// its ACL go.
+	if sets, err := nb.AddressSets(ctx, map[string]string{ovnnb.KeyPolicy: "default/a"}); err != nil || len(sets) != 1 || sets[0].Name != "np_a_in" {
+		t.Fatalf("np_a's address sets by owner: %v %v", sets, err)
+	}
+	if err := nb.DeletePortGroups(ctx, map[string]string{ovnnb.KeyPolicy: "default/a"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if st := readPortGroup(t, s, nb, "np_a"); st.pg != nil || len(st.sets) != 0 {
+		t.Fatalf("np_a after its deletion by owner: %+v", st)
+	}
+	if n := len(nbtest.Rows[*nbdb.ACL](t, s, nb, nbdb.ACLTable)); n != 0 {
+		t.Fatalf("%d ACL rows left", n)
+	}
 }
 
 func TestSwitchACLsLeaveOtherOwnersAlone(t *testing.T) {

@@ -41,3 +41,65 @@ func BenchmarkPortsOfOnePod(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAddressSetUnchanged: EnsureAddressSet of a set as it is, among
+// n sets (a NetworkPolicy sync re-ensures each of its peers' sets): the
+// lookup by name should not grow with n.
+//
+//	go test -run '^$' -bench AddressSetUnchanged ./internal/ovnnb
+func BenchmarkAddressSetUnchanged(b *testing.B) {
+	for _, n := range []int{500, 4000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			_, nb := nbtest.Client(b)
+			ctx := context.Background()
+			sets := make([]ovnnb.AddressSet, n)
+			for i := range sets {
+				sets[i] = ovnnb.AddressSet{Name: fmt.Sprintf("as_np_%d", i), Addresses: []string{fmt.Sprintf("10.16.%d.%d", i>>8, i&0xff)},
+					ExternalIDs: map[string]string{"np": fmt.Sprint(i)}}
+				if err := nb.EnsureAddressSet(ctx, sets[i]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := nb.EnsureAddressSet(ctx, sets[i%n]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPortGroupUnchanged: EnsurePortGroup of a NetworkPolicy's group
+// as it is (two address sets, one ACL) among n policies' groups: what
+// every policy sync pays. Finding the group and the policy's own sets must
+// not visit every policy's.
+//
+//	go test -run '^$' -bench PortGroupUnchanged ./internal/ovnnb
+func BenchmarkPortGroupUnchanged(b *testing.B) {
+	for _, n := range []int{500, 2000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			_, nb := nbtest.Client(b)
+			ctx := context.Background()
+			pgs := make([]ovnnb.PortGroup, n)
+			for i := range pgs {
+				key := fmt.Sprintf("ns%d/p", i)
+				as := fmt.Sprintf("np_%d_ingress_allow", i)
+				pgs[i] = ovnnb.PortGroup{Name: fmt.Sprintf("np_%d", i), ExternalIDs: map[string]string{ovnnb.KeyPolicy: key},
+					AddressSets: []ovnnb.AddressSet{
+						{Name: as + "_v4", Addresses: []string{fmt.Sprintf("10.16.%d.%d", i>>8, i&0xff)}},
+						{Name: as + "_v6", Addresses: nil}},
+					ACLs: []ovnnb.ACL{{Direction: "to-lport", Priority: 2001, Match: fmt.Sprintf("outport == @np_%d && ip4.src == $%s_v4", i, as), Action: "allow-related"}}}
+				if _, err := nb.EnsurePortGroup(ctx, pgs[i]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := nb.EnsurePortGroup(ctx, pgs[i%n]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
