@@ -402,19 +402,9 @@ func (c *Client) PortGroupsOwned(_ context.Context, match map[string]string) ([]
 // match, as read-only cache rows: a policy's (match with KeyPolicy) from
 // the client index, others by visiting every group.
 func (c *Client) ownedPortGroups(match map[string]string) ([]*nbdb.PortGroup, error) {
-	t := c.cl.Cache().Table(nbdb.PortGroupTable)
-	if t == nil {
-		return nil, errors.New("ovnnb: Port_Group is not monitored")
-	}
-	var rows map[string]model.Model
-	if v := match[KeyPolicy]; v != "" {
-		found, err := t.RowsByModels([]model.Model{&nbdb.PortGroup{ExternalIDs: map[string]string{KeyPolicy: v}}})
-		if err != nil {
-			return nil, fmt.Errorf("ovnnb: port groups with external_ids:%s=%s: %w", KeyPolicy, v, err)
-		}
-		rows = found
-	} else {
-		rows = t.RowsShallow()
+	rows, err := c.policyRows(nbdb.PortGroupTable, &nbdb.PortGroup{ExternalIDs: map[string]string{KeyPolicy: match[KeyPolicy]}}, match)
+	if err != nil {
+		return nil, err
 	}
 	var out []*nbdb.PortGroup
 	for _, m := range rows {
@@ -424,4 +414,22 @@ func (c *Client) ownedPortGroups(match map[string]string) ([]*nbdb.PortGroup, er
 	}
 	slices.SortFunc(out, func(a, b *nbdb.PortGroup) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// policyRows are the read-only cache rows of table that may match: those
+// of the client index on external_ids:np when match names a policy
+// (probe: a row of table with that key), else every row.
+func (c *Client) policyRows(table string, probe model.Model, match map[string]string) (map[string]model.Model, error) {
+	t := c.cl.Cache().Table(table)
+	if t == nil {
+		return nil, fmt.Errorf("ovnnb: %s is not monitored", table)
+	}
+	if v := match[KeyPolicy]; v != "" {
+		rows, err := t.RowsByModels([]model.Model{probe})
+		if err != nil {
+			return nil, fmt.Errorf("ovnnb: %s with external_ids:%s=%s: %w", table, KeyPolicy, v, err)
+		}
+		return rows, nil
+	}
+	return t.RowsShallow(), nil
 }

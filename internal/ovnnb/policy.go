@@ -296,19 +296,9 @@ func (c *Client) CreateAddressSetIfMissing(ctx context.Context, s AddressSet) er
 // A policy's sets (match with KeyPolicy) come from the client index, not a
 // visit of every set.
 func (c *Client) AddressSets(_ context.Context, match map[string]string) ([]AddressSet, error) {
-	t := c.cl.Cache().Table(nbdb.AddressSetTable)
-	if t == nil {
-		return nil, errors.New("ovnnb: Address_Set is not monitored")
-	}
-	var rows map[string]model.Model
-	if v := match[KeyPolicy]; v != "" {
-		found, err := t.RowsByModels([]model.Model{&nbdb.AddressSet{ExternalIDs: map[string]string{KeyPolicy: v}}})
-		if err != nil {
-			return nil, fmt.Errorf("ovnnb: address sets with external_ids:%s=%s: %w", KeyPolicy, v, err)
-		}
-		rows = found
-	} else {
-		rows = t.RowsShallow() // read-only rows
+	rows, err := c.policyRows(nbdb.AddressSetTable, &nbdb.AddressSet{ExternalIDs: map[string]string{KeyPolicy: match[KeyPolicy]}}, match)
+	if err != nil {
+		return nil, err
 	}
 	var out []AddressSet
 	for _, m := range rows {
