@@ -34,7 +34,8 @@ import (
 //     a controller restart, and the paths work;
 //   - deleting the FIP stops the outside reaching the pod.
 func TestVPCNATFipAndSnat(t *testing.T) {
-	c := &svcCluster{cluster: startCluster(t, 2)}
+	// With the IP objects' CRD, as deployed: dnat-1 names its pod by IP object.
+	c := &svcCluster{cluster: startClusterWith(t, clusterSpec{nodes: 2, crds: []string{"packaging/kubernetes/base/crd-ips.yaml"}})}
 	c.nb = dial(t, nbdb.FullDatabaseModel, c.cp.central.NB())
 	t.Cleanup(c.nb.Close)
 	c.addExternalNetwork(t, "ext0", 1)
