@@ -20,9 +20,9 @@ import (
 
 // tracker records, per pod, when it was first seen annotated and when its
 // logical switch port appeared in the NB, from informer and libovsdb events.
+// Pods are keyed by their port name "<pod>.<namespace>".
 type tracker struct {
 	mu    sync.Mutex
-	ns    string
 	want  int
 	ann   map[string]time.Time
 	port  map[string]time.Time
@@ -31,17 +31,27 @@ type tracker struct {
 }
 
 func newTracker(e *env, ns string, want int) *tracker {
-	tr := &tracker{ns: ns, want: want, ann: map[string]time.Time{}, port: map[string]time.Time{}, done: make(chan struct{})}
+	return newTrackerIn(e, func(n string) bool { return n == ns }, want)
+}
+
+// newTrackerIn tracks the pods of every namespace in(ns) holds for.
+func newTrackerIn(e *env, in func(ns string) bool, want int) *tracker {
+	tr := &tracker{want: want, ann: map[string]time.Time{}, port: map[string]time.Time{}, done: make(chan struct{})}
 	onPod := func(o any) {
 		p, ok := o.(*corev1.Pod)
-		if ok && p.Namespace == ns && annotated(p) {
-			tr.mark(tr.ann, p.Name)
+		if ok && in(p.Namespace) && annotated(p) {
+			tr.mark(tr.ann, p.Name+"."+p.Namespace)
 		}
 	}
 	_, _ = e.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onPod, UpdateFunc: func(_, n any) { onPod(n) }})
 	e.nb.Raw().Cache().AddEventHandler(&model2{func(m model.Model) {
-		if l, ok := m.(*nbdb.LogicalSwitchPort); ok && strings.HasSuffix(l.Name, "."+ns) && len(l.Addresses) == 1 {
-			tr.mark(tr.port, strings.TrimSuffix(l.Name, "."+ns))
+		// A namespace name has no dot: it is what follows the last one.
+		l, ok := m.(*nbdb.LogicalSwitchPort)
+		if !ok || len(l.Addresses) != 1 {
+			return
+		}
+		if i := strings.LastIndexByte(l.Name, '.'); i > 0 && in(l.Name[i+1:]) {
+			tr.mark(tr.port, l.Name)
 		}
 	}})
 	return tr
