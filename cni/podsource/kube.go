@@ -461,15 +461,23 @@ func (k *Kube) confirmedNetwork(ctx context.Context, ref PodRef, p *corev1.Pod) 
 	// The checks below compare the default network's keys; an attachment's
 	// are read under those names and renamed in what refuses the pod.
 	ann := networkAnnotations(ref, p.Annotations)
+	lsp, err := ref.VMPort(p.Annotations)
+	if err != nil {
+		return nil, "", err
+	}
+	if lsp == "" {
+		lsp = ref.LSP()
+	}
+	n.LSP = lsp
 	if k.ovn != nil {
-		port, ok, err := k.ovn.Port(ctx, ref.LSP())
+		port, ok, err := k.ovn.Port(ctx, lsp)
 		switch {
 		case errors.Is(err, errOVNNotConnected):
 			return nil, fmt.Sprintf("%s has not answered yet (the node compares the pod's annotations with the port the controller programmed there)", k.ovn.Where()), nil
 		case err != nil:
-			return nil, fmt.Sprintf("reading Port_Binding %s from %s: %v", ref.LSP(), k.ovn.Where(), err), nil
+			return nil, fmt.Sprintf("reading Port_Binding %s from %s: %v", lsp, k.ovn.Where(), err), nil
 		case !ok:
-			return nil, fmt.Sprintf("%s holds no Port_Binding for logical switch port %s yet (the controller programs it in the northbound database, ovn-northd copies it)", k.ovn.Where(), ref.LSP()), nil
+			return nil, fmt.Sprintf("%s holds no Port_Binding for logical switch port %s yet (the controller programs it in the northbound database, ovn-northd copies it)", k.ovn.Where(), lsp), nil
 		}
 		if mm := matchOVN(ref.Key(), ann, n, port, k.ovn.Where()); mm != nil {
 			mm.Field = renameKey(ref, mm.Field)

@@ -72,6 +72,12 @@ func (r *Reconciler) syncPod(ctx context.Context, key string) error {
 		if plan.source == nil || (plan.source.Name != name && (plan.target == nil || plan.target.Name != name)) {
 			return nil // being deleted while another pod runs the VM
 		}
+		if plan.target != nil && plan.target.Name == name {
+			if msg := r.targetOffNetwork(req.Subnet, plan.target.Spec.NodeName, vm); msg != "" {
+				r.fail(pod, "", "MigrationTargetWithoutSubnet", msg)
+				return nil
+			}
+		}
 		req.VM = vm
 		// The VM's traffic leaves through the node that runs it until the
 		// source pod is gone.

@@ -15,6 +15,7 @@ import (
 	"github.com/ovnhost/ovnhost/internal/annotations"
 	"github.com/ovnhost/ovnhost/internal/ipam"
 	"github.com/ovnhost/ovnhost/internal/ovnnet"
+	"github.com/ovnhost/ovnhost/internal/providernet"
 )
 
 // KubeVirt virtual machines (controller/README.md, "KubeVirt live
@@ -164,6 +165,24 @@ func (r *Reconciler) syncVMChassis(ctx context.Context, namespace, vm string, pl
 		r.log.Info("virtual machine settled: port requested on one chassis", "vm", namespace+"/"+vm, "pod", plan.source.Name, "chassis", want[0])
 	}
 	return nil
+}
+
+// targetOffNetwork says why a migration to node cannot reach the VM's
+// Subnet ("" when it can): an underlay Subnet's provider network not ready
+// on that node (its Node's label <network>.provider-network.kubernetes.io/ready).
+// The port would be requested there and the VM, once moved, cut off; the
+// target is refused instead and the VM stays on its source.
+func (r *Reconciler) targetOffNetwork(subnet, node, vm string) string {
+	ul, ok := r.cfg.Subnets.Underlay(subnet)
+	if !ok {
+		return ""
+	}
+	n, err := r.nodes.Get(node)
+	if err != nil || n.Labels[ul.Provider+providernet.ReadyLabel] == "true" {
+		return ""
+	}
+	return fmt.Sprintf("virtual machine %q cannot migrate to node %s: its Subnet %q is on provider network %s, which is not ready there (label %s%s is not \"true\"); the VM stays on its source: migrate it to a node of that network (nodeSelector %s%s: \"true\") or bring the network up on %s",
+		vm, node, subnet, ul.Provider, ul.Provider, providernet.ReadyLabel, ul.Provider, providernet.ReadyLabel, node)
 }
 
 // rememberVM records the VM a pod runs (its release needs it once the pod

@@ -8,10 +8,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/ovnhost/ovnhost/internal/annotations"
 	"github.com/ovnhost/ovnhost/internal/ovnnb"
 	"github.com/ovnhost/ovnhost/internal/ovnnet"
+	"github.com/ovnhost/ovnhost/internal/providernet"
 )
 
 func chassisNode(name, ip, chassis string) *corev1.Node {
@@ -135,5 +138,36 @@ func TestVirtualMachineNamesAreHeldPerNamespace(t *testing.T) {
 	if port, ok, _ := f.NB.GetPort(f.Ctx, "vm1.default"); !ok || ovnnb.OwnerOf(port.ExternalIDs) != ovnnb.VMPortOwner("default", "vm1") ||
 		port.IPs[0].String() != ps.Annotations[annotations.IPAddress] {
 		t.Fatalf("VM port after the collisions: %+v %v", port, ok)
+	}
+}
+
+// underlayOnly is the Subnets of one underlay Subnet "ul" on provider network "phys".
+type underlayOnly struct{ Subnets }
+
+func (underlayOnly) Underlay(name string) (ovnnet.Underlay, bool) {
+	return ovnnet.Underlay{Provider: "phys", VlanID: 10}, name == "ul"
+}
+
+func TestMigrationTargetOnANodeWithoutTheSubnetIsRefused(t *testing.T) {
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	ready := node("n1", "192.168.0.11")
+	ready.Labels = map[string]string{"phys" + providernet.ReadyLabel: "true"}
+	for _, n := range []*corev1.Node{ready, node("n2", "192.168.0.12")} {
+		if err := idx.Add(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &Reconciler{cfg: Config{Subnets: underlayOnly{}}, nodes: corelisters.NewNodeLister(idx)}
+	if msg := r.targetOffNetwork("ul", "n1", "vm1"); msg != "" {
+		t.Fatalf("n1 has the network: %q", msg)
+	}
+	msg := r.targetOffNetwork("ul", "n2", "vm1")
+	for _, want := range []string{`"vm1"`, "n2", `"ul"`, "phys.provider-network.kubernetes.io/ready", "stays on its source"} {
+		if !strings.Contains(msg, want) {
+			t.Fatalf("refusal %q lacks %q", msg, want)
+		}
+	}
+	if msg := r.targetOffNetwork("ovn-default", "n2", "vm1"); msg != "" {
+		t.Fatalf("an overlay Subnet reaches every node: %q", msg)
 	}
 }
