@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -483,6 +484,11 @@ func (k *Kube) confirmedNetwork(ctx context.Context, ref PodRef, p *corev1.Pod) 
 			mm.Field = renameKey(ref, mm.Field)
 			return nil, "", mm
 		}
+		if lsp != ref.LSP() {
+			if w := vmBound(lsp, port, k.ownChassis(), k.ovn.Where()); w != "" {
+				return nil, w, nil
+			}
+		}
 		n.Switch = port.Switch
 	}
 	w, mm := k.checkAgainstSubnet(ref, ann, n)
@@ -553,6 +559,33 @@ func eventTime(e corev1.Event) time.Time {
 
 // Release has nothing to free: the controller owns the address.
 func (k *Kube) Release(context.Context, PodRef) error { return nil }
+
+// ownChassis is this node's chassis name as its node daemon published it
+// on its Node ("" not yet).
+func (k *Kube) ownChassis() string {
+	if obj, ok, _ := k.nodes.GetStore().GetByKey(k.node); ok {
+		return obj.(*corev1.Node).Annotations[annotations.Chassis]
+	}
+	return ""
+}
+
+// vmBound says what a virtual machine's pod still waits for before it is
+// wired here ("" nothing): while the VM's port is bound to another chassis,
+// this node's chassis must be one OVN may bind it to (a live migration's
+// target: the controller requests the port on both chassis first). Wired
+// before that, ovn-controller here would either never bind the port (its
+// ADD waiting for ovn-installed until the timeout, Kube-OVN's issue 6823)
+// or, with no chassis requested, take it from the VM's running pod.
+// Once requested here, ovn-controller binds the port as an additional
+// chassis and sets ovn-installed; activation-strategy=rarp holds the
+// traffic until the VM announces itself.
+func vmBound(lsp string, port OVNPort, own, where string) string {
+	if own == "" || port.Chassis == "" || port.Chassis == own || slices.Contains(port.Requested, own) {
+		return ""
+	}
+	return fmt.Sprintf("virtual machine port %s is bound to chassis %s in %s and not requested on this node's chassis %s (options:requested-chassis %q); waiting for the controller to start the live migration (a pod of a running VM is wired only as a migration target, label %s)",
+		lsp, port.Chassis, where, own, strings.Join(port.Requested, ","), annotations.KubeVirtMigrationJobUID)
+}
 
 // NodeNetwork waits for the controller's node annotations.
 func (k *Kube) NodeNetwork(ctx context.Context) (*NodeNetwork, error) {
