@@ -113,7 +113,11 @@ func (r *Reconciler) syncPod(ctx context.Context, key string) error {
 		extra[annotations.VirtualMachine] = vm
 	}
 	r.unwait(key)
-	return r.annotate(ctx, pod, a, notImpl, extra)
+	if err := r.annotate(ctx, pod, a, notImpl, extra); err != nil || vm == "" {
+		return err
+	}
+	r.cfg.IPs.Queue("vm/" + ns + "/" + vm)
+	return nil
 }
 
 // request is the pod's address request from its annotations, its
