@@ -1,6 +1,7 @@
 package pods
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -91,6 +92,22 @@ func TestVirtualMachineKeepsItsAddressAcrossALiveMigration(t *testing.T) {
 	}
 	if a, held := f.Net.IPAM.Lookup(ovnnet.VMOwner("default", "vm1")); !held || a.IPString() != ps.Annotations[annotations.IPAddress] {
 		t.Fatalf("VM address after the source went: %+v %v", a, held)
+	}
+	// Its egress left with it: the address is in n2's node set, not n1's.
+	sets, err := f.NB.AddressSets(f.Ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, set := range sets {
+		in := slices.Contains(set.Addresses, ps.Annotations[annotations.IPAddress])
+		found = found || set.Name == ovnnet.NodeAddressSet("n2")
+		if (set.Name == ovnnet.NodeAddressSet("n1") && in) || (set.Name == ovnnet.NodeAddressSet("n2") && !in) {
+			t.Fatalf("address set %s %v after the VM moved to n2", set.Name, set.Addresses)
+		}
+	}
+	if !found {
+		t.Fatalf("no egress set of n2 among %d sets", len(sets))
 	}
 
 	// Last pod gone: address and port released.

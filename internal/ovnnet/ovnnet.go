@@ -483,6 +483,13 @@ func (n *Network) AddPod(ctx context.Context, r PodRequest) (ipam.Allocation, er
 		}
 		return ipam.Allocation{}, fmt.Errorf("ovnnet: egress of pod %s/%s through node %s: %w", r.Namespace, r.Name, r.Node, err)
 	}
+	if r.VM != "" && had {
+		// A VM moves between nodes: its addresses leave the set of the
+		// node it ran on (a pod's stay on its node for its life).
+		if err := n.forgetPodEgressExcept(ctx, a.IPs, sets); err != nil {
+			return ipam.Allocation{}, fmt.Errorf("ovnnet: egress of virtual machine %s/%s: %w", r.Namespace, r.VM, err)
+		}
+	}
 	// The port and its place in its node's egress set: one transaction.
 	if err := n.NB.EnsurePort(ctx, ovnnb.Port{Name: r.portName(), Switch: a.Subnet, MAC: a.MAC, IPs: a.IPs, ExternalIDs: ids, AddressSets: sets}); err != nil {
 		if !had {
