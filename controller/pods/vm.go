@@ -103,6 +103,12 @@ func (r *Reconciler) vmPods(namespace, vm string) ([]*corev1.Pod, error) {
 		if !ti.Equal(&tj) {
 			return ti.Before(&tj)
 		}
+		// Created in the same second (timestamps have no finer grain): a
+		// migration's target comes after the pod it migrates from.
+		mi, mj := live[i].Labels[annotations.KubeVirtMigrationJobUID] != "", live[j].Labels[annotations.KubeVirtMigrationJobUID] != ""
+		if mi != mj {
+			return mj
+		}
 		return live[i].Name < live[j].Name
 	})
 	return live, nil
