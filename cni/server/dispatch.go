@@ -521,7 +521,17 @@ func (s *Server) check(ctx context.Context, q *request) *cniError {
 			want.Routes = append(want.Routes, rt)
 		}
 	}
-	if err := s.wire.Check(ctx, q.attachment(), want); err != nil {
+	a := q.attachment()
+	if q.pod.Provider == "" && s.src.Kubernetes() {
+		// A KubeVirt VM's pod is bound to the VM's port: the confirmed
+		// network says which (it answers at once for a wired pod).
+		actx, cancel := context.WithTimeout(ctx, min(s.cfg.AnnotationWait, 5*time.Second))
+		if n, err := s.src.PodNetwork(actx, q.pod); err == nil {
+			a.LSP = n.LSP
+		}
+		cancel()
+	}
+	if err := s.wire.Check(ctx, a, want); err != nil {
 		if wiringStep(err) == podwire.StepPort {
 			return fail(types.ErrTryAgainLater, "ovs", "CHECK %s: %v", q.pod.Key(), err)
 		}
