@@ -38,6 +38,10 @@ type PodNetwork struct {
 	// interface, "" for the default network. An attachment gets no default
 	// route: the pod's default route stays on its default network (eth0).
 	Provider string
+	// LSP is the logical switch port the interface binds to (its OVS
+	// iface-id): the pod's own (PodRef.LSP), or a virtual machine's
+	// "<vm>.<namespace>" for a KubeVirt pod (VMPort).
+	LSP string
 }
 
 // AnnotationError is a bad or missing annotation: it fails that pod only.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -461,19 +462,32 @@ func (k *Kube) confirmedNetwork(ctx context.Context, ref PodRef, p *corev1.Pod) 
 	// The checks below compare the default network's keys; an attachment's
 	// are read under those names and renamed in what refuses the pod.
 	ann := networkAnnotations(ref, p.Annotations)
+	lsp, err := ref.VMPort(p.Annotations)
+	if err != nil {
+		return nil, "", err
+	}
+	if lsp == "" {
+		lsp = ref.LSP()
+	}
+	n.LSP = lsp
 	if k.ovn != nil {
-		port, ok, err := k.ovn.Port(ctx, ref.LSP())
+		port, ok, err := k.ovn.Port(ctx, lsp)
 		switch {
 		case errors.Is(err, errOVNNotConnected):
 			return nil, fmt.Sprintf("%s has not answered yet (the node compares the pod's annotations with the port the controller programmed there)", k.ovn.Where()), nil
 		case err != nil:
-			return nil, fmt.Sprintf("reading Port_Binding %s from %s: %v", ref.LSP(), k.ovn.Where(), err), nil
+			return nil, fmt.Sprintf("reading Port_Binding %s from %s: %v", lsp, k.ovn.Where(), err), nil
 		case !ok:
-			return nil, fmt.Sprintf("%s holds no Port_Binding for logical switch port %s yet (the controller programs it in the northbound database, ovn-northd copies it)", k.ovn.Where(), ref.LSP()), nil
+			return nil, fmt.Sprintf("%s holds no Port_Binding for logical switch port %s yet (the controller programs it in the northbound database, ovn-northd copies it)", k.ovn.Where(), lsp), nil
 		}
 		if mm := matchOVN(ref.Key(), ann, n, port, k.ovn.Where()); mm != nil {
 			mm.Field = renameKey(ref, mm.Field)
 			return nil, "", mm
+		}
+		if lsp != ref.LSP() {
+			if w := vmBound(lsp, port, k.ownChassis(), k.ovn.Where()); w != "" {
+				return nil, w, nil
+			}
 		}
 		n.Switch = port.Switch
 	}
@@ -545,6 +559,33 @@ func eventTime(e corev1.Event) time.Time {
 
 // Release has nothing to free: the controller owns the address.
 func (k *Kube) Release(context.Context, PodRef) error { return nil }
+
+// ownChassis is this node's chassis name as its node daemon published it
+// on its Node ("" not yet).
+func (k *Kube) ownChassis() string {
+	if obj, ok, _ := k.nodes.GetStore().GetByKey(k.node); ok {
+		return obj.(*corev1.Node).Annotations[annotations.Chassis]
+	}
+	return ""
+}
+
+// vmBound says what a virtual machine's pod still waits for before it is
+// wired here ("" nothing): while the VM's port is bound to another chassis,
+// this node's chassis must be one OVN may bind it to (a live migration's
+// target: the controller requests the port on both chassis first). Wired
+// before that, ovn-controller here would either never bind the port (its
+// ADD waiting for ovn-installed until the timeout, Kube-OVN's issue 6823)
+// or, with no chassis requested, take it from the VM's running pod.
+// Once requested here, ovn-controller binds the port as an additional
+// chassis and sets ovn-installed; activation-strategy=rarp holds the
+// traffic until the VM announces itself.
+func vmBound(lsp string, port OVNPort, own, where string) string {
+	if own == "" || port.Chassis == "" || port.Chassis == own || slices.Contains(port.Requested, own) {
+		return ""
+	}
+	return fmt.Sprintf("virtual machine port %s is bound to chassis %s in %s and not requested on this node's chassis %s (options:requested-chassis %q); waiting for the controller to start the live migration (a pod of a running VM is wired only as a migration target, label %s)",
+		lsp, port.Chassis, where, own, strings.Join(port.Requested, ","), annotations.KubeVirtMigrationJobUID)
+}
 
 // NodeNetwork waits for the controller's node annotations.
 func (k *Kube) NodeNetwork(ctx context.Context) (*NodeNetwork, error) {

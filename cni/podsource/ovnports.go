@@ -37,6 +37,12 @@ type OVNPort struct {
 	IPs    []netip.Addr
 	// Addresses is the Port_Binding's mac column as OVN holds it.
 	Addresses string
+	// Chassis is the chassis the port is bound to ("": none); Requested
+	// the chassis the port may be bound to (requested_chassis, then
+	// requested_additional_chassis; none: any). A virtual machine's port
+	// is requested on two chassis during its live migration.
+	Chassis   string
+	Requested []string
 }
 
 // OVNPorts reads the pods' logical switch ports from OVN.
@@ -110,17 +116,20 @@ func dialSBPorts(ctx context.Context, endpoint string, tc *tls.Config, log *slog
 	if err != nil {
 		return nil, err
 	}
-	m, err := ovsdbconn.Subset(full, &sbdb.PortBinding{}, &sbdb.DatapathBinding{})
+	m, err := ovsdbconn.Subset(full, &sbdb.PortBinding{}, &sbdb.DatapathBinding{}, &sbdb.Chassis{})
 	if err != nil {
 		return nil, err
 	}
 	pb := &sbdb.PortBinding{}
 	dp := &sbdb.DatapathBinding{}
+	ch := &sbdb.Chassis{}
 	return ovsdbconn.Dial(ctx, m, endpoint, ovsdbconn.Options{TLS: tc, Log: log, Name: "OVN_Southbound at " + endpoint,
 		Monitor: []ovsdbconn.Table{
-			{Model: pb, Fields: []any{&pb.LogicalPort, &pb.MAC, &pb.Datapath, &pb.Type},
+			{Model: pb, Fields: []any{&pb.LogicalPort, &pb.MAC, &pb.Datapath, &pb.Type, &pb.Chassis, &pb.RequestedChassis, &pb.RequestedAdditionalChassis},
 				Where: []model.Condition{{Field: &pb.Type, Function: ovsdb.ConditionEqual, Value: ""}}},
 			{Model: dp, Fields: []any{&dp.ExternalIDs}},
+			// The chassis' names, for a VM port's bindings (kube.go, vmBound).
+			{Model: ch, Fields: []any{&ch.Name}},
 		}})
 }
 
@@ -175,7 +184,27 @@ func (s *SBPorts) Port(ctx context.Context, lsp string) (OVNPort, bool, error) {
 		}
 		return OVNPort{}, false, err
 	}
-	return ParsePortBinding(pb.MAC, dp.ExternalIDs["name"])
+	p, ok, err := ParsePortBinding(pb.MAC, dp.ExternalIDs["name"])
+	if !ok || err != nil {
+		return p, ok, err
+	}
+	name := func(uuid string) string {
+		c := &sbdb.Chassis{UUID: uuid}
+		if conn.Get(ctx, c) != nil {
+			return uuid // not in the cache yet: unnamed, it matches no node's name
+		}
+		return c.Name
+	}
+	if pb.Chassis != nil {
+		p.Chassis = name(*pb.Chassis)
+	}
+	if pb.RequestedChassis != nil {
+		p.Requested = append(p.Requested, name(*pb.RequestedChassis))
+	}
+	for _, u := range pb.RequestedAdditionalChassis {
+		p.Requested = append(p.Requested, name(u))
+	}
+	return p, true, nil
 }
 
 // ParsePortBinding reads a Port_Binding's mac column ("MAC IP [IP...]",

@@ -277,3 +277,28 @@ func TestInvalidRateAnnotationRemovesTheLimit(t *testing.T) {
 		}
 	}
 }
+
+// A VM's pod is wired where its port is unbound, bound already, or
+// requested (a live migration's target); elsewhere it waits, saying why.
+func TestVirtualMachinePodWaitsUntilItsChassisIsRequested(t *testing.T) {
+	for _, c := range []struct {
+		port OVNPort
+		own  string
+		wait bool
+	}{
+		{OVNPort{}, "b", false},                                            // first pod of the VM: unbound
+		{OVNPort{Chassis: "b"}, "b", false},                                // bound here already
+		{OVNPort{Chassis: "a", Requested: []string{"a", "b"}}, "b", false}, // migration target
+		{OVNPort{Chassis: "a"}, "b", true},                                 // running on a, no migration yet
+		{OVNPort{Chassis: "a", Requested: []string{"a"}}, "b", true},       // migration ended on a
+		{OVNPort{Chassis: "a"}, "", false},                                 // own chassis unknown: not held
+	} {
+		w := vmBound("vm1.default", c.port, c.own, "the SB")
+		if (w != "") != c.wait {
+			t.Errorf("port %+v on %q: wait %q, want waiting %v", c.port, c.own, w, c.wait)
+		}
+		if c.wait && (!strings.Contains(w, "vm1.default") || !strings.Contains(w, "kubevirt.io/migrationJobUID")) {
+			t.Errorf("wait message %q", w)
+		}
+	}
+}

@@ -15,6 +15,8 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/ovnhost/ovnhost/internal/annotations"
 	"github.com/ovnhost/ovnhost/internal/ovnnet"
 )
@@ -41,6 +43,20 @@ func (r PodRef) LSP() string {
 		return ovnnet.AttachmentPortName(r.Namespace, r.Name, r.Provider)
 	}
 	return r.Name + "." + r.Namespace
+}
+
+// VMPort is the logical switch port of the virtual machine the pod runs
+// (KubeVirt), from the annotation the controller confirmed: "<vm>.<namespace>",
+// whichever pod runs the VM; "" for other pods and for attachment networks.
+func (r PodRef) VMPort(ann map[string]string) (string, error) {
+	vm := ann[annotations.VirtualMachine]
+	if vm == "" || r.Provider != "" {
+		return "", nil
+	}
+	if errs := validation.IsDNS1123Subdomain(vm); len(errs) > 0 {
+		return "", &AnnotationError{annotations.VirtualMachine, vm, "not a virtual machine name: " + strings.Join(errs, "; ")}
+	}
+	return ovnnet.PortName(r.Namespace, vm), nil
 }
 
 // AnnotationKey is the pod annotation of key ("ip_address", ...) for the

@@ -40,7 +40,7 @@ var controllerOnlyKeys = []string{annotations.Allocated, annotations.Routed, ann
 // confirmed an unchanged value (upstream kube-ovn-controller's merge
 // patches) leaves them with their author, which is accepted when the
 // author's last write is not newer than the controller's.
-var userSettableKeys = []string{annotations.IPAddress, annotations.MACAddress, annotations.LogicalSwitch}
+var userSettableKeys = []string{annotations.IPAddress, annotations.MACAddress, annotations.LogicalSwitch, annotations.VirtualMachine}
 
 // slimOwners keeps of a pod's managedFields only the ownership of its
 // network annotations, the default network's (ovn.kubernetes.io/) and the

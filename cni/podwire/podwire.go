@@ -159,6 +159,9 @@ type Attachment struct {
 	// Provider is the attachment network ("<nad>.<namespace>.ovn") of a
 	// pod's extra interface (Multus's net1 ...); "" for its default network.
 	Provider string
+	// LSP, when set, is the logical switch port to bind instead of the
+	// pod's own (a KubeVirt VM's "<vm>.<namespace>").
+	LSP string
 }
 
 // Key is "namespace/name".
@@ -168,6 +171,9 @@ func (a Attachment) Key() string { return a.Namespace + "/" + a.Name }
 // "<pod>.<namespace>", or "<pod>.<namespace>.<provider>" for an
 // attachment network (Kube-OVN's names).
 func (a Attachment) IfaceID() string {
+	if a.LSP != "" {
+		return a.LSP
+	}
 	if a.Provider != "" {
 		return a.Name + "." + a.Namespace + "." + a.Provider
 	}

@@ -331,18 +331,20 @@ func (s *Server) add(ctx context.Context, q *request) (_ []byte, cerr *cniError)
 	var res *podwire.Result
 	wn := podwire.Network{Addrs: n.Addrs, MAC: n.MAC, MTU: s.podMTU(q, n), Routes: wireRoutes(n.PodRoutes()),
 		IngressMbps: n.IngressMbps, EgressMbps: n.EgressMbps, Mirror: n.Mirror}
-	err = s.wire.Add(ctx, q.attachment(), wn, func(r *podwire.Result) (err error) {
+	att := q.attachment()
+	att.LSP = n.LSP // a KubeVirt VM's port, whichever pod runs it
+	err = s.wire.Add(ctx, att, wn, func(r *podwire.Result) (err error) {
 		res = r
 		out, err = s.result(q, n, r)
 		return err
 	})
 	if err != nil {
-		return nil, s.wiringError(q, err)
+		return nil, s.wiringError(q, att.IfaceID(), err)
 	}
 	ok = true
 	now := time.Now()
 	ms := func(a, b time.Time) float64 { return float64(b.Sub(a).Microseconds()) / 1000 }
-	s.log.Info("pod wired", "pod", q.pod.Key(), "container", shortID(q.ContainerID), "ifname", q.IfName, "lsp", q.pod.LSP(), "port", q.host, "ip", podwire.JoinAddrs(n.Addrs),
+	s.log.Info("pod wired", "pod", q.pod.Key(), "container", shortID(q.ContainerID), "ifname", q.IfName, "lsp", att.IfaceID(), "port", q.host, "ip", podwire.JoinAddrs(n.Addrs),
 		"ms_total", ms(t0, now), "ms_pod_network", ms(t0, tNet), "ms_stale", ms(tNet, res.StaleDone), "ms_veth", ms(res.StaleDone, res.VethDone),
 		"ms_ovs_port", ms(res.VethDone, res.PortDone), "ms_ovn_installed", ms(res.PortDone, now))
 	return out, nil
@@ -377,13 +379,13 @@ func wiringStep(err error) podwire.Step {
 }
 
 // wiringError is the answer to an ADD the wiring failed.
-func (s *Server) wiringError(q *request, err error) *cniError {
+func (s *Server) wiringError(q *request, lsp string, err error) *cniError {
 	key := q.pod.Key()
 	switch wiringStep(err) {
 	case 0: // the answer could not be built
 		return fail(types.ErrInternal, "internal", "encode result: %v", err)
 	case podwire.StepStale:
-		return fail(types.ErrInternal, "ovs", "remove stale ports of %s: %v", q.pod.LSP(), err)
+		return fail(types.ErrInternal, "ovs", "remove stale ports of %s: %v", lsp, err)
 	case podwire.StepConfig:
 		return fail(types.ErrInvalidNetworkConfig, "bad_request", "%v", err)
 	case podwire.StepMirror:
@@ -393,7 +395,7 @@ func (s *Server) wiringError(q *request, err error) *cniError {
 	case podwire.StepInstallTimeout:
 		return fail(types.ErrTryAgainLater, "ovn_install_timeout",
 			"pod %s: timed out after %s waiting for ovn-controller to set external_ids:ovn-installed=true on OVS interface %s (iface-id=%s); check that ovn-controller runs and that logical switch port %s exists in the OVN northbound database",
-			key, s.cfg.InstallWait, q.host, q.pod.LSP(), q.pod.LSP())
+			key, s.cfg.InstallWait, q.host, lsp, lsp)
 	case podwire.StepInstall:
 		return fail(types.ErrInternal, "ovs", "pod %s: waiting for ovn-installed on %s: %v", key, q.host, err)
 	}
@@ -519,7 +521,17 @@ func (s *Server) check(ctx context.Context, q *request) *cniError {
 			want.Routes = append(want.Routes, rt)
 		}
 	}
-	if err := s.wire.Check(ctx, q.attachment(), want); err != nil {
+	a := q.attachment()
+	if q.pod.Provider == "" && s.src.Kubernetes() {
+		// A KubeVirt VM's pod is bound to the VM's port: the confirmed
+		// network says which (it answers at once for a wired pod).
+		actx, cancel := context.WithTimeout(ctx, min(s.cfg.AnnotationWait, 5*time.Second))
+		if n, err := s.src.PodNetwork(actx, q.pod); err == nil {
+			a.LSP = n.LSP
+		}
+		cancel()
+	}
+	if err := s.wire.Check(ctx, a, want); err != nil {
 		if wiringStep(err) == podwire.StepPort {
 			return fail(types.ErrTryAgainLater, "ovs", "CHECK %s: %v", q.pod.Key(), err)
 		}

@@ -347,7 +347,7 @@ func TestErrorsBecomeCNICodes(t *testing.T) {
 		{wiringStepErr(podwire.StepInstallTimeout), types.ErrTryAgainLater, "ovn_install_timeout", "pod ns/p: timed out after 30s waiting for ovn-controller"},
 		{errors.New("unsupported version"), types.ErrInternal, "internal", "encode result: unsupported version"},
 	} {
-		if got := s.wiringError(q, c.err); got.code != c.code || got.reason != c.reason || !strings.HasPrefix(got.msg, c.msg) {
+		if got := s.wiringError(q, q.pod.LSP(), c.err); got.code != c.code || got.reason != c.reason || !strings.HasPrefix(got.msg, c.msg) {
 			t.Errorf("wiring %v: %+v, want %d %s %q", c.err, got, c.code, c.reason, c.msg)
 		}
 	}

@@ -15,9 +15,11 @@ import (
 	"strings"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/discovery"
@@ -29,6 +31,7 @@ import (
 
 	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
 	"github.com/ovnhost/ovnhost/controller/reconcile"
+	"github.com/ovnhost/ovnhost/internal/annotations"
 	"github.com/ovnhost/ovnhost/internal/ipam"
 	"github.com/ovnhost/ovnhost/internal/ovnnet"
 )
@@ -62,7 +65,7 @@ type Reconciler struct {
 	pods  corelisters.PodLister
 	nodes corelisters.NodeLister
 	inf   cache.SharedIndexInformer // nil without the ips.kubeovn.io CRD
-	// q: IP objects to bring in line ("pod/<ns>/<name>", "node/<name>").
+	// q: IP objects to bring in line ("pod/<ns>/<name>", "vm/<ns>/<vm>", "node/<name>").
 	q reconcile.Queue
 }
 
@@ -129,8 +132,9 @@ func ipObject(name, podName, namespace, node string, a ipam.Allocation) (labels 
 	return labels, spec
 }
 
-// Queue asks for the IP object of a pod ("pod/<ns>/<name>") or node
-// ("node/<name>") to be brought in line with the IPAM.
+// Queue asks for the IP object of a pod ("pod/<ns>/<name>"), a KubeVirt
+// VM ("vm/<ns>/<vm>") or a node ("node/<name>") to be brought in line
+// with the IPAM.
 func (r *Reconciler) Queue(key string) {
 	if r.inf != nil {
 		r.q.Add(key)
@@ -153,6 +157,18 @@ func (r *Reconciler) sync(ctx context.Context, key string) error {
 			return err
 		}
 		return r.ensureIP(ctx, port, name, ns, pod.Spec.NodeName, a)
+	case "vm":
+		// A KubeVirt VM's address, as Kube-OVN records it: <vm>.<ns>,
+		// podName the VM, podType VirtualMachine, on the node of the
+		// VM's oldest pod (the one running it).
+		ns, vm, _ := strings.Cut(rest, "/")
+		port := ovnnet.PortName(ns, vm)
+		a, held := r.cfg.IPAM.Lookup(ovnnet.VMOwner(ns, vm))
+		node := r.vmNode(ns, vm)
+		if !held || node == "" {
+			return r.deleteIP(ctx, port, vm, ns)
+		}
+		return r.ensureIPOf(ctx, port, vm, ns, node, "VirtualMachine", a)
 	case "node":
 		_, err := r.nodes.Get(rest)
 		a, held := r.cfg.IPAM.Lookup(ovnnet.NodeOwner(rest))
@@ -173,12 +189,42 @@ func (r *Reconciler) sync(ctx context.Context, key string) error {
 	return nil
 }
 
+// vmNode is the node of the oldest pod of namespace that runs vm (its
+// controller-written ovn.kubernetes.io/virtualmachine) and wants an
+// address; "" when none does.
+func (r *Reconciler) vmNode(namespace, vm string) string {
+	pods, err := r.pods.Pods(namespace).List(k8slabels.Everything())
+	if err != nil {
+		return ""
+	}
+	var oldest *corev1.Pod
+	for _, p := range pods {
+		if p.Annotations[annotations.VirtualMachine] != vm || !reconcile.WantsAddress(p) || p.DeletionTimestamp != nil {
+			continue
+		}
+		if oldest == nil || p.CreationTimestamp.Before(&oldest.CreationTimestamp) {
+			oldest = p
+		}
+	}
+	if oldest == nil {
+		return ""
+	}
+	return oldest.Spec.NodeName
+}
+
 // ensureIP creates or updates the IP object name to the allocation.
 func (r *Reconciler) ensureIP(ctx context.Context, name, podName, namespace, node string, a ipam.Allocation) error {
+	return r.ensureIPOf(ctx, name, podName, namespace, node, "", a)
+}
+
+// ensureIPOf is ensureIP with Kube-OVN's podType ("" a pod or node,
+// "VirtualMachine").
+func (r *Reconciler) ensureIPOf(ctx context.Context, name, podName, namespace, node, podType string, a ipam.Allocation) error {
 	if r.inf == nil {
 		return nil
 	}
 	labels, spec := ipObject(name, podName, namespace, node, a)
+	spec["podType"] = podType
 	res := r.cfg.Dynamic.Resource(kubeovnv1.IPGVR)
 	obj, exists, err := r.inf.GetIndexer().GetByKey(name)
 	if err != nil {

@@ -143,3 +143,38 @@ func TestStartCollectsIPObjectsOfPodsAndNodesGone(t *testing.T) {
 		}
 	}
 }
+
+// A KubeVirt VM's address is recorded as Kube-OVN records it: <vm>.<ns>,
+// podType VirtualMachine, on the node of the VM's oldest pod; it goes with
+// the address.
+func TestVirtualMachineAddressGetsKubeOVNsIPObject(t *testing.T) {
+	src, dst := runningPod("default", "virt-launcher-vm1-a", "n1"), runningPod("default", "virt-launcher-vm1-b", "n2")
+	src.Annotations = map[string]string{"ovn.kubernetes.io/virtualmachine": "vm1"}
+	dst.Annotations = map[string]string{"ovn.kubernetes.io/virtualmachine": "vm1"}
+	src.CreationTimestamp, dst.CreationTimestamp = metav1.Unix(1700000000, 0), metav1.Unix(1700000060, 0)
+	e, r := start(t, true, []runtime.Object{src, dst})
+	a, err := e.Net.AddPod(e.Ctx, ovnnet.PodRequest{Namespace: "default", Name: src.Name, VM: "vm1", Node: "n1", PoolIndex: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.sync(e.Ctx, "vm/default/vm1"); err != nil {
+		t.Fatal(err)
+	}
+	u := getIP(t, e, "vm1.default")
+	if u == nil {
+		t.Fatal("no IP object vm1.default")
+	}
+	spec, _, _ := unstructured.NestedMap(u.Object, "spec")
+	if spec["podName"] != "vm1" || spec["podType"] != "VirtualMachine" || spec["ipAddress"] != a.IPString() || spec["macAddress"] != a.MAC || spec["nodeName"] != "n1" {
+		t.Fatalf("IP object spec %v", spec)
+	}
+	if err := e.Net.DeleteVM(e.Ctx, "default", "vm1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.sync(e.Ctx, "vm/default/vm1"); err != nil {
+		t.Fatal(err)
+	}
+	if getIP(t, e, "vm1.default") != nil {
+		t.Fatal("the VM's IP object outlived its address")
+	}
+}

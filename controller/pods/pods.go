@@ -51,6 +51,9 @@ type Network interface {
 	NodePort(ctx context.Context, node string) (string, error)
 	GarbageCollect(ctx context.Context, keep func(p ovnnb.Port) bool) ([]string, error)
 	DeleteAttachment(ctx context.Context, namespace, name, provider string) error
+	DeleteVM(ctx context.Context, namespace, vm string) error
+	SetVMChassis(ctx context.Context, namespace, vm string, chassis []string) error
+	VMChassis(ctx context.Context, namespace, vm string) ([]string, error)
 	Attachments(ctx context.Context, namespace, name string) ([]string, error)
 }
 
@@ -139,6 +142,8 @@ type Reconciler struct {
 	// attached: pod key -> the attachment providers it holds an address
 	// or port for (released with the pod once its object is gone).
 	attached map[string][]string
+	// vms: pod key -> the virtual machine it runs (vm.go).
+	vms map[string]string
 }
 
 type metrics struct {
@@ -181,7 +186,7 @@ func New(cfg Config) (*Reconciler, error) {
 	nsInf := cfg.Informers.Core().V1().Namespaces()
 	r := &Reconciler{cfg: cfg, log: cfg.Log, pods: podInf.Lister(), nodes: nodeInf.Lister(), nss: nsInf.Lister(),
 		podQ: reconcile.NewDefaultQueue("pods"), nodeQ: reconcile.NewDefaultQueue("nodes"),
-		m: newMetrics(cfg.Registry), waiting: map[string]map[string]ipam.Kind{}, syncStart: map[string]uint64{}, attached: map[string][]string{}}
+		m: newMetrics(cfg.Registry), waiting: map[string]map[string]ipam.Kind{}, syncStart: map[string]uint64{}, attached: map[string][]string{}, vms: map[string]string{}}
 	enqueuePod, enqueueNode := reconcile.Enqueue(r.podQ), reconcile.Enqueue(r.nodeQ)
 	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: enqueuePod,
@@ -359,9 +364,14 @@ func (r *Reconciler) unwait(key string) {
 	}
 }
 
-// keepPort says whether a port's pod or node still exists.
+// keepPort says whether a port's pod, virtual machine or node still exists.
 func (r *Reconciler) keepPort(p ovnnb.Port) bool {
 	owner := p.ExternalIDs[ovnnb.KeyPod]
+	if vm := p.ExternalIDs[ovnnb.KeyVM]; vm != "" && owner != "" {
+		ns, _, _ := strings.Cut(owner, "/")
+		pods, err := r.vmPods(ns, vm)
+		return err != nil || len(pods) > 0
+	}
 	if node := p.ExternalIDs[ovnnb.KeyNode]; node != "" && owner == "" {
 		_, err := r.nodes.Get(node)
 		return !apierrors.IsNotFound(err)

@@ -37,7 +37,7 @@ func (r *Reconciler) syncPod(ctx context.Context, key string) error {
 	pod, err := r.pods.Pods(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		r.unwait(key)
-		return r.releasePod(ctx, ns, name)
+		return r.release(ctx, key, nil)
 	}
 	if err != nil {
 		return err
@@ -47,11 +47,41 @@ func (r *Reconciler) syncPod(ctx context.Context, key string) error {
 	}
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		r.unwait(key)
-		return r.releasePod(ctx, ns, name)
+		return r.release(ctx, key, pod)
 	}
 	req, choice, ok := r.request(ctx, pod)
 	if !ok {
 		return nil
+	}
+	vm, reason, msg := vmOf(pod)
+	if reason != "" {
+		r.fail(pod, "", ipam.Kind(reason), msg)
+		return nil
+	}
+	var plan vmPlan
+	if vm != "" {
+		pods, err := r.vmPods(ns, vm)
+		if err != nil {
+			return err
+		}
+		plan = planVM(vm, pods)
+		if why, refused := plan.refused[name]; refused {
+			r.fail(pod, "", "VirtualMachineBusy", why)
+			return nil
+		}
+		if plan.source == nil || (plan.source.Name != name && (plan.target == nil || plan.target.Name != name)) {
+			return nil // being deleted while another pod runs the VM
+		}
+		if plan.target != nil && plan.target.Name == name {
+			if msg := r.targetOffNetwork(req.Subnet, plan.target.Spec.NodeName, vm); msg != "" {
+				r.fail(pod, "", "MigrationTargetWithoutSubnet", msg)
+				return nil
+			}
+		}
+		req.VM = vm
+		// The VM's traffic leaves through the node that runs it until the
+		// source pod is gone.
+		req.Node = plan.source.Spec.NodeName
 	}
 	notImpl := unimplemented(pod)
 	if notImpl != pod.Annotations[annotations.NotImplemented] && notImpl != "" {
@@ -73,8 +103,21 @@ func (r *Reconciler) syncPod(ctx context.Context, key string) error {
 	if !ok || err != nil {
 		return err
 	}
+	if vm != "" {
+		// Before the target's annotations: its node wires it once they
+		// land, and OVN must bind the port there by then.
+		if err := r.syncVMChassis(ctx, ns, vm, plan); err != nil {
+			return err
+		}
+		r.rememberVM(key, vm)
+		extra[annotations.VirtualMachine] = vm
+	}
 	r.unwait(key)
-	return r.annotate(ctx, pod, a, notImpl, extra)
+	if err := r.annotate(ctx, pod, a, notImpl, extra); err != nil || vm == "" {
+		return err
+	}
+	r.cfg.IPs.Queue("vm/" + ns + "/" + vm)
+	return nil
 }
 
 // request is the pod's address request from its annotations, its
@@ -120,9 +163,13 @@ func (r *Reconciler) request(ctx context.Context, pod *corev1.Pod) (ovnnet.PodRe
 // subnet being deleted or not valid for an address.
 func (r *Reconciler) admitted(ctx context.Context, pod *corev1.Pod, req ovnnet.PodRequest, choice subnetChoice) (bool, error) {
 	ns, name := pod.Namespace, pod.Name
-	if node := r.nodeOfPortName(ctx, ovnnet.PortName(ns, name), ovnnb.PodPortOwner(ns, name)); node != "" {
-		r.fail(pod, "", "PortNameCollision", fmt.Sprintf("the pod's logical switch port name %s is node %s's join port; rename the pod (no pod may be named node-<x> in a namespace that makes <x>.<namespace> a node name)",
-			ovnnet.PortName(ns, name), node))
+	portOf, owner := name, ovnnb.PodPortOwner(ns, name)
+	if req.VM != "" {
+		portOf, owner = req.VM, ovnnb.VMPortOwner(ns, req.VM)
+	}
+	if node := r.nodeOfPortName(ctx, ovnnet.PortName(ns, portOf), owner); node != "" {
+		r.fail(pod, "", "PortNameCollision", fmt.Sprintf("the pod's logical switch port name %s is node %s's join port; rename the pod or its virtual machine (no pod or VM may be named node-<x> in a namespace that makes <x>.<namespace> a node name)",
+			ovnnet.PortName(ns, portOf), node))
 		return false, nil
 	}
 	if ok, rule := r.cfg.Subnets.Admits(req.Subnet, ns, choice.nsLabels); !ok {
@@ -298,6 +345,18 @@ func (r *Reconciler) fail(pod *corev1.Pod, subnet string, k ipam.Kind, msg strin
 			r.cfg.Subnets.AddressesChanged(subnet)
 		}
 	}
+}
+
+// release lets go of what a pod gone (pod nil) or finished held: its own
+// address and port, and, when it ran a virtual machine, the VM's once no
+// other pod runs it.
+func (r *Reconciler) release(ctx context.Context, key string, pod *corev1.Pod) error {
+	ns, name, _ := strings.Cut(key, "/")
+	vm := r.vmOfGone(key, pod)
+	if err := r.releasePod(ctx, ns, name); err != nil || vm == "" {
+		return err
+	}
+	return r.releaseVMPod(ctx, ns, name, vm)
 }
 
 func (r *Reconciler) releasePod(ctx context.Context, ns, name string) error {

@@ -54,6 +54,13 @@ func (r *Reconciler) Rebuild(ctx context.Context) (int, error) {
 	portOf := make(map[string]ovnnb.Port, len(ports))
 	attachedPorts := map[string][]ovnnb.Port{} // pod owner -> its attachment ports
 	for _, p := range ports {
+		if vm := p.ExternalIDs[ovnnb.KeyVM]; vm != "" && p.Switch != "" {
+			// A VM's port: its address whichever pod runs it now.
+			if _, err := r.cfg.Net.Restore(ovnnet.PortOwnerKey(p.ExternalIDs), p.Switch, p.IPs, p.MAC); err != nil {
+				r.log.Warn("virtual machine's port address not restored", "port", p.Name, "error", err)
+			}
+			continue
+		}
 		if o := p.ExternalIDs[ovnnb.KeyPod]; o != "" {
 			if p.ExternalIDs[ovnnb.KeyProvider] != "" {
 				attachedPorts[o] = append(attachedPorts[o], p)
@@ -70,6 +77,12 @@ func (r *Reconciler) Rebuild(ctx context.Context) (int, error) {
 		owner := ovnnet.PodOwner(p.Namespace, p.Name)
 		a := p.Annotations
 		r.restoreAttachments(p.Namespace, p.Name, a, attachedPorts[owner])
+		if vm, _, _ := vmOf(p); vm != "" && a[annotations.VirtualMachine] == vm {
+			// The VM's address (restored from its port above when the
+			// port exists; each of its pods records the same).
+			r.rememberVM(p.Namespace+"/"+p.Name, vm)
+			owner = ovnnet.VMOwner(p.Namespace, vm)
+		}
 		if a[annotations.Allocated] == "true" && a[annotations.IPAddress] != "" {
 			ips, err := ipam.ParseIPs(a[annotations.IPAddress])
 			if err == nil {
@@ -82,7 +95,7 @@ func (r *Reconciler) Rebuild(ctx context.Context) (int, error) {
 			}
 			continue
 		}
-		if port, ok := portOf[owner]; ok && port.Switch != "" && port.Switch != ovnnet.JoinSubnet {
+		if port, ok := portOf[ovnnet.PodOwner(p.Namespace, p.Name)]; ok && owner == ovnnet.PodOwner(p.Namespace, p.Name) && port.Switch != "" && port.Switch != ovnnet.JoinSubnet {
 			_, _ = r.cfg.Net.Restore(owner, port.Switch, port.IPs, port.MAC)
 		}
 	}

@@ -113,5 +113,23 @@ var Unimplemented = []string{
 	prefix + "vpc", prefix + "latency", prefix + "loss", prefix + "limit",
 	prefix + "priority", prefix + "security_groups",
 	prefix + "north_gateway", prefix + "vlan_id", prefix + "layer2_forward", prefix + "port_vips",
-	prefix + "allow_live_migration", prefix + "bgp", prefix + "virtualmachine",
+	prefix + "allow_live_migration", prefix + "bgp",
 }
+
+// VirtualMachine names the KubeVirt virtual machine a pod runs (a
+// virt-launcher pod): its address, MAC and logical switch port
+// ("<vm>.<namespace>") are the VM's and move with it. Users (or KubeVirt's
+// templates) may set it; the controller writes it on every pod of a VM it
+// recognises (controller/README.md, "KubeVirt live migration").
+const VirtualMachine = prefix + "virtualmachine"
+
+// KubeVirt's names on virt-launcher pods (kubevirt.io/api core/v1), read
+// as Kube-OVN reads them.
+const (
+	// KubeVirtDomain (annotation) is the VirtualMachineInstance's name.
+	KubeVirtDomain = "kubevirt.io/domain"
+	// KubeVirtMigrationJobUID (label) marks a live migration's target pod.
+	KubeVirtMigrationJobUID = "kubevirt.io/migrationJobUID"
+	// KubeVirtMigrationJobName (annotation) names that migration.
+	KubeVirtMigrationJobName = "kubevirt.io/migrationJobName"
+)

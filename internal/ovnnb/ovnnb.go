@@ -52,6 +52,10 @@ const (
 	KeyVendor = "vendor"
 	KeySwitch = "ls"  // the switch a port belongs to
 	KeyPod    = "pod" // "namespace/name" of a pod's port
+	// KeyVM marks a virtual machine's port (KubeVirt): KeyPod is then
+	// "namespace/<vm>" (Kube-OVN's value) and KeyVM the VM's name. The
+	// port belongs to the VM, not to the pod that runs it now.
+	KeyVM = "vm"
 	// KeyProvider marks a pod's attachment-network port: its provider
 	// ("<nad>.<namespace>.ovn"); absent on the pod's default port.
 	KeyProvider = "provider"
@@ -636,6 +640,9 @@ func (e *OwnerError) Unwrap() error { return ErrNotOwner }
 // ports, rows other tools made). Only the owner updates or deletes a port.
 func OwnerOf(ids map[string]string) string {
 	if p := ids[KeyPod]; p != "" {
+		if ids[KeyVM] != "" {
+			return "vm:" + p
+		}
 		return "pod:" + p
 	}
 	if n := ids[KeyNode]; n != "" {
@@ -647,6 +654,10 @@ func OwnerOf(ids map[string]string) string {
 // PodPortOwner and NodePortOwner are the OwnerOf values of a pod's and a node's port.
 func PodPortOwner(namespace, name string) string { return "pod:" + namespace + "/" + name }
 func NodePortOwner(node string) string           { return "node:" + node }
+
+// VMPortOwner is the OwnerOf value of a virtual machine's port: a pod of
+// the same name as the VM cannot take it, nor the VM a pod's.
+func VMPortOwner(namespace, vm string) string { return "vm:" + namespace + "/" + vm }
 
 // EnsurePort creates or updates the port (addresses and port security set to
 // MAC + IPs) on its switch, moving it if it sits on another switch, in one
@@ -749,18 +760,17 @@ func (c *Client) DeletePort(ctx context.Context, name, owner string) error {
 	if got := OwnerOf(cur.ExternalIDs); got != owner || owner == "" {
 		return &OwnerError{Port: name, Holder: got, Want: owner}
 	}
-	key, val := KeyPod, strings.TrimPrefix(owner, "pod:")
-	if strings.HasPrefix(owner, "node:") {
-		key, val = KeyNode, strings.TrimPrefix(owner, "node:")
-	}
-	ops := append([]ovsdb.Operation{ownerWait(cur.UUID, map[string]string{key: val})}, unrefPort(cur.UUID)...)
+	ops := append([]ovsdb.Operation{ownerWait(cur.UUID, ownerKV(cur.ExternalIDs))}, unrefPort(cur.UUID)...)
 	_, err = c.transact(ctx, "delete port "+name, ops)
 	return err
 }
 
-// ownerKV is the owner key of ids (pod, else node) as a one-entry map.
+// ownerKV is the owner key of ids (pod, with its vm, else node) as a map.
 func ownerKV(ids map[string]string) map[string]string {
 	if p := ids[KeyPod]; p != "" {
+		if vm := ids[KeyVM]; vm != "" {
+			return map[string]string{KeyPod: p, KeyVM: vm}
+		}
 		return map[string]string{KeyPod: p}
 	}
 	return map[string]string{KeyNode: ids[KeyNode]}

@@ -241,6 +241,12 @@ func (n *Network) nodeSets(ctx context.Context, node string, ips []netip.Addr) (
 // forgetPodEgress removes a pod's addresses from every node set (it may
 // have been recorded under a node it no longer runs on).
 func (n *Network) forgetPodEgress(ctx context.Context, ips []netip.Addr) error {
+	return n.forgetPodEgressExcept(ctx, ips, ovnnb.FamilySets{})
+}
+
+// forgetPodEgressExcept is forgetPodEgress sparing the sets of keep (a
+// virtual machine's addresses leave the set of the node it left).
+func (n *Network) forgetPodEgressExcept(ctx context.Context, ips []netip.Addr, keep ovnnb.FamilySets) error {
 	var addrs []string
 	for _, ip := range ips {
 		addrs = append(addrs, ip.String())
@@ -253,6 +259,9 @@ func (n *Network) forgetPodEgress(ctx context.Context, ips []netip.Addr) error {
 		return err
 	}
 	for _, s := range sets {
+		if s.Name == keep.V4 || s.Name == keep.V6 {
+			continue
+		}
 		var in []string
 		for _, a := range addrs {
 			if slices.Contains(s.Addresses, a) {

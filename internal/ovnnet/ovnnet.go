@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/ovnhost/ovnhost/internal/ipam"
@@ -72,6 +73,30 @@ func AltNodePortName(node string) string { return "node_" + node }
 
 // PodOwner is the IPAM owner key of a pod.
 func PodOwner(namespace, name string) string { return namespace + "/" + name }
+
+// VMOwner is the IPAM owner key of a virtual machine's address: the VM
+// keeps it across the pods that run it (a live migration's source and
+// target), and no pod of the same name can hold it.
+func VMOwner(namespace, vm string) string { return "vm:" + namespace + "/" + vm }
+
+// PortOwnerKey is the IPAM owner of a workload port from its external_ids
+// (pod, VM, attachment or node; "" for none).
+func PortOwnerKey(ids map[string]string) string {
+	owner := ids[ovnnb.KeyPod]
+	switch {
+	case owner == "":
+		if node := ids[ovnnb.KeyNode]; node != "" {
+			return NodeOwner(node)
+		}
+		return ""
+	case ids[ovnnb.KeyVM] != "":
+		ns, _, _ := strings.Cut(owner, "/")
+		return VMOwner(ns, ids[ovnnb.KeyVM])
+	case ids[ovnnb.KeyProvider] != "":
+		return owner + "/" + ids[ovnnb.KeyProvider] // AttachmentOwner
+	}
+	return owner
+}
 
 // NodeOwner is the IPAM owner key of a node's join address.
 func NodeOwner(node string) string { return "node:" + node }
@@ -346,9 +371,16 @@ type PodRequest struct {
 	// network's provider ("<nad>.<namespace>.ovn") asks for its port
 	// AttachmentPortName and address AttachmentOwner in Subnet.
 	Provider string
+	// VM, when set, is the virtual machine (KubeVirt) the pod runs: the
+	// address is the VM's (VMOwner) and so is the port, PortName(Namespace,
+	// VM), Kube-OVN's name; whichever pod runs the VM gets them.
+	VM string
 }
 
 func (r PodRequest) owner() string {
+	if r.VM != "" {
+		return VMOwner(r.Namespace, r.VM)
+	}
 	if r.Provider != "" {
 		return AttachmentOwner(r.Namespace, r.Name, r.Provider)
 	}
@@ -356,6 +388,9 @@ func (r PodRequest) owner() string {
 }
 
 func (r PodRequest) portName() string {
+	if r.VM != "" {
+		return PortName(r.Namespace, r.VM)
+	}
 	if r.Provider != "" {
 		return AttachmentPortName(r.Namespace, r.Name, r.Provider)
 	}
@@ -422,6 +457,10 @@ func (n *Network) AddPod(ctx context.Context, r PodRequest) (ipam.Allocation, er
 	// The port's owner is the pod (for an attachment too): only the pod's
 	// reconciler changes it, and it goes when the pod goes.
 	ids := map[string]string{ovnnb.KeyPod: PodOwner(r.Namespace, r.Name)}
+	if r.VM != "" {
+		// Kube-OVN's pod value for a VM's port, and the VM as its owner.
+		ids = map[string]string{ovnnb.KeyPod: PodOwner(r.Namespace, r.VM), ovnnb.KeyVM: r.VM}
+	}
 	if r.Provider != "" {
 		ids[ovnnb.KeyProvider] = r.Provider
 	}
@@ -443,6 +482,13 @@ func (n *Network) AddPod(ctx context.Context, r PodRequest) (ipam.Allocation, er
 			n.IPAM.Release(owner)
 		}
 		return ipam.Allocation{}, fmt.Errorf("ovnnet: egress of pod %s/%s through node %s: %w", r.Namespace, r.Name, r.Node, err)
+	}
+	if r.VM != "" && had {
+		// A VM moves between nodes: its addresses leave the set of the
+		// node it ran on (a pod's stay on its node for its life).
+		if err := n.forgetPodEgressExcept(ctx, a.IPs, sets); err != nil {
+			return ipam.Allocation{}, fmt.Errorf("ovnnet: egress of virtual machine %s/%s: %w", r.Namespace, r.VM, err)
+		}
 	}
 	// The port and its place in its node's egress set: one transaction.
 	if err := n.NB.EnsurePort(ctx, ovnnb.Port{Name: r.portName(), Switch: a.Subnet, MAC: a.MAC, IPs: a.IPs, ExternalIDs: ids, AddressSets: sets}); err != nil {
@@ -473,6 +519,49 @@ func (n *Network) DeletePod(ctx context.Context, namespace, name string) error {
 	}
 	n.IPAM.Release(PodOwner(namespace, name))
 	return nil
+}
+
+// DeleteVM removes a virtual machine's port and releases its address.
+func (n *Network) DeleteVM(ctx context.Context, namespace, vm string) error {
+	if a, ok := n.IPAM.Lookup(VMOwner(namespace, vm)); ok {
+		if err := n.forgetPodEgress(ctx, a.IPs); err != nil {
+			return err
+		}
+	}
+	if err := n.NB.DeletePort(ctx, PortName(namespace, vm), ovnnb.VMPortOwner(namespace, vm)); err != nil && !errors.Is(err, ovnnb.ErrNotOwner) {
+		return err
+	}
+	n.IPAM.Release(VMOwner(namespace, vm))
+	return nil
+}
+
+// SetVMChassis binds a virtual machine's port to chassis: two during a
+// live migration (source then target, activation-strategy=rarp: OVN opens
+// the target once the VM sends a RARP or GARP from there), one otherwise
+// (the strategy removed). No chassis clears both options.
+func (n *Network) SetVMChassis(ctx context.Context, namespace, vm string, chassis []string) error {
+	set, del := map[string]string{}, []string{}
+	switch len(chassis) {
+	case 0:
+		del = append(del, ovnnb.OptRequestedChassis, ovnnb.OptActivationStrategy)
+	case 1:
+		set[ovnnb.OptRequestedChassis] = chassis[0]
+		del = append(del, ovnnb.OptActivationStrategy)
+	default:
+		set[ovnnb.OptRequestedChassis] = strings.Join(chassis, ",")
+		set[ovnnb.OptActivationStrategy] = "rarp"
+	}
+	return n.NB.SetPortOptions(ctx, PortName(namespace, vm), ovnnb.VMPortOwner(namespace, vm), set, del)
+}
+
+// VMChassis is the requested-chassis of a virtual machine's port, split
+// (nil: none set).
+func (n *Network) VMChassis(ctx context.Context, namespace, vm string) ([]string, error) {
+	opts, err := n.NB.PortOptions(ctx, PortName(namespace, vm))
+	if err != nil || opts[ovnnb.OptRequestedChassis] == "" {
+		return nil, err
+	}
+	return strings.Split(opts[ovnnb.OptRequestedChassis], ","), nil
 }
 
 // DeleteAttachment removes a pod's attachment-network port and releases
@@ -657,10 +746,7 @@ func (n *Network) GarbageCollect(ctx context.Context, keep func(p ovnnb.Port) bo
 			if err := n.NB.DeletePort(ctx, p.Name, ovnnb.OwnerOf(p.ExternalIDs)); err != nil && !errors.Is(err, ovnnb.ErrNotOwner) {
 				return deleted, err
 			}
-			if owner := p.ExternalIDs[ovnnb.KeyPod]; owner != "" {
-				if pr := p.ExternalIDs[ovnnb.KeyProvider]; pr != "" {
-					owner += "/" + pr // AttachmentOwner
-				}
+			if owner := PortOwnerKey(p.ExternalIDs); owner != "" {
 				n.IPAM.Release(owner)
 			}
 		}
@@ -681,13 +767,7 @@ func (n *Network) RestoreFromNB(ctx context.Context) (int, error) {
 	restored := 0
 	var errs []error
 	for _, p := range ports {
-		owner := p.ExternalIDs[ovnnb.KeyPod]
-		if node := p.ExternalIDs[ovnnb.KeyNode]; node != "" && owner == "" {
-			owner = NodeOwner(node)
-		}
-		if pr := p.ExternalIDs[ovnnb.KeyProvider]; pr != "" && owner != "" {
-			owner += "/" + pr // AttachmentOwner
-		}
+		owner := PortOwnerKey(p.ExternalIDs)
 		if owner == "" || p.Switch == "" {
 			continue
 		}
