@@ -440,5 +440,5 @@ func (a *app) podChecks(ctx context.Context, k *kube, p *corev1.Pod, nodes []cor
 			out = append(out, cluster.Finding{Severity: cluster.Pass, Scope: scope, Check: "pod-binding", Found: "bound to chassis " + info.Bound})
 		}
 	}
-	return out
+	return append(out, a.podNetworkChecks(ctx, k, p, node, info)...)
 }
