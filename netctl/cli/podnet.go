@@ -67,13 +67,13 @@ func attachmentsFromNode(ctx context.Context, nc *nodeclient.Client, atts []*clu
 		}
 		r := res.Rows[0]
 		ids := cluster.Map(r["external_ids"])
-		ofport, _ := strconv.Atoi(cluster.Text(r["ofport"]))
+		ofport, _ := strconv.Atoi(cluster.Opt(r["ofport"]))
 		at.OVS = &cluster.OVSPort{Interface: cluster.Text(r["name"]), OFPort: ofport, OVNInstalled: ids["ovn-installed"] == "true", ExternalIDs: ids}
 		pbs, err := nc.OVSDB(ctx, api.OVSDBRequest{DB: "OVN_Southbound", Args: []string{"find", "Port_Binding", "logical_port=" + at.LSP}})
 		if err != nil || len(pbs.Rows) == 0 {
 			continue
 		}
-		ch := cluster.Text(pbs.Rows[0]["chassis"])
+		ch := cluster.Opt(pbs.Rows[0]["chassis"])
 		if ch == "" {
 			continue
 		}

@@ -89,3 +89,11 @@ func cutUnquoted(s string, sep byte) (string, string) {
 	}
 	return s, ""
 }
+
+// Opt reads an optional value (a set of at most one): "" when empty.
+func Opt(s string) string {
+	if v := Set(s); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}

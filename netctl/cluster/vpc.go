@@ -125,7 +125,7 @@ func ParseTopology(rows NBRows) *Topology {
 			if !ok {
 				continue
 			}
-			rp := NBRouterPort{Name: Text(p["name"]), Networks: Set(p["networks"]), Peer: Text(p["peer"])}
+			rp := NBRouterPort{Name: Text(p["name"]), Networks: Set(p["networks"]), Peer: Opt(p["peer"])}
 			rp.Switch = switchOfLRP[rp.Name]
 			if rp.Switch != "" {
 				t.SwitchRouters[rp.Switch] = append(t.SwitchRouters[rp.Switch], rt.Name)
@@ -145,7 +145,7 @@ func ParseTopology(rows NBRows) *Topology {
 			case ids["vpc-nat"] != "":
 				owner = "vpc-nat=" + ids["vpc-nat"]
 			}
-			rt.Routes = append(rt.Routes, NBRoute{Prefix: Text(s["ip_prefix"]), Nexthop: Text(s["nexthop"]), Policy: Text(s["policy"]), Owner: owner})
+			rt.Routes = append(rt.Routes, NBRoute{Prefix: Text(s["ip_prefix"]), Nexthop: Text(s["nexthop"]), Policy: Opt(s["policy"]), Owner: owner})
 		}
 		for _, id := range Set(r["policies"]) {
 			p, ok := pols[id]
@@ -154,7 +154,7 @@ func ParseTopology(rows NBRows) *Topology {
 			}
 			prio, _ := strconv.Atoi(Text(p["priority"]))
 			np := NBPolicy{Priority: prio, Match: Text(p["match"]), Action: Text(p["action"]), Nexthops: Set(p["nexthops"])}
-			if nh := Text(p["nexthop"]); nh != "" && len(np.Nexthops) == 0 {
+			if nh := Opt(p["nexthop"]); nh != "" && len(np.Nexthops) == 0 {
 				np.Nexthops = []string{nh}
 			}
 			sort.Strings(np.Nexthops)

@@ -36,7 +36,7 @@ func nbRows() NBRows {
 		},
 		RouterPorts: []map[string]string{
 			{"_uuid": "p1", "name": "vpc-a-sa", "networks": `["10.200.0.1/24"]`, "peer": "[]"},
-			{"_uuid": "p2", "name": "vpc-a-vpc-b", "networks": `["169.254.10.1/30"]`, "peer": "vpc-b-vpc-a"},
+			{"_uuid": "p2", "name": "vpc-a-vpc-b", "networks": `["169.254.10.1/30"]`, "peer": "[vpc-b-vpc-a]"},
 			{"_uuid": "p3", "name": "ovn-cluster-sb", "networks": `["10.210.0.1/24"]`, "peer": "[]"},
 		},
 		Routes: []map[string]string{
