@@ -116,9 +116,11 @@ func (a *app) podNetworkChecks(ctx context.Context, k *kube, p *corev1.Pod, node
 		return append(out, cluster.Finding{Severity: cluster.Warn, Scope: scope, Check: "pod-vpc", Found: "cannot list subnets.kubeovn.io: " + err.Error()})
 	}
 	subnetVpc := map[string]string{}
+	routed := map[string]bool{}
 	for i := range sl.Items {
 		if s, err := kubeovnv1.FromUnstructured(&sl.Items[i]); err == nil {
 			subnetVpc[s.Name] = cluster.SubnetVpc(s)
+			routed[s.Name] = cluster.RoutedSubnet(s)
 		}
 	}
 	switches := []string{}
@@ -154,7 +156,9 @@ func (a *app) podNetworkChecks(ctx context.Context, k *kube, p *corev1.Pod, node
 	vpcsSeen := map[string]bool{}
 	for _, sw := range switches {
 		vpc := subnetVpc[sw]
-		out = append(out, cluster.SwitchAttachment(sw, vpc, topo))
+		if routed[sw] {
+			out = append(out, cluster.SwitchAttachment(sw, vpc, topo))
+		}
 		if kubeovnv1.IsCustomVpc(vpc) && !vpcsSeen[vpc] {
 			vpcsSeen[vpc] = true
 			out = append(out, a.vpcFindings(ctx, k, vpc, sl.Items, topo)...)

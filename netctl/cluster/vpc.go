@@ -206,6 +206,13 @@ func SubnetVpc(s *kubeovnv1.Subnet) string {
 	return kubeovnv1.DefaultVpc
 }
 
+// RoutedSubnet: the Subnet's switch is meant to be on its VPC's router.
+// An underlay Subnet whose gateway is the physical one (no logicalGateway,
+// no u2oInterconnection) has no router port.
+func RoutedSubnet(s *kubeovnv1.Subnet) bool {
+	return s.Spec.Vlan == "" || s.Spec.LogicalGateway || s.Spec.U2OInterconnection
+}
+
 // Vpcs reads the Vpc and Subnet objects (unconvertible ones are skipped
 // and named in the returned problems) into VpcInfos sorted by name, with
 // the NB's routers when topo is not nil, and checks each (VpcChecks).
@@ -278,7 +285,9 @@ func VpcChecks(v *VpcInfo, topo *Topology) []Finding {
 	out = append(out, Finding{Severity: Pass, Scope: scope, Check: "vpc-router", Found: fmt.Sprintf("router %s in NB (%d ports, %d static routes, %d policies, %d NAT rows)",
 		r.Name, len(r.Ports), len(r.Routes), len(r.Policies), len(r.NATs))})
 	for _, name := range v.Subnets {
-		out = append(out, SwitchAttachment(name, v.Name, topo))
+		if s := v.subnetObjs[name]; s == nil || RoutedSubnet(s) {
+			out = append(out, SwitchAttachment(name, v.Name, topo))
+		}
 	}
 	if !kubeovnv1.IsCustomVpc(v.Name) {
 		return out // the cluster router's routes are the controller's own (egress, nodes)

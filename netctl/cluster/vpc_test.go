@@ -198,3 +198,19 @@ egress(dp="sa2", inport="sa2-vpc-a", outport="a2.ns-a")`
 		t.Errorf("PathString %q", got)
 	}
 }
+
+func TestUnderlaySubnetWithThePhysicalGatewayNeedsNoRouter(t *testing.T) {
+	topo := ParseTopology(nbRows())
+	subnets := []unstructured.Unstructured{
+		obj("Subnet", "ul", map[string]any{"cidrBlock": "172.17.0.0/24", "vlan": "v100"}),
+		obj("Subnet", "ul-lgw", map[string]any{"cidrBlock": "172.18.0.0/24", "vlan": "v100", "logicalGateway": true}),
+	}
+	infos, _ := Vpcs([]unstructured.Unstructured{obj("Vpc", "ovn-cluster", map[string]any{})}, subnets, topo)
+	fs := infos[0].Findings
+	if find(fs, Fail, "vpc-attachment", "switch ul ") {
+		t.Errorf("underlay Subnet with the physical gateway reported without a router: %+v", fs)
+	}
+	if !find(fs, Fail, "vpc-attachment", "switch ul-lgw is attached to no router") {
+		t.Errorf("logicalGateway Subnet off the router not reported: %+v", fs)
+	}
+}
