@@ -50,8 +50,9 @@ database for the logical path, ofproto/trace on br-int for the physical path.
 Says where the packet is dropped and which ACL (and NetworkPolicy) or load
 balancer touched it, and the logical path (switches and routers: a custom
 VPC's pod passes its VPC's router). --interface traces from one of the
-pod's attachment networks (net1, its provider or its NAD) instead of eth0. Exit 0 when the packet is delivered, 1 when it is
-dropped (or the trace failed).`,
+pod's attachment networks (net1, its provider or its NAD) instead of
+eth0. Exit 0 when the packet is delivered, 1 when it is dropped (or the
+trace failed).`,
 		Args:              cobra.RangeArgs(2, 4),
 		ValidArgsFunction: a.completePods,
 		RunE: func(cmd *cobra.Command, args []string) error {
