@@ -32,7 +32,7 @@ import (
 //     binding; trace --interface net1 leaves from net1's port and reaches
 //     the peer's net1.
 func TestNetctlCustomVPCAndAttachment(t *testing.T) {
-	c := startClusterWith(t, clusterSpec{nodes: 2, crds: []string{"tests/runtime/testdata/crd-network-attachment-definitions.yaml"}})
+	c := startClusterWith(t, clusterSpec{nodes: 2, nodeNB: true, crds: []string{"tests/runtime/testdata/crd-network-attachment-definitions.yaml"}})
 	nb := dial(t, nbdb.FullDatabaseModel, c.cp.central.NB())
 	sc := &svcCluster{cluster: c, nb: nb}
 	c.waitNodeAPI(t)
@@ -63,7 +63,9 @@ func TestNetctlCustomVPCAndAttachment(t *testing.T) {
 	create("subnet", object("kubeovn.io/v1", "Subnet", "sn", map[string]any{"cidrBlock": "10.210.0.0/24", "vpc": "vpc-n", "protocol": "IPv4"}))
 	create("subnet", object("kubeovn.io/v1", "Subnet", "sn2", map[string]any{"cidrBlock": "10.211.0.0/24", "vpc": "vpc-n", "protocol": "IPv4"}))
 	// The attachment network attnet behind the NAD default/attnet.
-	create("subnet", object("kubeovn.io/v1", "Subnet", "attnet", map[string]any{"cidrBlock": attCIDR, "provider": attProvider, "private": true}))
+	// Not private: ovn-trace reports a private Subnet's traffic dropped at
+	// ls_out_acl while pings pass (attach_test's attnet is private).
+	create("subnet", object("kubeovn.io/v1", "Subnet", "attnet", map[string]any{"cidrBlock": attCIDR, "provider": attProvider}))
 	create("nad", object("k8s.cni.cncf.io/v1", "NetworkAttachmentDefinition", "attnet", map[string]any{
 		"config": fmt.Sprintf(`{"cniVersion":"0.3.1","type":"kube-ovn","server_socket":"/run/openvswitch/kube-ovn-daemon.sock","provider":%q}`, attProvider)}))
 	for _, s := range []string{"sn", "sn2", "attnet"} {
@@ -148,10 +150,11 @@ func TestNetctlCustomVPCAndAttachment(t *testing.T) {
 		}).List(ctx, &routes); err != nil || len(routes) != 1 {
 			t.Fatalf("vpc-n's route 10.99.0.0/24 in the NB: %v (%d rows)", err, len(routes))
 		}
-		lr := &nbdb.LogicalRouter{Name: "vpc-n"}
-		if err := nb.Get(ctx, lr); err != nil {
-			t.Fatal(err)
+		var lrs []nbdb.LogicalRouter
+		if err := nb.WhereCache(func(r *nbdb.LogicalRouter) bool { return r.Name == "vpc-n" }).List(ctx, &lrs); err != nil || len(lrs) != 1 {
+			t.Fatalf("router vpc-n in the NB: %v (%d rows)", err, len(lrs))
 		}
+		lr := &lrs[0]
 		ops, err := nb.Where(lr).Mutate(lr, model.Mutation{Field: &lr.StaticRoutes, Mutator: ovsdb.MutateOperationDelete, Value: []string{routes[0].UUID}})
 		if err != nil {
 			t.Fatal(err)
