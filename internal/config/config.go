@@ -42,6 +42,9 @@ type Config struct {
 	// "tcp:IP:PORT", "ssl:IP:PORT", comma separated for clusters).
 	SBRemote string
 	NBRemote string
+	// NBAddr is OVN_NB_ADDR: the NB remote given outright. A node needs
+	// no NB; its node API answers netctl's NB reads (nbctl, vpc) through it.
+	NBAddr string
 
 	TunnelType string
 	// Iface lists interface names or regular expressions (IFACE); the first
@@ -219,6 +222,9 @@ func (c *Config) finish() Errors {
 		if c.EnableSSL && !c.IsCentral() {
 			c.EnableSSL, c.SSLUnused = false, true
 		}
+	}
+	if c.Mode == Remote && c.NBAddr != "" {
+		c.NBRemote = c.NBAddr
 	}
 	if c.EnableSSL {
 		for _, f := range []struct{ key, val string }{{"ssl-key", c.SSLKey}, {"ssl-cert", c.SSLCert}, {"ssl-ca-cert", c.SSLCACert}} {

@@ -40,3 +40,22 @@ func TestResolveFillsEverySection(t *testing.T) {
 		t.Fatalf("Kubernetes: %+v", nc.Kubernetes)
 	}
 }
+
+// OVN_NB_ADDR gives a remote node the NB its node API reads for netctl;
+// an all-in-one node keeps its own.
+func TestNBAddrOverridesTheRemoteNB(t *testing.T) {
+	c, err := load(t, []string{"--node-name=n1", "--ovn-sb-addr=unix:/c/sb.sock", "--ovn-nb-addr=unix:/c/nb.sock"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Mode != Remote || c.NBRemote != "unix:/c/nb.sock" || c.SBRemote != "unix:/c/sb.sock" {
+		t.Fatalf("SB and NB addresses: mode %v, NB %q, SB %q", c.Mode, c.NBRemote, c.SBRemote)
+	}
+	c, err = load(t, []string{"--node-name=n1", "--ovn-db-ips=10.0.0.1", "--ovn-nb-addr=tcp:10.0.0.5:6641"}, nil)
+	if err != nil || c.NBRemote != "tcp:10.0.0.5:6641" || c.SBRemote != "tcp:10.0.0.1:6642" {
+		t.Fatalf("ovn-db-ips with ovn-nb-addr: %v NB %q SB %q", err, c.NBRemote, c.SBRemote)
+	}
+	if _, err := load(t, []string{"--node-name=n1", "--ovn-nb-addr=nb.sock"}, nil); err == nil {
+		t.Fatal("ovn-nb-addr without a scheme: no error")
+	}
+}

@@ -181,6 +181,20 @@ func baseSettings() []setting {
 				c.SBRemote = v
 				return nil
 			}},
+		{Name: "ovn-nb-addr", Env: []string{"OVN_NB_ADDR"}, Help: "OVSDB remote of the NB database, overriding the one derived from ovn-db-ips; a node never needs it, its node API reads the NB through it for netctl (nbctl, vpc, diagnose pod) (tcp:IP:PORT, ssl:IP:PORT, unix:PATH)",
+			Set: func(c *Config, v string) error {
+				v = strings.TrimSpace(v)
+				for _, r := range strings.Split(v, ",") {
+					if v == "" {
+						break
+					}
+					if err := checkRemote(r); err != nil {
+						return err
+					}
+				}
+				c.NBAddr = v
+				return nil
+			}},
 		{Name: "tunnel-type", Env: []string{"TUNNEL_TYPE"}, Default: "geneve", Help: "geneve, vxlan or stt",
 			Set: func(c *Config, v string) error { return oneOf(&c.TunnelType, "geneve", "vxlan", "stt")(c, v) }},
 		{Name: "iface", Env: []string{"IFACE"}, Help: "tunnel interface: comma-separated names or regular expressions, first match wins (default: the default-route interface)",

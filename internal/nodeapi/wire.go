@@ -50,6 +50,12 @@ type TraceRequest struct {
 	Port      int    `json:"port,omitempty"`
 	// SrcMAC overrides the pod's MAC (to show a port-security drop).
 	SrcMAC string `json:"srcMAC,omitempty"`
+	// Provider traces from the pod's attachment network of this provider
+	// ("<nad>.<namespace>.ovn": its port <pod>.<namespace>.<provider>)
+	// instead of its default interface. A node daemon older than this
+	// field ignores it and traces eth0: netctl checks the answer's
+	// Microflow names the attachment's port.
+	Provider string `json:"provider,omitempty"`
 }
 
 // TraceResult holds both traces and where the packet ends.

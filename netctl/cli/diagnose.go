@@ -43,7 +43,11 @@ func (a *app) diagnoseCommand() *cobra.Command {
 cluster checks: the controller's leader Lease, NB/SB reachable from each node
 (doctor's nb-reachable/sb-reachable), one chassis per node and no duplicate
 chassis or encap IP, Subnet usage and conditions, pods without an address and
-the controller's reason, and the pinger's latest matrix. Prints one table,
+the controller's reason, and the pinger's latest matrix. For one pod: its
+address, OVS port and binding, its Subnet's switch on its VPC's router
+(and a custom VPC's routes, policies and peerings as vpc show checks
+them), and each attachment network's (net1 ...) address, OVS port and
+binding. Prints one table,
 worst first, with the fix. Exit status as doctor: 0 all pass, 1 warnings,
 2 failures.`,
 	}
@@ -440,5 +444,5 @@ func (a *app) podChecks(ctx context.Context, k *kube, p *corev1.Pod, nodes []cor
 			out = append(out, cluster.Finding{Severity: cluster.Pass, Scope: scope, Check: "pod-binding", Found: "bound to chassis " + info.Bound})
 		}
 	}
-	return out
+	return append(out, a.podNetworkChecks(ctx, k, p, node, info)...)
 }

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ovnhost/ovnhost/netctl/cluster"
+	"github.com/ovnhost/ovnhost/netctl/nodeclient"
 )
 
 func (a *app) podCommand() *cobra.Command {
@@ -39,8 +40,14 @@ func (a *app) podCommand() *cobra.Command {
 				node, _ = k.kc.CoreV1().Nodes().Get(cmd.Context(), p.Spec.NodeName, metav1.GetOptions{})
 			}
 			info := cluster.Pod(p, node)
+			if !p.Spec.HostNetwork {
+				info.Attachments, _ = podAttachments(cmd.Context(), k, p)
+			}
 			if node != nil && !p.Spec.HostNetwork {
 				a.podFromNode(cmd, k, node, info)
+				if nc, err := nodeclient.For(k.rest, node, nodeTimeout, k.tokens); err == nil {
+					_ = attachmentsFromNode(cmd.Context(), nc, info.Attachments)
+				}
 			}
 			if a.output == OutJSON || a.output == OutYAML {
 				return Print(a.streams.Out, a.output, info, nil)
@@ -69,6 +76,7 @@ func writePod(w interface{ Write([]byte) (int, error) }, i *cluster.PodInfo) {
 	pr("Chassis", i.Chassis)
 	pr("Logical port", i.LSP)
 	pr("Subnet", i.Subnet)
+	pr("VPC (router)", i.Router)
 	pr("IP", i.IP)
 	pr("MAC", i.MAC)
 	pr("CIDR / gateway", i.CIDR+" via "+i.Gateway)
@@ -109,5 +117,29 @@ func writePod(w interface{ Write([]byte) (int, error) }, i *cluster.PodInfo) {
 	}
 	if i.Bound != "" {
 		pr("Bound to chassis", i.Bound)
+	}
+	for _, at := range i.Attachments {
+		name := at.Interface
+		if name == "" {
+			name = "(not listed)"
+		}
+		fmt.Fprintf(w, "\nAttachment %s (NAD %s, provider %s)\n", name, at.NAD, at.Provider)
+		pr("  Logical port", at.LSP)
+		pr("  Subnet", at.Subnet)
+		addr := at.IP + " " + at.MAC
+		if !at.Allocated {
+			addr = "NOT allocated"
+		}
+		pr("  Address", strings.TrimSpace(addr))
+		switch o := at.OVS; {
+		case o == nil:
+		case o.Error != "":
+			pr("  OVS port", o.Error)
+		default:
+			pr("  OVS port", fmt.Sprintf("%s ofport %d, ovn-installed=%v", o.Interface, o.OFPort, o.OVNInstalled))
+		}
+		if at.Bound != "" {
+			pr("  Bound to chassis", at.Bound)
+		}
 	}
 }

@@ -170,6 +170,7 @@ Installed as kubectl-netctl it is a kubectl plugin: kubectl netctl diagnose all.
 		a.doctorCommand(),
 		a.statusCommand(),
 		a.subnetCommand(),
+		a.vpcCommand(),
 		a.ipCommand(),
 		a.podCommand(),
 		a.diagnoseCommand(),

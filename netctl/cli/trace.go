@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -11,9 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	kubeovnv1 "github.com/ovnhost/ovnhost/controller/apis/kubeovn/v1"
 	"github.com/ovnhost/ovnhost/internal/annotations"
 	api "github.com/ovnhost/ovnhost/internal/nodeapi"
 	"github.com/ovnhost/ovnhost/internal/ovnnb"
+	"github.com/ovnhost/ovnhost/netctl/cluster"
 )
 
 var portGroupRef = regexp.MustCompile(`@(?:\d+_)?(np_[A-Za-z0-9_]+_[0-9a-f]{32})`)
@@ -23,6 +26,11 @@ type traceOutput struct {
 	From      string           `json:"from"`
 	Node      string           `json:"node"`
 	Dest      string           `json:"dest"`
+	Interface string           `json:"interface,omitempty"` // an attachment's (net1 ...); "" for eth0
+	Port      string           `json:"logicalPort"`
+	Vpc       string           `json:"vpc,omitempty"`
+	Path      []string         `json:"path,omitempty"`    // the logical datapaths the packet passes
+	Routers   []string         `json:"routers,omitempty"` // those of the path that are VPC routers
 	Verdict   api.TraceVerdict `json:"verdict"`
 	Policies  []string         `json:"networkPolicies,omitempty"`
 	Microflow string           `json:"microflow"`
@@ -32,16 +40,19 @@ type traceOutput struct {
 
 func (a *app) traceCommand() *cobra.Command {
 	var verbose bool
-	var srcMAC, dstMAC string
+	var srcMAC, dstMAC, iface string
 	c := &cobra.Command{
-		Use:   "trace NAMESPACE/POD DEST [tcp|udp|icmp] [PORT]",
+		Use:   "trace NAMESPACE/POD DEST [tcp|udp|icmp] [PORT] [--interface net1]",
 		Short: "Trace a packet from a pod: logical path (ovn-trace) and physical path (ofproto/trace) on its node",
 		Long: `Traces a packet from the pod to DEST (an IPv4 address or NAMESPACE/POD) on the
 pod's node, through its daemon's API: ovn-trace against the southbound
 database for the logical path, ofproto/trace on br-int for the physical path.
 Says where the packet is dropped and which ACL (and NetworkPolicy) or load
-balancer touched it. Exit 0 when the packet is delivered, 1 when it is
-dropped (or the trace failed).`,
+balancer touched it, and the logical path (switches and routers: a custom
+VPC's pod passes its VPC's router). --interface traces from one of the
+pod's attachment networks (net1, its provider or its NAD) instead of
+eth0. Exit 0 when the packet is delivered, 1 when it is dropped (or the
+trace failed).`,
 		Args:              cobra.RangeArgs(2, 4),
 		ValidArgsFunction: a.completePods,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -75,7 +86,23 @@ dropped (or the trace failed).`,
 			if src.Spec.NodeName == "" || src.Spec.HostNetwork {
 				return failure(fmt.Errorf("pod %s/%s is not scheduled or uses the host network", ns, name))
 			}
-			if req.Dst, err = a.traceDest(cmd, k, src, args[1], &req); err != nil {
+			srcIf := podIface{name: "eth0", lsp: name + "." + ns, sw: src.Annotations[annotations.LogicalSwitch]}
+			if iface != "" && iface != "eth0" {
+				atts, err := podAttachments(ctx, k, src)
+				if err != nil {
+					return failure(err)
+				}
+				at, err := cluster.FindAttachment(atts, iface)
+				if err != nil {
+					return usageErrorf("%v", err)
+				}
+				if !at.Allocated {
+					return failure(fmt.Errorf("pod %s/%s: attachment %s (provider %s) has no address yet; netctl diagnose pod %s/%s says why", ns, name, iface, at.Provider, ns, name))
+				}
+				srcIf = podIface{name: at.Interface, lsp: at.LSP, sw: at.Subnet}
+				req.Provider = at.Provider
+			}
+			if req.Dst, err = a.traceDest(cmd, k, srcIf, args[1], &req); err != nil {
 				return err
 			}
 			nc, _, err := a.nodeClient(ctx, k, src.Spec.NodeName)
@@ -86,7 +113,14 @@ dropped (or the trace failed).`,
 			if err != nil {
 				return queryErr(err)
 			}
-			out := traceOutput{From: ns + "/" + name, Node: src.Spec.NodeName, Dest: args[1], Verdict: res.Verdict, Microflow: res.Microflow}
+			if req.Provider != "" && !strings.Contains(res.Microflow, `"`+srcIf.lsp+`"`) {
+				return failure(fmt.Errorf("node %s traced another port than %s (microflow %s): its daemon is older than --interface; upgrade ovnhost there", src.Spec.NodeName, srcIf.lsp, res.Microflow))
+			}
+			out := traceOutput{From: ns + "/" + name, Node: src.Spec.NodeName, Dest: args[1], Verdict: res.Verdict, Microflow: res.Microflow, Port: srcIf.lsp}
+			if req.Provider != "" {
+				out.Interface = srcIf.name
+			}
+			out.Vpc, out.Path, out.Routers = a.tracePath(cmd, k, srcIf.sw, res.Logical)
 			out.Policies = a.policiesOf(cmd, k, res.Verdict)
 			if verbose || a.output == OutJSON || a.output == OutYAML {
 				out.Logical, out.Physical = res.Logical, res.Physical
@@ -106,25 +140,50 @@ dropped (or the trace failed).`,
 	}
 	c.Flags().BoolVarP(&verbose, "verbose", "v", false, "print the full ovn-trace and ofproto/trace outputs")
 	c.Flags().StringVar(&srcMAC, "src-mac", "", "send from this MAC instead of the pod's (shows what port security does)")
+	c.Flags().StringVarP(&iface, "interface", "i", "", "trace from this attachment network of the pod: its interface (net1), provider or NAD (default eth0)")
 	c.Flags().StringVar(&dstMAC, "dst-mac", "", "next hop's MAC (default: the peer pod's MAC on the same subnet, else the subnet's router port)")
 	a.addOutputFlag(c)
 	return c
 }
 
-// traceDest resolves DEST: an IPv4 address, or NAMESPACE/POD (then a peer
-// on the same subnet is reached directly at its MAC).
-func (a *app) traceDest(cmd *cobra.Command, k *kube, src *corev1.Pod, dest string, req *api.TraceRequest) (string, error) {
+// podIface is the interface a trace starts from: eth0 or an attachment.
+type podIface struct {
+	name string // eth0, net1 ...
+	lsp  string // its logical port
+	sw   string // its logical switch (the Subnet)
+}
+
+// ifaceAddr is one address of a pod's network: its switch, IP and MAC.
+type ifaceAddr struct{ sw, ip, mac string }
+
+// podAddrs are the pod's addresses: eth0's and each attachment's.
+func podAddrs(p *corev1.Pod) []ifaceAddr {
+	a := p.Annotations
+	out := []ifaceAddr{{sw: a[annotations.LogicalSwitch], ip: a[annotations.IPAddress], mac: a[annotations.MACAddress]}}
+	for _, prov := range annotations.AttachmentProviders(a) {
+		k := func(key string) string { return a[annotations.ProviderKey(prov, key)] }
+		out = append(out, ifaceAddr{sw: k(annotations.KeyLogicalSwitch), ip: k(annotations.KeyIPAddress), mac: k(annotations.KeyMACAddress)})
+	}
+	return out
+}
+
+// traceDest resolves DEST: an IPv4 address, or NAMESPACE/POD (its
+// address on the source's switch when it has one there, else its eth0
+// address). A peer on the source's switch is reached directly at its MAC.
+func (a *app) traceDest(cmd *cobra.Command, k *kube, src podIface, dest string, req *api.TraceRequest) (string, error) {
 	if ip, err := netip.ParseAddr(dest); err == nil {
 		if !ip.Is4() {
 			return "", usageErrorf("destination %q: IPv4 only", dest)
 		}
-		// A pod address on the same subnet is reached at that pod's MAC.
+		// A pod address on the same switch is reached at that pod's MAC.
 		if req.DstMAC == "" {
 			pods, err := k.kc.CoreV1().Pods("").List(cmd.Context(), metav1.ListOptions{})
 			if err == nil {
-				for _, p := range pods.Items {
-					if p.Annotations[annotations.IPAddress] == dest && p.Annotations[annotations.LogicalSwitch] == src.Annotations[annotations.LogicalSwitch] {
-						req.DstMAC = p.Annotations[annotations.MACAddress]
+				for i := range pods.Items {
+					for _, ad := range podAddrs(&pods.Items[i]) {
+						if src.sw != "" && ad.sw == src.sw && slices.Contains(strings.Split(ad.ip, ","), dest) {
+							req.DstMAC = ad.mac
+						}
 					}
 				}
 			}
@@ -139,14 +198,39 @@ func (a *app) traceDest(cmd *cobra.Command, k *kube, src *corev1.Pod, dest strin
 	if err != nil {
 		return "", failure(fmt.Errorf("destination pod %s: %w", dest, err))
 	}
-	ip := strings.Split(p.Annotations[annotations.IPAddress], ",")[0]
+	addrs := podAddrs(p)
+	for _, ad := range addrs {
+		if src.sw != "" && ad.sw == src.sw && ad.ip != "" {
+			if req.DstMAC == "" {
+				req.DstMAC = ad.mac
+			}
+			return strings.Split(ad.ip, ",")[0], nil
+		}
+	}
+	ip := strings.Split(addrs[0].ip, ",")[0]
 	if ip == "" {
 		return "", failure(fmt.Errorf("destination pod %s has no address yet", dest))
 	}
-	if req.DstMAC == "" && p.Annotations[annotations.LogicalSwitch] == src.Annotations[annotations.LogicalSwitch] {
-		req.DstMAC = p.Annotations[annotations.MACAddress]
-	}
 	return ip, nil
+}
+
+// tracePath is the VPC of the source's switch and the logical path of the
+// trace, with the VPC routers on it.
+func (a *app) tracePath(cmd *cobra.Command, k *kube, sw, logical string) (string, []string, []string) {
+	path := cluster.TracePath(logical)
+	routers := map[string]bool{kubeovnv1.DefaultVpc: true}
+	vpc := ""
+	if l, err := k.dc.Resource(kubeovnv1.VpcGVR).List(cmd.Context(), metav1.ListOptions{}); err == nil {
+		for _, u := range l.Items {
+			routers[u.GetName()] = true
+		}
+	}
+	if u, err := k.dc.Resource(kubeovnv1.SubnetGVR).Get(cmd.Context(), sw, metav1.GetOptions{}); err == nil {
+		if s, err := kubeovnv1.FromUnstructured(u); err == nil {
+			vpc = cluster.SubnetVpc(s)
+		}
+	}
+	return vpc, path, cluster.RoutersOn(path, routers)
 }
 
 // policiesOf names the NetworkPolicies whose port groups the touched ACLs
@@ -178,7 +262,22 @@ func (a *app) policiesOf(cmd *cobra.Command, k *kube, v api.TraceVerdict) []stri
 
 func writeTrace(a *app, t *traceOutput) {
 	w := a.streams.Out
-	fmt.Fprintf(w, "Trace %s (node %s) -> %s\n  microflow: %s\n\n", t.From, t.Node, t.Dest, t.Microflow)
+	from := t.From
+	if t.Interface != "" {
+		from += " " + t.Interface
+	}
+	fmt.Fprintf(w, "Trace %s (node %s, port %s) -> %s\n  microflow: %s\n", from, t.Node, t.Port, t.Dest, t.Microflow)
+	if t.Vpc != "" {
+		fmt.Fprintf(w, "  vpc: %s (router %s)\n", t.Vpc, t.Vpc)
+	}
+	fmt.Fprintln(w)
+	if len(t.Path) > 0 {
+		isRouter := map[string]bool{}
+		for _, r := range t.Routers {
+			isRouter[r] = true
+		}
+		fmt.Fprintf(w, "PATH:     %s\n", cluster.PathString(t.Path, isRouter))
+	}
 	v := t.Verdict
 	if v.Delivered {
 		fmt.Fprintf(w, "LOGICAL:  delivered to %s\n", v.Output)

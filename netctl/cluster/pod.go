@@ -23,8 +23,13 @@ type PodInfo struct {
 	Gateway     string `json:"gateway,omitempty"`
 	Allocated   bool   `json:"allocated"`
 	Routed      bool   `json:"routed"`
-	IngressRate string `json:"ingressRate,omitempty"` // Mbit/s, from the pod annotation
-	EgressRate  string `json:"egressRate,omitempty"`
+	// Vpc is the VPC of the pod's Subnet (filled where the Subnet was read).
+	Vpc    string `json:"vpc,omitempty"`
+	Router string `json:"logicalRouter,omitempty"` // the controller's logical_router annotation
+	// Attachments are the pod's attachment networks (net1 ...).
+	Attachments []*Attachment `json:"attachments,omitempty"`
+	IngressRate string        `json:"ingressRate,omitempty"` // Mbit/s, from the pod annotation
+	EgressRate  string        `json:"egressRate,omitempty"`
 
 	// From the pod's node (its API), when it answered.
 	OVS   *OVSPort `json:"ovsPort,omitempty"`
@@ -53,7 +58,7 @@ func Pod(p *corev1.Pod, n *corev1.Node) *PodInfo {
 		Phase: string(p.Status.Phase), LSP: p.Name + "." + p.Namespace, Subnet: a[annotations.LogicalSwitch],
 		IP: a[annotations.IPAddress], MAC: a[annotations.MACAddress], CIDR: a[annotations.CIDR], Gateway: a[annotations.Gateway],
 		Allocated: a[annotations.Allocated] == "true", Routed: a[annotations.Routed] == "true",
-		IngressRate: a[annotations.IngressRate], EgressRate: a[annotations.EgressRate]}
+		IngressRate: a[annotations.IngressRate], EgressRate: a[annotations.EgressRate], Router: a[annotations.LogicalRouter]}
 	if n != nil {
 		i.Chassis = n.Annotations[annotations.Chassis]
 	}

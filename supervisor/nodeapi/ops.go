@@ -205,7 +205,12 @@ func (o *Ops) OVSDB(ctx context.Context, r api.OVSDBRequest) (*api.OVSDBResult, 
 // Pod reports the pod's OVS interface (by external_ids:iface-id) and the
 // chassis its SB Port_Binding is bound to.
 func (o *Ops) Pod(ctx context.Context, namespace, name string) (*api.PodPort, error) {
-	lsp := name + "." + namespace
+	return o.port(ctx, name+"."+namespace)
+}
+
+// port is what the node holds for the logical port lsp (a pod's default
+// port or one of its attachment ports).
+func (o *Ops) port(ctx context.Context, lsp string) (*api.PodPort, error) {
 	c, err := o.dial(ctx, "Open_vSwitch")
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 
+	"github.com/ovnhost/ovnhost/internal/annotations"
 	api "github.com/ovnhost/ovnhost/internal/nodeapi"
 	"github.com/ovnhost/ovnhost/internal/unixctl"
 )
@@ -21,6 +22,7 @@ var (
 	traceOutput   = regexp.MustCompile(`/\* output to "([^"]+)", type "([^"]*)" \*/`)
 	traceLB       = regexp.MustCompile(`ct_lb(?:_mark)?\(backends=([^;)]*)`)
 	datapathActs  = regexp.MustCompile(`(?m)^Datapath actions: (.*)$`)
+	providerName  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
 )
 
 // ParseOVNTrace reads ovn-trace's detailed output: where the packet was
@@ -116,11 +118,19 @@ func (o *Ops) Trace(ctx context.Context, r api.TraceRequest) (*api.TraceResult, 
 			return nil, BadRequest{Err: fmt.Errorf("%s %q: want an Ethernet MAC such as 0a:58:0a:10:00:01", m.name, m.v)}
 		}
 	}
-	port, err := o.Pod(ctx, r.Namespace, r.Pod)
+	lsp := r.Pod + "." + r.Namespace
+	if r.Provider != "" {
+		// The port's name goes into ovn-trace's microflow: a provider's
+		// characters only.
+		if !annotations.IsAttachmentProvider(r.Provider) || !providerName.MatchString(r.Provider) {
+			return nil, BadRequest{Err: fmt.Errorf("provider %q: want an attachment network's provider <nad>.<namespace>.ovn", r.Provider)}
+		}
+		lsp += "." + r.Provider
+	}
+	port, err := o.port(ctx, lsp)
 	if err != nil {
 		return nil, err
 	}
-	lsp := r.Pod + "." + r.Namespace
 	src, mac := port.ExternalIDs["ip"], port.ExternalIDs["attached-mac"]
 	if i := strings.IndexByte(src, '/'); i > 0 {
 		src = src[:i]

@@ -1,9 +1,13 @@
 package nodeapi
 
 import (
+	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
+
+	api "github.com/ovnhost/ovnhost/internal/nodeapi"
 )
 
 // The inputs are real ovn-trace 23.03 outputs (testdata), taken from a
@@ -71,5 +75,18 @@ func TestParseMemoryAndCoverage(t *testing.T) {
 		"122 events never hit\n")
 	if c["bridge_reconfigure"] != 30 || c["ofproto_flush"] != 1 || len(c) != 2 {
 		t.Fatal(c)
+	}
+}
+
+// A trace's provider becomes part of the port name in ovn-trace's
+// microflow: only an attachment provider's form passes, refused before
+// any database is asked.
+func TestTraceRefusesAProviderThatIsNotOne(t *testing.T) {
+	for _, p := range []string{`a.b.ovn" || 1 == 1`, "ovn", "attnet.ovn", "A.b.ovn", "a.b.ovn\n"} {
+		_, err := (&Ops{}).Trace(context.Background(), api.TraceRequest{Namespace: "ns", Pod: "p", Dst: "10.0.0.1", Provider: p})
+		var br BadRequest
+		if !errors.As(err, &br) || !strings.Contains(err.Error(), "want an attachment network's provider") {
+			t.Errorf("provider %q: %v, want a BadRequest naming the form", p, err)
+		}
 	}
 }

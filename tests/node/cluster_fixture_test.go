@@ -47,6 +47,9 @@ type clusterSpec struct {
 	ipv6Only bool
 	// crds are more CRDs for the control plane (controlPlaneSpec.crds).
 	crds []string
+	// nodeNB gives the nodes the NB address too (OVN_NB_ADDR): their
+	// node APIs then answer netctl's NB reads (nbctl, vpc, diagnose pod).
+	nodeNB bool
 }
 
 // Address plans of startClusterWith: dual-stack and IPv6-only.
@@ -127,6 +130,9 @@ func startClusterWith(t testing.TB, spec clusterSpec, extraArgs ...string) *clus
 		nd.Env = []string{"OVN_SB_ADDR=" + cp.central.SB(), "IFACE=ul0", "KUBECONFIG=" + cp.api.Kubeconfig}
 		if svc != "" {
 			nd.Env = append(nd.Env, "SVC_CIDR="+svc)
+		}
+		if spec.nodeNB {
+			nd.Env = append(nd.Env, "OVN_NB_ADDR="+cp.central.NB())
 		}
 		c.nodes, c.names = append(c.nodes, nd), append(c.names, name)
 	}
