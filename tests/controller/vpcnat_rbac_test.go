@@ -67,7 +67,7 @@ func TestControllerKeepsVpcNATStatusWithItsRBAC(t *testing.T) {
 		kubeovnv1.OvnEipGVR:      {"eip-r", "the external network is not programmed"},
 		kubeovnv1.OvnFipGVR:      {"fip-r", `spec.v4Ip 10.230.0.5 is in no Subnet of Vpc "vpc-r"`},
 		kubeovnv1.OvnSnatRuleGVR: {"snat-r", `spec.v4IpCidr 10.230.0.0/24 is in no Subnet of Vpc "vpc-r"`},
-		kubeovnv1.OvnDnatRuleGVR: {"dnat-r", "OvnDnatRule is not implemented"},
+		kubeovnv1.OvnDnatRuleGVR: {"dnat-r", `spec.v4Ip 10.230.0.5 is in no Subnet of Vpc "vpc-r"`},
 	}
 	e.waitFor(60*time.Second, "the NAT objects' statuses written by the controller", func() (bool, string) {
 		var seen []string
