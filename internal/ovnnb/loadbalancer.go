@@ -53,20 +53,24 @@ const pendingTTL = 30 * time.Second
 
 // lbIndexes is the client index that lets load balancers be found by name
 // without scanning (and cloning) the whole table.
-var lbIndexes = []model.ClientIndex{{Columns: []model.ColumnKey{{Column: "name"}}}}
+var lbIndexes = nameIndex
 
 // indexedPortKeys are the external_ids keys of Logical_Switch_Port with a
 // client index: the owner keys Ports is most often asked for.
 var indexedPortKeys = []string{KeyPod, KeyNode}
 
 // clientIndexes are the NB client's indexes: load balancers by name, logical
-// switch ports by owner key, address sets and port groups by owning NetworkPolicy.
+// switch ports by owner key, address sets and port groups by owning NetworkPolicy, switches and routers by name.
 var clientIndexes = map[string][]model.ClientIndex{
 	nbdb.LoadBalancerTable:      lbIndexes,
 	nbdb.LogicalSwitchPortTable: portIndexes(),
 	nbdb.AddressSetTable:        policyIndex,
 	nbdb.PortGroupTable:         policyIndex,
+	nbdb.LogicalSwitchTable:     nameIndex,
+	nbdb.LogicalRouterTable:     nameIndex,
 }
+
+var nameIndex = []model.ClientIndex{{Columns: []model.ColumnKey{{Column: "name"}}}}
 
 var policyIndex = []model.ClientIndex{{Columns: []model.ColumnKey{{Column: "external_ids", Key: KeyPolicy}}}}
 

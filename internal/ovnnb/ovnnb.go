@@ -210,26 +210,47 @@ func vendorIDs(extra map[string]string) map[string]string {
 	return m
 }
 
-func (c *Client) router(ctx context.Context, name string) (*nbdb.LogicalRouter, error) {
-	var rs []nbdb.LogicalRouter
-	if err := c.cl.WhereCache(func(r *nbdb.LogicalRouter) bool { return r.Name == name }).List(ctx, &rs); err != nil {
+// router and lswitch read a row by name through the client index on name
+// (names are not a schema index in the NB): a predicate visited every
+// switch on each Subnet sync, a cost growing with the Subnets (50 VPCs x 4
+// Subnets in BenchmarkControllerVPCs50's profile). The row is a copy.
+func (c *Client) router(_ context.Context, name string) (*nbdb.LogicalRouter, error) {
+	m, err := c.byName(nbdb.LogicalRouterTable, &nbdb.LogicalRouter{Name: name})
+	if m == nil || err != nil {
 		return nil, err
 	}
-	if len(rs) == 0 {
-		return nil, nil
-	}
-	return &rs[0], nil
+	return m.(*nbdb.LogicalRouter), nil
 }
 
-func (c *Client) lswitch(ctx context.Context, name string) (*nbdb.LogicalSwitch, error) {
-	var ss []nbdb.LogicalSwitch
-	if err := c.cl.WhereCache(func(s *nbdb.LogicalSwitch) bool { return s.Name == name }).List(ctx, &ss); err != nil {
+func (c *Client) lswitch(_ context.Context, name string) (*nbdb.LogicalSwitch, error) {
+	m, err := c.byName(nbdb.LogicalSwitchTable, &nbdb.LogicalSwitch{Name: name})
+	if m == nil || err != nil {
 		return nil, err
 	}
-	if len(ss) == 0 {
+	return m.(*nbdb.LogicalSwitch), nil
+}
+
+// byName is a copy of the row of table whose name is probe's (the lowest
+// UUID when several share it), or nil.
+func (c *Client) byName(table string, probe model.Model) (model.Model, error) {
+	t := c.cl.Cache().Table(table)
+	if t == nil {
+		return nil, fmt.Errorf("ovnnb: %s is not monitored", table)
+	}
+	rows, err := t.RowsByModels([]model.Model{probe})
+	if err != nil {
+		return nil, fmt.Errorf("ovnnb: %s by name: %w", table, err)
+	}
+	first := ""
+	for uuid := range rows {
+		if first == "" || uuid < first {
+			first = uuid
+		}
+	}
+	if first == "" {
 		return nil, nil
 	}
-	return &ss[0], nil
+	return model.Clone(rows[first]), nil
 }
 
 // EnsureRouter creates the logical router if no router of that name exists.

@@ -103,3 +103,34 @@ func BenchmarkPortGroupUnchanged(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSwitchUnchanged: EnsureSwitch of a switch as it is among n
+// switches (each Subnet sync): the lookup by name should not grow with n.
+//
+//	go test -run '^$' -bench SwitchUnchanged ./internal/ovnnb
+func BenchmarkSwitchUnchanged(b *testing.B) {
+	for _, n := range []int{200, 1000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			_, nb := nbtest.Client(b)
+			ctx := context.Background()
+			if err := nb.EnsureRouter(ctx, "ovn-cluster"); err != nil {
+				b.Fatal(err)
+			}
+			sws := make([]ovnnb.Switch, n)
+			for i := range sws {
+				sws[i] = ovnnb.Switch{Name: fmt.Sprintf("s%d", i), Router: "ovn-cluster",
+					CIDRs:    []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(100 + i>>8), byte(i), 0}), 24)},
+					Gateways: []netip.Addr{netip.AddrFrom4([4]byte{10, byte(100 + i>>8), byte(i), 1})}}
+				if err := nb.EnsureSwitch(ctx, sws[i]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := nb.EnsureSwitch(ctx, sws[i%n]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

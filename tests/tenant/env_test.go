@@ -66,12 +66,22 @@ type tenant struct {
 
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
+	return newClusterWith(t)
+}
+
+// newClusterWith also installs the CRDs of these files (repository-relative)
+// before the controller starts (it looks for them once).
+func newClusterWith(t *testing.T, crds ...string) *cluster {
+	t.Helper()
 	testenv.RequireCommands(t, "ovsdb-server", "ovn-northd")
 	central := ovncentral.Start(t)
 	srv := kubeapi.Start(t)
 	base := filepath.Join(testenv.RepoRoot(), "packaging", "kubernetes", "base")
 	srv.InstallCRD(t, filepath.Join(base, "crd-subnets.yaml"))
 	srv.InstallCRD(t, filepath.Join(base, "crd-ips.yaml"))
+	for _, crd := range crds {
+		srv.InstallCRD(t, filepath.Join(testenv.RepoRoot(), crd))
+	}
 	c := &cluster{t: t, srv: srv}
 	c.admin = kubernetes.NewForConfigOrDie(srv.Config)
 	c.adyn = dynamic.NewForConfigOrDie(srv.Config)
@@ -185,11 +195,15 @@ func (c *cluster) newTenant(user, ns string, labels map[string]string) *tenant {
 // the tenant) until every verb is allowed or 30 s pass.
 func (c *cluster) waitGranted(tn *tenant) {
 	c.t.Helper()
-	needs := []authzv1.ResourceAttributes{
-		{Namespace: tn.ns, Verb: "create", Resource: "pods"},
-		{Namespace: tn.ns, Verb: "create", Resource: "services"},
-		{Namespace: tn.ns, Verb: "create", Resource: "networkpolicies", Group: "networking.k8s.io"},
-	}
+	c.waitGrantedFor(tn,
+		authzv1.ResourceAttributes{Namespace: tn.ns, Verb: "create", Resource: "pods"},
+		authzv1.ResourceAttributes{Namespace: tn.ns, Verb: "create", Resource: "services"},
+		authzv1.ResourceAttributes{Namespace: tn.ns, Verb: "create", Resource: "networkpolicies", Group: "networking.k8s.io"})
+}
+
+// waitGrantedFor waits until the authorizer allows the tenant each of needs.
+func (c *cluster) waitGrantedFor(tn *tenant, needs ...authzv1.ResourceAttributes) {
+	c.t.Helper()
 	var last string
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		for _, ra := range needs {
@@ -206,7 +220,7 @@ func (c *cluster) waitGranted(tn *tenant) {
 		return true, nil
 	})
 	if err != nil {
-		c.t.Fatalf("tenant %s: the admin RoleBinding in %s did not take effect within 30s: %v; last: %s", tn.user, tn.ns, err, last)
+		c.t.Fatalf("tenant %s: the rights asked in %s did not take effect within 30s: %v; last: %s", tn.user, tn.ns, err, last)
 	}
 }
 
