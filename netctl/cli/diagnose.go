@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -355,12 +354,12 @@ func sbChassis(ctx context.Context, c *nodeclient.Client) ([]cluster.SBChassis, 
 	}
 	encIP := map[string]string{}
 	for _, e := range encs.Rows {
-		encIP[e["_uuid"]] = unquote(e["ip"])
+		encIP[e["_uuid"]] = cluster.Text(e["ip"])
 	}
 	var out []cluster.SBChassis
 	for _, r := range chs.Rows {
-		c := cluster.SBChassis{Name: unquote(r["name"]), Hostname: unquote(r["hostname"])}
-		for _, id := range setItems(r["encaps"]) {
+		c := cluster.SBChassis{Name: cluster.Text(r["name"]), Hostname: cluster.Text(r["hostname"])}
+		for _, id := range cluster.Set(r["encaps"]) {
 			if ip := encIP[id]; ip != "" {
 				c.EncapIPs = append(c.EncapIPs, ip)
 			}
@@ -368,25 +367,6 @@ func sbChassis(ctx context.Context, c *nodeclient.Client) ([]cluster.SBChassis, 
 		out = append(out, c)
 	}
 	return out, true
-}
-
-func unquote(s string) string {
-	if u, err := strconv.Unquote(s); err == nil {
-		return u
-	}
-	return s
-}
-
-func setItems(s string) []string {
-	s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
-	if s == "" {
-		return nil
-	}
-	var out []string
-	for _, p := range strings.Split(s, ", ") {
-		out = append(out, unquote(p))
-	}
-	return out
 }
 
 // podChecks: the pod's address, its OVS port on its node, its binding.
