@@ -173,9 +173,7 @@ func (r *Reconciler) releaseAttachments(ctx context.Context, ns, name string, ke
 			return err
 		}
 		if had {
-			r.cfg.Subnets.AddressesChanged(a.Subnet)
-			r.Wake(a.Subnet)
-			r.cfg.Subnets.Released(a.Subnet)
+			r.addressReleased(a.Subnet)
 		}
 	}
 	r.mu.Lock()

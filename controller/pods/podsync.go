@@ -370,11 +370,18 @@ func (r *Reconciler) releasePod(ctx context.Context, ns, name string) error {
 	}
 	r.cfg.IPs.Queue("pod/" + ns + "/" + name)
 	if had {
-		r.cfg.Subnets.AddressesChanged(a.Subnet)
-		r.Wake(a.Subnet)
-		r.cfg.Subnets.Released(a.Subnet)
+		r.addressReleased(a.Subnet)
 	}
 	return nil
+}
+
+// addressReleased tells what waits on a subnet's addresses that one was
+// given back: its status counts, the pods waiting for a free address, and
+// a Subnet waiting to be deleted.
+func (r *Reconciler) addressReleased(subnet string) {
+	r.cfg.Subnets.AddressesChanged(subnet)
+	r.Wake(subnet)
+	r.cfg.Subnets.Released(subnet)
 }
 
 // subnetChoice is the subnet chosen for a pod, by what, and its

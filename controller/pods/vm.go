@@ -224,9 +224,7 @@ func (r *Reconciler) releaseVMPod(ctx context.Context, namespace, name, vm strin
 	r.log.Info("virtual machine's last pod gone: its address and port released", "vm", namespace+"/"+vm, "pod", name)
 	r.cfg.IPs.Queue("vm/" + namespace + "/" + vm)
 	if had {
-		r.cfg.Subnets.AddressesChanged(a.Subnet)
-		r.Wake(a.Subnet)
-		r.cfg.Subnets.Released(a.Subnet)
+		r.addressReleased(a.Subnet)
 	}
 	return nil
 }
