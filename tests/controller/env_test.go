@@ -337,6 +337,19 @@ func (e *env) createPod(ns, name, node string, ann map[string]string) {
 
 // createPods creates n pods with `workers` concurrent clients; name(i), node(i), ann(i).
 func (e *env) createPods(ns string, n, workers int, name func(int) string, node func(int) string, ann func(int) map[string]string) error {
+	return concurrently(n, workers, func(i int) error {
+		var a map[string]string
+		if ann != nil {
+			a = ann(i)
+		}
+		_, err := e.kc.CoreV1().Pods(ns).Create(context.Background(), podSpec(ns, name(i), node(i), a), metav1.CreateOptions{})
+		return err
+	})
+}
+
+// concurrently runs f(i) for every i < n on `workers` goroutines and
+// returns the first error.
+func concurrently(n, workers int, f func(i int) error) error {
 	ch := make(chan int)
 	errs := make(chan error, n)
 	var wg sync.WaitGroup
@@ -345,11 +358,7 @@ func (e *env) createPods(ns string, n, workers int, name func(int) string, node 
 		go func() {
 			defer wg.Done()
 			for i := range ch {
-				var a map[string]string
-				if ann != nil {
-					a = ann(i)
-				}
-				if _, err := e.kc.CoreV1().Pods(ns).Create(context.Background(), podSpec(ns, name(i), node(i), a), metav1.CreateOptions{}); err != nil {
+				if err := f(i); err != nil {
 					errs <- err
 				}
 			}

@@ -120,27 +120,7 @@ func spreadBurst(b *testing.B, e *env, nss []string, n int, subnetOf func(ns str
 // createAll runs create(i) for i < n with `clients` concurrent clients.
 func createAll(b *testing.B, n, clients int, create func(i int) error) {
 	b.Helper()
-	ch := make(chan int)
-	errs := make(chan error, n)
-	var wg sync.WaitGroup
-	for w := 0; w < clients; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range ch {
-				if err := create(i); err != nil {
-					errs <- err
-				}
-			}
-		}()
-	}
-	for i := 0; i < n; i++ {
-		ch <- i
-	}
-	close(ch)
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	if err := concurrently(n, clients, create); err != nil {
 		b.Fatal(err)
 	}
 }
