@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,14 +14,11 @@ import (
 	"github.com/ovnhost/ovnhost/tests/harness/netns"
 )
 
-// dnsServer is a real DNS server (Debian's dnsmasq, package dnsmasq-base)
-// running in a pod's network namespace, answering A/AAAA records it is
-// given and nothing else (no upstream, no hosts file).
-type dnsServer struct{ log *strings.Builder }
-
-// startDNS runs dnsmasq in ns on port (UDP and TCP) with records
-// "name=addr[,addr]" and waits until it answers a query for the first.
-func startDNS(t *testing.T, ns string, port int, records ...string) *dnsServer {
+// startDNS runs a real DNS server (Debian's dnsmasq, package dnsmasq-base)
+// in network namespace ns on port (UDP and TCP), answering the records
+// "name=addr[,addr]" and nothing else (no upstream, no hosts file), and
+// waits until it answers a query for the first. It is killed at cleanup.
+func startDNS(t *testing.T, ns string, port int, records ...string) {
 	t.Helper()
 	bin, err := exec.LookPath("dnsmasq")
 	if err != nil {
@@ -36,8 +34,15 @@ func startDNS(t *testing.T, ns string, port int, records ...string) *dnsServer {
 		args = append(args, "--host-record="+name+","+addrs)
 	}
 	cmd := exec.Command("ip", args...)
-	s := &dnsServer{log: &strings.Builder{}}
-	cmd.Stdout, cmd.Stderr = s.log, s.log
+	// A file, not a buffer: exec copies into a buffer from a goroutine
+	// while a failure here reads it.
+	logFile, err := os.Create(filepath.Join(t.TempDir(), "dnsmasq.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	output := func() string { b, _ := os.ReadFile(logFile.Name()); return string(b) }
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -54,14 +59,14 @@ func startDNS(t *testing.T, ns string, port int, records ...string) *dnsServer {
 	for {
 		select {
 		case err := <-exited:
-			t.Fatalf("dnsmasq in %s exited: %v\n%s", ns, err, s.log)
+			t.Fatalf("dnsmasq in %s exited: %v\n%s", ns, err, output())
 		default:
 		}
 		if _, err := resolveIn(ns, net.JoinHostPort("::1", fmt.Sprint(port)), "udp", first, 500*time.Millisecond); err == nil {
-			return s
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("dnsmasq in %s did not answer for %s on port %d within 10s\n%s", ns, first, port, s.log)
+			t.Fatalf("dnsmasq in %s did not answer for %s on port %d within 10s\n%s", ns, first, port, output())
 		}
 	}
 }
